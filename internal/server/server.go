@@ -1,0 +1,124 @@
+// Package server holds what every Turnpike HTTP service shares: serving with
+// a graceful shutdown, the unauthenticated /healthz, /readyz and /metrics
+// endpoints, and the JSON error shape of API.md.
+//
+// All functions are safe for concurrent use.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Error codes of API.md.
+const (
+	CodeInvalidArgument = "invalid_argument"
+	CodeUnauthenticated = "unauthenticated"
+	CodeNotFound        = "not_found"
+	CodePayloadTooLarge = "payload_too_large"
+	CodeRateLimited     = "rate_limited"
+	CodeUnavailable     = "unavailable"
+	CodeInternal        = "internal"
+)
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// WriteError writes {"error":{"code":…,"message":…}} with status. A positive
+// retryAfter sets Retry-After (whole seconds, at least 1).
+func WriteError(w http.ResponseWriter, status int, code, message string, retryAfter time.Duration) {
+	var b errorBody
+	b.Error.Code, b.Error.Message = code, message
+	if retryAfter > 0 {
+		secs := int(retryAfter.Round(time.Second) / time.Second)
+		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+	}
+	WriteJSON(w, status, b)
+}
+
+// WriteJSON writes v as a JSON body with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Check reports whether a dependency is reachable.
+type Check struct {
+	Name string
+	Fn   func(ctx context.Context) error
+}
+
+// HandleOps registers /healthz (the process is alive), /readyz (every check
+// passes, each within 2 s) and /metrics (Prometheus, from g) on mux. None of
+// them needs auth.
+func HandleOps(mux *http.ServeMux, g prometheus.Gatherer, checks ...Check) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		status := map[string]string{}
+		ok := true
+		for _, c := range checks {
+			if err := c.Fn(ctx); err != nil {
+				status[c.Name] = err.Error()
+				ok = false
+				continue
+			}
+			status[c.Name] = "ok"
+		}
+		if !ok {
+			w.Header().Set("Retry-After", "1")
+			WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "checks": status})
+			return
+		}
+		WriteJSON(w, http.StatusOK, map[string]any{"status": "ok", "checks": status})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+}
+
+// Serve serves h on ln until ctx ends, then shuts down gracefully within
+// grace: it stops accepting, lets in-flight requests finish, and closes idle
+// connections. Hijacked connections (WebSockets) are the handler's to close.
+// It returns nil after a clean shutdown.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("shutdown %s: %w", ln.Addr(), err)
+	}
+	return nil
+}

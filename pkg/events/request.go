@@ -1,0 +1,160 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Version is the schema version of the request record ("v").
+const Version = 1
+
+// DefaultMaxContentBytes is the default upper bound on a user message.
+const DefaultMaxContentBytes = 32768
+
+// MaxRecordBytes bounds a whole request record value.
+const MaxRecordBytes = 64 << 10
+
+// Strategy says what happens when a request arrives while another request of
+// the same conversation is running or queued.
+type Strategy string
+
+// The strategies of API.md.
+const (
+	StrategyEnqueue   Strategy = "enqueue"
+	StrategyReject    Strategy = "reject"
+	StrategyInterrupt Strategy = "interrupt"
+)
+
+// Validate reports whether s is a known strategy. The empty strategy is
+// valid and means enqueue.
+func (s Strategy) Validate() error {
+	switch s {
+	case "", StrategyEnqueue, StrategyReject, StrategyInterrupt:
+		return nil
+	}
+	return fmt.Errorf("%w strategy %q: want enqueue, reject or interrupt", ErrInvalid, truncate(string(s), 32))
+}
+
+// Request is a record of the requests topic: one user message for one
+// conversation. Key: Identity().Key().
+type Request struct {
+	V            int       `json:"v"`
+	RequestID    string    `json:"request_id,omitempty"`
+	Tenant       string    `json:"tenant"`
+	User         string    `json:"user"`
+	Conversation string    `json:"conversation"`
+	Content      string    `json:"content"`
+	Strategy     Strategy  `json:"strategy,omitempty"`
+	CreatedAt    time.Time `json:"created_at,omitzero"`
+}
+
+// Identity returns the identity triple of the request.
+func (r *Request) Identity() Identity {
+	return Identity{Tenant: r.Tenant, User: r.User, Conversation: r.Conversation}
+}
+
+// Validate checks the request against the schema. maxContent <= 0 means
+// DefaultMaxContentBytes. The request id may be empty (direct producers).
+func (r *Request) Validate(maxContent int) error {
+	var errs []error
+	if r.V != Version {
+		errs = append(errs, fmt.Errorf("%w v: %d, want %d", ErrInvalid, r.V, Version))
+	}
+	if r.RequestID != "" {
+		errs = append(errs, ValidateID("request_id", r.RequestID))
+	}
+	errs = append(errs, r.Identity().Validate(), ValidateContent(r.Content, maxContent), r.Strategy.Validate())
+	return errors.Join(errs...)
+}
+
+// ErrTooLarge is wrapped by ValidateContent when content is over the limit,
+// so HTTP can answer 413 rather than 400.
+var ErrTooLarge = errors.New("too large")
+
+// ValidateContent checks a user message: valid UTF-8, no NUL, 1..max bytes.
+// max <= 0 means DefaultMaxContentBytes.
+func ValidateContent(s string, max int) error {
+	if max <= 0 {
+		max = DefaultMaxContentBytes
+	}
+	switch {
+	case s == "":
+		return fmt.Errorf("%w content: empty", ErrInvalid)
+	case len(s) > max:
+		return fmt.Errorf("%w content: %w: %d bytes, at most %d allowed", ErrInvalid, ErrTooLarge, len(s), max)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w content: not valid UTF-8", ErrInvalid)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%w content: contains NUL", ErrInvalid)
+	}
+	return nil
+}
+
+var requestKeys = map[string]bool{
+	"v": true, "request_id": true, "tenant": true, "user": true, "conversation": true,
+	"content": true, "strategy": true, "created_at": true,
+}
+
+// DecodeRequest strictly decodes and validates a request record value.
+// maxContent <= 0 means DefaultMaxContentBytes.
+func DecodeRequest(b []byte, maxContent int) (Request, error) {
+	var r Request
+	if err := checkKeys(b, MaxRecordBytes, requestKeys); err != nil {
+		return Request{}, err
+	}
+	if err := decodeStrict(b, MaxRecordBytes, &r); err != nil {
+		return Request{}, err
+	}
+	if err := r.Validate(maxContent); err != nil {
+		return Request{}, err
+	}
+	return r, nil
+}
+
+// EncodeRequest encodes r as a record value. It does not validate.
+func EncodeRequest(r Request) ([]byte, error) {
+	return json.Marshal(r)
+}
+
+// DerivedRequestID is the request id of a record that carries none: it is
+// derived from the record's coordinates, so reprocessing the same record
+// yields the same id, and from its timestamp, so a recreated topic (whose
+// offsets start again at 0) never collides with old ids.
+func DerivedRequestID(partition int, offset int64, ts time.Time) string {
+	b := make([]byte, 0, 48)
+	b = append(b, "d-"...)
+	b = strconv.AppendInt(b, int64(partition), 10)
+	b = append(b, '-')
+	b = strconv.AppendInt(b, offset, 10)
+	b = append(b, '-')
+	b = strconv.AppendInt(b, ts.UnixMilli(), 10)
+	return string(b)
+}
+
+// decodeStrict decodes exactly one JSON object into v, rejecting invalid
+// UTF-8 (encoding/json would silently replace it), unknown fields and
+// trailing data.
+func decodeStrict(b []byte, max int, v any) error {
+	if len(b) > max {
+		return fmt.Errorf("%w record: %w: %d bytes, at most %d allowed", ErrInvalid, ErrTooLarge, len(b), max)
+	}
+	if !utf8.Valid(b) {
+		return fmt.Errorf("%w record: not valid UTF-8", ErrInvalid)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w json: %w", ErrInvalid, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w json: trailing data after the object", ErrInvalid)
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// Role is who wrote a message.
+type Role string
+
+// Roles of persisted messages. Tool-call messages are never persisted.
+const (
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+)
+
+// Message is one persisted message of a conversation.
+type Message struct {
+	// Seq numbers the messages of a conversation 1, 2, 3 …: a turn n holds
+	// the user message 2n-1 and the assistant message 2n.
+	Seq       int64
+	Role      Role
+	Content   string
+	RequestID string
+	// Agent is the agent that wrote an assistant message ("" for user messages).
+	Agent     string
+	CreatedAt time.Time
+	// Status is set on assistant messages only: complete, incomplete or cancelled.
+	Status events.Status
+}
+
+// Incomplete reports whether an assistant message is anything but complete.
+func (m Message) Incomplete() bool { return m.Role == RoleAssistant && m.Status != events.StatusComplete }
+
+// Turn is what Commit persists: one user message and the assistant's answer.
+type Turn struct {
+	RequestID string
+	// User is the user message, verbatim.
+	User string
+	// UserAt is when the user message was received.
+	UserAt time.Time
+	// Answer is the concatenated assistant text. Never empty (no-dangling-user).
+	Answer string
+	Agent  string
+	// Status is complete, incomplete or cancelled.
+	Status      events.Status
+	CommittedAt time.Time
+}
+
+// Validate checks that t can be persisted.
+func (t Turn) Validate() error {
+	var errs []error
+	if err := events.ValidateID("request_id", t.RequestID); err != nil {
+		errs = append(errs, err)
+	}
+	if t.User == "" {
+		errs = append(errs, errors.New("turn: empty user message"))
+	}
+	if t.Answer == "" {
+		errs = append(errs, errors.New("turn: empty answer (nothing is persisted without assistant content)"))
+	}
+	if !t.Status.Persisted() {
+		errs = append(errs, errors.New("turn: status must be complete, incomplete or cancelled"))
+	}
+	return errors.Join(errs...)
+}
+
+// Committed reports where a turn landed.
+type Committed struct {
+	// N is the turn number; its messages have seq 2N-1 and 2N.
+	N      int64
+	Status events.Status
+	// Duplicate is true when the request id had already been committed: the
+	// existing turn is reported and nothing new was written.
+	Duplicate bool
+}
+
+// Page is one page of a conversation's messages, oldest first.
+type Page struct {
+	Messages []Message
+	// NextBefore is the seq to pass as before for the next older page; 0
+	// when there is none.
+	NextBefore int64
+}
+
+// ErrNotFound is returned for a conversation that does not exist for the
+// given identity (including one that exists only for another identity).
+var ErrNotFound = errors.New("not found")
+
+// Store keeps conversations, bound to the identity triple. Every method is
+// safe for concurrent use. Implementations: MongoStore (MongoDB and
+// FerretDB) and MemoryStore; historytest holds the conformance suite.
+type Store interface {
+	// Window returns the last n messages of the conversation, oldest first.
+	// A conversation with no turns yields an empty window, not an error.
+	Window(ctx context.Context, id events.Identity, n int) ([]Message, error)
+	// Commit persists a turn atomically: both messages or neither. It is
+	// idempotent per request id: committing the same request id again
+	// writes nothing and reports the existing turn with Duplicate set.
+	Commit(ctx context.Context, id events.Identity, t Turn) (Committed, error)
+	// Lookup reports the committed turn of a request id, if any.
+	Lookup(ctx context.Context, id events.Identity, requestID string) (Committed, bool, error)
+	// List returns up to limit messages with seq < before (before <= 0:
+	// the newest), oldest first. ErrNotFound if the conversation does not exist.
+	List(ctx context.Context, id events.Identity, before int64, limit int) (Page, error)
+}
