@@ -1,0 +1,211 @@
+// Package devstack runs the whole Turnpike pipeline in one process: an
+// embedded Kafka-protocol broker (kfake), an embedded MongoDB-compatible
+// store (FerretDB on SQLite), the ingest API, the worker and the push
+// gateway. Given TURNPIKE_KAFKA_BROKERS or TURNPIKE_MONGO_URI it uses those
+// instead of the embedded servers.
+//
+// Run owns every server and goroutine it starts and stops them in order:
+// ingest and worker first (no new requests; in-flight runs drain), then the
+// push gateway, then the embedded stores, which flush their files.
+package devstack
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/embedded"
+	"github.com/turnpike-dev/turnpike/internal/flagenv"
+	"github.com/turnpike-dev/turnpike/internal/service"
+)
+
+// ReadyLine is logged once every part serves.
+const ReadyLine = "turnpike devstack ready"
+
+// Config configures the devstack.
+type Config struct {
+	service.Shared
+	// KafkaAddr is the embedded broker's address. Default 127.0.0.1:9092.
+	KafkaAddr string
+	// MongoAddr is the embedded store's address. Default 127.0.0.1:27017.
+	MongoAddr string
+	// DataDir keeps the embedded broker's and store's files. Default ./data.
+	DataDir string
+	// IngestAddr and PushgwAddr are the HTTP listen addresses. Defaults
+	// :8080 and :8081.
+	IngestAddr, PushgwAddr string
+	// DevUser is the user of the printed dev token. Default "dev".
+	DevUser string
+
+	Ingest service.IngestConfig
+	Worker service.WorkerConfig
+	Pushgw service.PushgwConfig
+}
+
+// Bind registers the devstack's flags: the shared ones, its own, and the
+// services' own settings.
+func (c *Config) Bind(set *flagenv.Set) {
+	c.Shared.BindLogFormat(set, "text")
+	set.String(&c.KafkaAddr, "kafka-addr", "TURNPIKE_KAFKA_ADDR", "127.0.0.1:9092", "address of the embedded Kafka-protocol broker")
+	set.String(&c.MongoAddr, "mongo-addr", "TURNPIKE_MONGO_ADDR", "127.0.0.1:27017", "address of the embedded MongoDB-compatible store")
+	set.String(&c.DataDir, "data-dir", "TURNPIKE_DATA_DIR", "./data", "directory of the embedded broker's and store's files")
+	set.String(&c.IngestAddr, "ingest-addr", "TURNPIKE_INGEST_ADDR", ":8080", "listen address of the ingest API")
+	set.String(&c.PushgwAddr, "pushgw-addr", "TURNPIKE_PUSHGW_ADDR", ":8081", "listen address of the push gateway")
+	set.String(&c.DevUser, "dev-user", "TURNPIKE_DEV_USER", "dev", "user of the printed dev token")
+	c.Worker.Worker.BindFlags(set)
+}
+
+// Listeners lets tests hand in listeners on random ports; nil fields are
+// opened from the Config's addresses.
+type Listeners struct {
+	Ingest, Pushgw net.Listener
+}
+
+// Stack reports where a running devstack serves, for tests and the
+// ready message.
+type Stack struct {
+	Brokers    []string
+	MongoURI   string
+	IngestAddr string
+	PushgwAddr string
+	AuthSecret string
+	DevToken   string
+}
+
+// Run starts everything and runs until ctx ends. Once all parts serve it
+// calls ready, if set, with where they are, then logs ReadyLine.
+func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready func(Stack)) error {
+	if c.DataDir == "" {
+		c.DataDir = "./data"
+	}
+	if c.DevUser == "" {
+		c.DevUser = "dev"
+	}
+	var st Stack
+	if len(c.Brokers) == 0 {
+		k, err := embedded.StartKafka(embedded.KafkaConfig{Addr: c.KafkaAddr, DataDir: filepath.Join(c.DataDir, "kafka")})
+		if err != nil {
+			return fmt.Errorf("devstack: %w", err)
+		}
+		defer k.Close()
+		c.Brokers = []string{k.Addr()}
+		log.Info("embedded kafka", slog.String("addr", k.Addr()))
+	}
+	if c.MongoURI == "" {
+		m, err := embedded.StartMongo(embedded.MongoConfig{
+			Addr:    c.MongoAddr,
+			DataDir: filepath.Join(c.DataDir, "mongo"),
+			Logger:  slog.New(quiet{log.Handler(), slog.LevelError}).With(slog.String("component", "ferretdb")),
+		})
+		if err != nil {
+			return fmt.Errorf("devstack: %w", err)
+		}
+		defer m.Close()
+		c.MongoURI = m.URI()
+		log.Info("embedded mongo", slog.String("uri", m.URI()))
+	}
+	if c.AuthSecret == "" {
+		var b [32]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return fmt.Errorf("devstack: auth secret: %w", err)
+		}
+		c.AuthSecret = hex.EncodeToString(b[:])
+		tok, err := auth.Mint(c.AuthSecret, auth.DefaultTenant, c.DevUser, 7*24*time.Hour, time.Now())
+		if err != nil {
+			return fmt.Errorf("devstack: %w", err)
+		}
+		st.DevToken = tok
+	}
+	st.Brokers, st.MongoURI, st.AuthSecret = c.Brokers, c.MongoURI, c.AuthSecret
+
+	var err error
+	if lns.Ingest == nil {
+		if lns.Ingest, err = net.Listen("tcp", c.IngestAddr); err != nil {
+			return fmt.Errorf("devstack: ingest: %w", err)
+		}
+	}
+	if lns.Pushgw == nil {
+		if lns.Pushgw, err = net.Listen("tcp", c.PushgwAddr); err != nil {
+			lns.Ingest.Close()
+			return fmt.Errorf("devstack: pushgw: %w", err)
+		}
+	}
+	st.IngestAddr, st.PushgwAddr = lns.Ingest.Addr().String(), lns.Pushgw.Addr().String()
+
+	// One registry for the three services: their metric names differ.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	const parts = 3
+	readyc := make(chan struct{}, parts)
+	env := func(name string) service.Env {
+		var once sync.Once
+		return service.Env{Logger: log.With(slog.String("service", name)), Registry: reg, Ready: func() {
+			once.Do(func() { readyc <- struct{}{} })
+		}}
+	}
+	ic, wc, pc := c.Ingest, c.Worker, c.Pushgw
+	ic.Shared, wc.Shared, pc.Shared = c.Shared, c.Shared, c.Shared
+	wc.Addr = "" // the ingest port serves the devstack's /metrics and /readyz
+
+	// The push gateway outlives ingest and worker so that the events of
+	// draining runs still reach clients. A failure anywhere stops it all.
+	frontCtx, stopFront := context.WithCancel(ctx)
+	defer stopFront()
+	pushCtx, stopPush := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPush()
+	fail := func(err error) error {
+		if err != nil {
+			stopFront()
+			stopPush()
+		}
+		return err
+	}
+	var front, back errgroup.Group
+	back.Go(func() error { return fail(service.RunPushgw(pushCtx, pc, env("pushgw"), lns.Pushgw)) })
+	front.Go(func() error { return fail(service.RunIngest(frontCtx, ic, env("ingest"), lns.Ingest)) })
+	front.Go(func() error { return fail(service.RunWorker(frontCtx, wc, env("worker"), nil)) })
+	front.Go(func() error {
+		for range parts {
+			select {
+			case <-readyc:
+			case <-frontCtx.Done():
+				return nil
+			}
+		}
+		if ready != nil {
+			ready(st)
+		}
+		log.Info(ReadyLine, slog.String("ingest", "http://"+st.IngestAddr), slog.String("pushgw", "ws://"+st.PushgwAddr+"/v1/stream"),
+			slog.String("kafka", c.Brokers[0]), slog.String("data_dir", c.DataDir))
+		return nil
+	})
+	ferr := front.Wait()
+	stopPush()
+	return errors.Join(ferr, back.Wait())
+}
+
+// quiet drops records below min: FerretDB logs every connection at info
+// and an unsupported endSessions command at warn.
+type quiet struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (q quiet) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= q.min && q.Handler.Enabled(ctx, l)
+}
+
+func (q quiet) WithAttrs(as []slog.Attr) slog.Handler { return quiet{q.Handler.WithAttrs(as), q.min} }
+func (q quiet) WithGroup(name string) slog.Handler    { return quiet{q.Handler.WithGroup(name), q.min} }

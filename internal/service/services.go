@@ -1,0 +1,242 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/flagenv"
+	"github.com/turnpike-dev/turnpike/internal/ingest"
+	"github.com/turnpike-dev/turnpike/internal/pushgw"
+	"github.com/turnpike-dev/turnpike/internal/server"
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/internal/worker"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+)
+
+// shutdownGrace bounds the HTTP servers' graceful shutdown.
+const shutdownGrace = 10 * time.Second
+
+// Env carries what a service needs from its process: a logger, a metrics
+// registry, and a hook called once the service serves.
+type Env struct {
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
+	// Ready, if set, is called once the service is ready to serve.
+	Ready func()
+}
+
+func (e Env) ready() {
+	if e.Ready != nil {
+		e.Ready()
+	}
+}
+
+// IngestConfig configures cmd/ingest.
+type IngestConfig struct {
+	Shared
+	Addr   string // TURNPIKE_INGEST_ADDR, default ":8080"
+	Ingest ingest.Config
+}
+
+// Bind registers the ingest flags.
+func (c *IngestConfig) Bind(set *flagenv.Set) {
+	c.Shared.Bind(set)
+	set.String(&c.Addr, "addr", "TURNPIKE_INGEST_ADDR", ":8080", "listen address of the HTTP API")
+	set.Int(&c.Ingest.MaxContentBytes, "max-content-bytes", "TURNPIKE_MAX_CONTENT_BYTES", 32768, "largest user message in bytes")
+}
+
+// Validate reports every problem.
+func (c IngestConfig) Validate() error {
+	return errors.Join(c.Shared.validate(true, true, true), c.Ingest.Validate())
+}
+
+// RunIngest serves the ingest API on ln (or c.Addr when ln is nil) until ctx ends.
+func RunIngest(ctx context.Context, c IngestConfig, env Env, ln net.Listener) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	verifier, err := auth.NewVerifier(c.AuthSecret, nil)
+	if err != nil {
+		return err
+	}
+	store, pingMongo, closeStore, err := c.OpenStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	producer, err := ingest.NewKafkaProducer(c.Brokers, c.Topics().Requests)
+	if err != nil {
+		return err
+	}
+	defer producer.Close() // after the server stopped: flushes nothing in flight
+	svc, err := ingest.New(c.Ingest, ingest.Deps{
+		Verifier: verifier, Producer: producer, History: store, Registerer: env.Registry, Logger: env.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	svc.Register(mux)
+	server.HandleOps(mux, env.Registry, kafkaCheck(c.Brokers), server.Check{Name: "mongo", Fn: pingMongo})
+	if ln == nil {
+		if ln, err = net.Listen("tcp", c.Addr); err != nil {
+			return fmt.Errorf("ingest: %w", err)
+		}
+	}
+	env.Logger.Info("ingest listening", slog.String("addr", ln.Addr().String()))
+	env.ready()
+	return server.Serve(ctx, ln, mux, shutdownGrace)
+}
+
+// WorkerConfig configures cmd/worker.
+type WorkerConfig struct {
+	Shared
+	Addr   string // TURNPIKE_WORKER_ADDR: health and metrics, default ":8082"
+	Worker worker.Config
+}
+
+// Bind registers the worker flags.
+func (c *WorkerConfig) Bind(set *flagenv.Set) {
+	c.Shared.Bind(set)
+	set.String(&c.Addr, "addr", "TURNPIKE_WORKER_ADDR", ":8082", "listen address of /healthz, /readyz and /metrics")
+	c.Worker.BindFlags(set)
+}
+
+// Validate reports every problem.
+func (c WorkerConfig) Validate() error {
+	w := c.Worker
+	w.Brokers = c.Brokers
+	return errors.Join(c.Shared.validate(true, true, false), w.Validate())
+}
+
+// RunWorker runs the worker until ctx ends; with a non-nil ln it also
+// serves the ops endpoints there (or on c.Addr when ln is nil and c.Addr
+// is set).
+func RunWorker(ctx context.Context, c WorkerConfig, env Env, ln net.Listener) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	store, pingMongo, closeStore, err := c.OpenStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	return runWorker(ctx, c, env, ln, store, pingMongo)
+}
+
+func runWorker(ctx context.Context, c WorkerConfig, env Env, ln net.Listener, store history.Store, pingMongo func(context.Context) error) error {
+	m, err := c.NewModel()
+	if err != nil {
+		return err
+	}
+	wc := c.Worker
+	wc.Brokers, wc.Topics = c.Brokers, c.Topics()
+	w, err := worker.New(wc, worker.Deps{Store: store, Model: m, Registerer: env.Registry, Logger: env.Logger})
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return w.Run(gctx) })
+	if ln == nil && c.Addr != "" {
+		if ln, err = net.Listen("tcp", c.Addr); err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+	}
+	if ln != nil {
+		mux := http.NewServeMux()
+		server.HandleOps(mux, env.Registry, kafkaCheck(c.Brokers), server.Check{Name: "mongo", Fn: pingMongo})
+		g.Go(func() error { return server.Serve(gctx, ln, mux, shutdownGrace) })
+	}
+	env.ready()
+	return g.Wait()
+}
+
+// PushgwConfig configures cmd/pushgw.
+type PushgwConfig struct {
+	Shared
+	Addr   string // TURNPIKE_PUSHGW_ADDR, default ":8081"
+	Pushgw pushgw.Config
+}
+
+// Bind registers the push gateway flags.
+func (c *PushgwConfig) Bind(set *flagenv.Set) {
+	c.Shared.Bind(set)
+	set.String(&c.Addr, "addr", "TURNPIKE_PUSHGW_ADDR", ":8081", "listen address of the WebSocket endpoint /v1/stream")
+	set.Int(&c.Pushgw.QueueSize, "queue-size", "TURNPIKE_PUSHGW_QUEUE_SIZE", pushgw.DefaultQueueSize, "frames queued per client before it is closed as too slow (4008)")
+	set.Int(&c.Pushgw.MaxSubscriptions, "max-subscriptions", "TURNPIKE_PUSHGW_MAX_SUBSCRIPTIONS", pushgw.DefaultMaxSubscriptions, "subscriptions per connection")
+}
+
+// Validate reports every problem.
+func (c PushgwConfig) Validate() error {
+	p := c.Pushgw
+	p.Brokers = c.Brokers
+	return errors.Join(c.Shared.validate(true, false, true), p.Validate())
+}
+
+// RunPushgw serves the push gateway on ln (or c.Addr) until ctx ends.
+func RunPushgw(ctx context.Context, c PushgwConfig, env Env, ln net.Listener) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	verifier, err := auth.NewVerifier(c.AuthSecret, nil)
+	if err != nil {
+		return err
+	}
+	pc := c.Pushgw
+	pc.Brokers, pc.Topic = c.Brokers, c.Topics().Stream
+	// The gateway reads the stream topic; make sure it exists even when no
+	// worker has started yet.
+	if err := topic.Ensure(ctx, c.Brokers, topic.DefaultPartitions, pc.Topic); err != nil {
+		return fmt.Errorf("pushgw: %w", err)
+	}
+	gw, err := pushgw.New(pc, verifier, env.Registry, env.Logger)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/stream", gw)
+	server.HandleOps(mux, env.Registry, kafkaCheck(c.Brokers), server.Check{Name: "gateway", Fn: gw.Ready})
+	if ln == nil {
+		if ln, err = net.Listen("tcp", c.Addr); err != nil {
+			return fmt.Errorf("pushgw: %w", err)
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return gw.Run(gctx) })
+	g.Go(func() error { return server.Serve(gctx, ln, mux, shutdownGrace) })
+	g.Go(func() error {
+		// Ready once the live readers have their start positions.
+		for gctx.Err() == nil {
+			if gw.Ready(gctx) == nil {
+				env.Logger.Info("pushgw listening", slog.String("addr", ln.Addr().String()))
+				env.ready()
+				return nil
+			}
+			sleepCtx(gctx, 20*time.Millisecond)
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+func kafkaCheck(brokers []string) server.Check {
+	return server.Check{Name: "kafka", Fn: func(ctx context.Context) error { return topic.Ping(ctx, brokers) }}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,147 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/cloudwego/eino/components/model"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+
+	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/flagenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/echo"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+)
+
+// Shared holds the settings of API.md's "Configuration" section, read by
+// every service.
+type Shared struct {
+	Brokers     []string // TURNPIKE_KAFKA_BROKERS
+	MongoURI    string   // TURNPIKE_MONGO_URI
+	MongoDB     string   // TURNPIKE_MONGO_DB, default "turnpike"
+	AuthSecret  string   // TURNPIKE_AUTH_SECRET
+	TopicPrefix string   // TURNPIKE_TOPIC_PREFIX, default "turnpike."
+	Model       string   // TURNPIKE_MODEL: "echo" (default) or "openai"
+	EchoDelay   time.Duration
+	OpenAI      OpenAIConfig
+	LogLevel    string // TURNPIKE_LOG_LEVEL: debug, info (default), warn, error
+	LogFormat   string // TURNPIKE_LOG_FORMAT: json (default) or text
+}
+
+// OpenAIConfig configures TURNPIKE_MODEL=openai.
+type OpenAIConfig struct {
+	BaseURL, APIKey, Model string
+}
+
+// Bind registers the shared flags. The log format defaults to json; the
+// devstack, read by people, defaults it to text with BindLogFormat.
+func (s *Shared) Bind(set *flagenv.Set) { s.BindLogFormat(set, "json") }
+
+// BindLogFormat is Bind with another default log format.
+func (s *Shared) BindLogFormat(set *flagenv.Set, defaultLogFormat string) {
+	set.List(&s.Brokers, "kafka-brokers", "TURNPIKE_KAFKA_BROKERS", nil, "Kafka bootstrap brokers")
+	set.String(&s.MongoURI, "mongo-uri", "TURNPIKE_MONGO_URI", "", "MongoDB connection string")
+	set.String(&s.MongoDB, "mongo-db", "TURNPIKE_MONGO_DB", "turnpike", "MongoDB database")
+	set.String(&s.AuthSecret, "auth-secret", "TURNPIKE_AUTH_SECRET", "", "HS256 secret of bearer tokens (at least 32 bytes)")
+	set.String(&s.TopicPrefix, "topic-prefix", "TURNPIKE_TOPIC_PREFIX", topic.DefaultPrefix, "prefix of the Kafka topic names")
+	set.String(&s.Model, "model", "TURNPIKE_MODEL", "echo", "model: echo or openai")
+	set.Duration(&s.EchoDelay, "echo-delay", "TURNPIKE_ECHO_DELAY", echo.DefaultDelay, "per-token delay of the echo model")
+	set.String(&s.OpenAI.BaseURL, "openai-base-url", "TURNPIKE_OPENAI_BASE_URL", "", "base URL of an OpenAI-compatible API")
+	set.String(&s.OpenAI.APIKey, "openai-api-key", "TURNPIKE_OPENAI_API_KEY", "", "API key of the OpenAI-compatible API")
+	set.String(&s.OpenAI.Model, "openai-model", "TURNPIKE_OPENAI_MODEL", "", "model name at the OpenAI-compatible API")
+	set.String(&s.LogLevel, "log-level", "TURNPIKE_LOG_LEVEL", "info", "log level: debug, info, warn, error")
+	set.String(&s.LogFormat, "log-format", "TURNPIKE_LOG_FORMAT", defaultLogFormat, "log format: json or text")
+}
+
+// Topics returns the topic names under the configured prefix.
+func (s Shared) Topics() topic.Names { return topic.NewNames(s.TopicPrefix) }
+
+// validate checks the settings a service needs: kafka, mongo, auth.
+func (s Shared) validate(kafka, mongo, authSecret bool) error {
+	var errs []error
+	if kafka && len(s.Brokers) == 0 {
+		errs = append(errs, errors.New("TURNPIKE_KAFKA_BROKERS is required"))
+	}
+	if mongo && s.MongoURI == "" {
+		errs = append(errs, errors.New("TURNPIKE_MONGO_URI is required"))
+	}
+	if mongo && s.MongoDB == "" {
+		errs = append(errs, errors.New("TURNPIKE_MONGO_DB is empty"))
+	}
+	if authSecret && len(s.AuthSecret) < auth.MinSecretBytes {
+		errs = append(errs, fmt.Errorf("TURNPIKE_AUTH_SECRET must be at least %d bytes", auth.MinSecretBytes))
+	}
+	switch s.Model {
+	case "echo", "openai":
+	default:
+		errs = append(errs, fmt.Errorf("TURNPIKE_MODEL %q: want echo or openai", s.Model))
+	}
+	if _, err := parseLevel(s.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	if s.LogFormat != "json" && s.LogFormat != "text" {
+		errs = append(errs, fmt.Errorf("TURNPIKE_LOG_FORMAT %q: want json or text", s.LogFormat))
+	}
+	return errors.Join(errs...)
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("TURNPIKE_LOG_LEVEL %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// NewLogger returns the configured structured logger writing to w.
+func (s Shared) NewLogger(w io.Writer) *slog.Logger {
+	lvl, err := parseLevel(s.LogLevel)
+	if err != nil {
+		lvl = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	if strings.EqualFold(s.LogFormat, "text") {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// NewModel builds the configured chat model.
+func (s Shared) NewModel() (model.ToolCallingChatModel, error) {
+	switch s.Model {
+	case "echo":
+		return echo.New(echo.Config{Delay: s.EchoDelay})
+	case "openai":
+		return nil, errors.New("TURNPIKE_MODEL=openai is not available yet: it arrives with issue #9; use echo")
+	}
+	return nil, fmt.Errorf("TURNPIKE_MODEL %q: want echo or openai", s.Model)
+}
+
+// OpenStore connects to MongoDB and opens the history store (creating its
+// indexes). close disconnects.
+func (s Shared) OpenStore(ctx context.Context) (store *history.MongoStore, ping func(context.Context) error, close func(), err error) {
+	client, err := mongo.Connect(options.Client().ApplyURI(s.MongoURI).SetTimeout(30 * time.Second))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("connect mongo: %w", err)
+	}
+	close = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.Disconnect(ctx)
+	}
+	store, err = history.NewMongoStore(ctx, client.Database(s.MongoDB), history.MongoConfig{})
+	if err != nil {
+		close()
+		return nil, nil, nil, fmt.Errorf("open history store: %w", err)
+	}
+	ping = func(ctx context.Context) error { return client.Ping(ctx, readpref.Primary()) }
+	return store, ping, close, nil
+}

@@ -1,0 +1,124 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/turnpike-dev/turnpike/internal/flagenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// Config configures a Worker. The zero value of every field but Brokers
+// means its documented default.
+type Config struct {
+	// Brokers are the Kafka bootstrap addresses. Required.
+	Brokers []string
+	// Topics are the topic names. Default: topic.NewNames(topic.DefaultPrefix).
+	Topics topic.Names
+	// GroupID is the consumer group. Default "turnpike-worker".
+	GroupID string
+	// Partitions is the partition count of topics created at start when
+	// missing. Default topic.DefaultPartitions (12).
+	Partitions int
+	// WindowMessages is how many stored messages the model sees before the
+	// new one. Default 20.
+	WindowMessages int
+	// MaxContentBytes bounds a request's content. Default
+	// events.DefaultMaxContentBytes.
+	MaxContentBytes int
+	// AgentName names the agent in token events. Default "assistant".
+	AgentName string
+	// Instruction is the agent's system instruction. Default: none.
+	Instruction string
+	// StreamBatchTimeout is how long the stream writer waits to fill a batch.
+	// Default 2ms: token latency matters more than batch size.
+	StreamBatchTimeout time.Duration
+	// RunTimeout bounds one generation. Default 10m.
+	RunTimeout time.Duration
+	// DrainTimeout is how long in-flight runs may finish after the worker
+	// is told to stop or loses a partition; runs still going then are
+	// aborted and their records re-delivered. Default 30s.
+	DrainTimeout time.Duration
+	// RetryBackoffMin and RetryBackoffMax bound the exponential backoff
+	// between attempts at a record that failed for a retriable reason.
+	// Defaults 100ms and 10s.
+	RetryBackoffMin, RetryBackoffMax time.Duration
+	// SessionTimeout of the consumer group. Default 10s.
+	SessionTimeout time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.Topics == (topic.Names{}) {
+		c.Topics = topic.NewNames(topic.DefaultPrefix)
+	}
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	defDur := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	if c.GroupID == "" {
+		c.GroupID = "turnpike-worker"
+	}
+	if c.AgentName == "" {
+		c.AgentName = "assistant"
+	}
+	def(&c.Partitions, topic.DefaultPartitions)
+	def(&c.WindowMessages, 20)
+	def(&c.MaxContentBytes, events.DefaultMaxContentBytes)
+	defDur(&c.StreamBatchTimeout, 2*time.Millisecond)
+	defDur(&c.RunTimeout, 10*time.Minute)
+	defDur(&c.DrainTimeout, 30*time.Second)
+	defDur(&c.RetryBackoffMin, 100*time.Millisecond)
+	defDur(&c.RetryBackoffMax, 10*time.Second)
+	defDur(&c.SessionTimeout, 10*time.Second)
+}
+
+// Validate reports every problem with c (after defaults are applied).
+func (c Config) Validate() error {
+	c.setDefaults()
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("worker: no Kafka brokers"))
+	}
+	if c.Partitions < 1 {
+		errs = append(errs, fmt.Errorf("worker: Partitions %d < 1", c.Partitions))
+	}
+	if c.WindowMessages < 0 {
+		errs = append(errs, fmt.Errorf("worker: WindowMessages %d < 0", c.WindowMessages))
+	}
+	if c.MaxContentBytes < 1 || c.MaxContentBytes > events.MaxRecordBytes {
+		errs = append(errs, fmt.Errorf("worker: MaxContentBytes %d not in 1..%d", c.MaxContentBytes, events.MaxRecordBytes))
+	}
+	for name, d := range map[string]time.Duration{
+		"StreamBatchTimeout": c.StreamBatchTimeout, "RunTimeout": c.RunTimeout, "DrainTimeout": c.DrainTimeout,
+		"RetryBackoffMin": c.RetryBackoffMin, "RetryBackoffMax": c.RetryBackoffMax, "SessionTimeout": c.SessionTimeout,
+	} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("worker: %s %v < 0", name, d))
+		}
+	}
+	if c.RetryBackoffMax < c.RetryBackoffMin {
+		errs = append(errs, fmt.Errorf("worker: RetryBackoffMax %v < RetryBackoffMin %v", c.RetryBackoffMax, c.RetryBackoffMin))
+	}
+	return errors.Join(errs...)
+}
+
+// BindFlags registers the worker's own flags (the shared ones are bound by
+// the service package).
+func (c *Config) BindFlags(set *flagenv.Set) {
+	set.String(&c.GroupID, "group-id", "TURNPIKE_WORKER_GROUP", "turnpike-worker", "Kafka consumer group")
+	set.Int(&c.Partitions, "partitions", "TURNPIKE_PARTITIONS", topic.DefaultPartitions, "partitions of topics created at start")
+	set.Int(&c.WindowMessages, "window", "TURNPIKE_WINDOW_MESSAGES", 20, "stored messages the model sees before the new one")
+	set.Int(&c.MaxContentBytes, "max-content-bytes", "TURNPIKE_MAX_CONTENT_BYTES", events.DefaultMaxContentBytes, "largest user message in bytes")
+	set.String(&c.Instruction, "instruction", "TURNPIKE_INSTRUCTION", "", "system instruction of the agent")
+	set.Duration(&c.StreamBatchTimeout, "stream-batch-timeout", "TURNPIKE_STREAM_BATCH_TIMEOUT", 2*time.Millisecond, "longest a stream event waits for a batch")
+	set.Duration(&c.RunTimeout, "run-timeout", "TURNPIKE_RUN_TIMEOUT", 10*time.Minute, "longest one generation may run")
+	set.Duration(&c.DrainTimeout, "drain-timeout", "TURNPIKE_DRAIN_TIMEOUT", 30*time.Second, "how long in-flight runs may finish on shutdown or revoke")
+}

@@ -1,0 +1,54 @@
+package worker
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	records      prometheus.Counter
+	deadLettered prometheus.Counter
+	duplicates   prometheus.Counter
+	retries      prometheus.Counter
+	inflight     prometheus.Gauge
+	runs         *prometheus.CounterVec
+	runSeconds   prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		records: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnpike_worker_records_total", Help: "Request records fetched.",
+		}),
+		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnpike_worker_dlq_total", Help: "Request records sent to the dead-letter topic.",
+		}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnpike_worker_duplicates_total", Help: "Requests already committed, completed without running.",
+		}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnpike_worker_retries_total", Help: "Attempts at a record that failed for a retriable reason.",
+		}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "turnpike_worker_inflight_runs", Help: "Runs in progress.",
+		}),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "turnpike_worker_runs_total", Help: "Runs ended, by status.",
+		}, []string{"status"}),
+		runSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "turnpike_worker_run_duration_seconds", Help: "Duration of runs, from start to run.completed.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+		}),
+	}
+	var errs []error
+	for _, c := range []prometheus.Collector{m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds} {
+		if err := reg.Register(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return m, nil
+}

@@ -1,0 +1,189 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/components/model"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+)
+
+// Deps are the Worker's collaborators.
+type Deps struct {
+	// Store keeps the conversations. Required.
+	Store history.Store
+	// Model answers. Required.
+	Model model.ToolCallingChatModel
+	// Registerer receives the worker's metrics. Default: not exported.
+	Registerer prometheus.Registerer
+	// Logger. Default: discard.
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Worker runs requests from the requests topic.
+type Worker struct {
+	cfg     Config
+	store   history.Store
+	runner  *adk.Runner
+	log     *slog.Logger
+	now     func() time.Time
+	metrics *metrics
+
+	// set by Run
+	sink   *kafkaSink
+	dlq    *deadLetters
+	bridge *bridge.Bridge
+}
+
+// New validates cfg and builds the agent.
+func New(cfg Config, d Deps) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	var errs []error
+	if d.Store == nil {
+		errs = append(errs, errors.New("worker: Store is required"))
+	}
+	if d.Model == nil {
+		errs = append(errs, errors.New("worker: Model is required"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Registerer == nil {
+		d.Registerer = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(d.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	agent, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{
+		Name:        cfg.AgentName,
+		Description: "Turnpike conversation agent",
+		Instruction: cfg.Instruction,
+		Model:       d.Model,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker: build agent: %w", err)
+	}
+	return &Worker{
+		cfg:     cfg,
+		store:   d.Store,
+		runner:  adk.NewRunner(ctx, adk.RunnerConfig{Agent: agent, EnableStreaming: true}),
+		log:     d.Logger,
+		now:     d.Now,
+		metrics: m,
+	}, nil
+}
+
+// Run consumes until ctx ends, then stops fetching, lets in-flight runs
+// finish within DrainTimeout, commits what is done, leaves the group and
+// flushes its writers. It returns nil after a clean stop.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := topic.Ensure(ctx, w.cfg.Brokers, w.cfg.Partitions, w.cfg.Topics.All()...); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	w.sink = newKafkaSink(w.cfg.Brokers, w.cfg.Topics.Stream, w.cfg.StreamBatchTimeout)
+	w.dlq = newDeadLetters(w.cfg.Brokers, w.cfg.Topics.DLQ)
+	b, err := bridge.New(bridge.Config{Sink: w.sink, Logger: w.log, Now: w.now})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	w.bridge = b
+	defer func() {
+		// Writers flush what they hold on Close.
+		if err := errors.Join(w.sink.Close(), w.dlq.Close()); err != nil {
+			w.log.Warn("close writers", slog.Any("error", err))
+		}
+	}()
+
+	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                w.cfg.GroupID,
+		Brokers:           w.cfg.Brokers,
+		Topics:            []string{w.cfg.Topics.Requests},
+		StartOffset:       kafka.FirstOffset,
+		SessionTimeout:    w.cfg.SessionTimeout,
+		HeartbeatInterval: w.cfg.SessionTimeout / 4,
+		RebalanceTimeout:  w.cfg.DrainTimeout + 5*time.Second,
+		// Partitions added to the topic trigger a rebalance.
+		WatchPartitionChanges:  true,
+		PartitionWatchInterval: 10 * time.Second,
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			w.log.Debug("consumer group: " + fmt.Sprintf(msg, args...))
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("worker: consumer group: %w", err)
+	}
+	// Closing the group ends the current generation, which cancels every
+	// partition loop and waits for them (they drain first), then leaves the
+	// group.
+	stop := context.AfterFunc(ctx, func() { _ = group.Close() })
+	defer stop()
+	defer group.Close()
+
+	backoff := w.cfg.RetryBackoffMin
+	for {
+		gen, err := group.Next(ctx)
+		switch {
+		case ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed):
+			_ = group.Close() // waits for the last generation's partition loops
+			return nil
+		case err != nil:
+			w.log.Warn("join consumer group", slog.Any("error", err))
+			if !sleep(ctx, backoff) {
+				continue
+			}
+			backoff = min(2*backoff, w.cfg.RetryBackoffMax)
+			continue
+		}
+		backoff = w.cfg.RetryBackoffMin
+		assigned := gen.Assignments[w.cfg.Topics.Requests]
+		w.log.Info("partitions assigned", slog.Int("generation", int(gen.ID)), slog.Int("partitions", len(assigned)))
+		for _, pa := range assigned {
+			gen.Start(func(genCtx context.Context) {
+				w.consumePartition(genCtx, gen, pa)
+			})
+		}
+	}
+}
+
+// sleep waits d or until ctx ends; it reports whether the full d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// newRunID returns a fresh run id: each attempt at a request gets one.
+func newRunID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "run-" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,542 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/schema"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+)
+
+// DefaultBufferSize is the default capacity of the buffer between the
+// reader of the agent's events and the half that streams and persists them.
+const DefaultBufferSize = 1000
+
+// DefaultNotice is the notice streamed for a model error when Config.OnError
+// is nil.
+const DefaultNotice = "The model stopped with an error; the answer is incomplete."
+
+// ErrAborted is returned by Handle.Wait after Handle.Abort.
+var ErrAborted = errors.New("run aborted")
+
+// Turn is the pending turn a run commits or discards; *history.Pending
+// implements it.
+type Turn interface {
+	Commit(ctx context.Context, answer, agent string, status events.Status, at time.Time) (history.Committed, error)
+	Discard()
+}
+
+// Skip tells an OnSkip observer what the bridge left out and why.
+type Skip struct {
+	Source Source
+	// Reason is one of "not-selected" (no predicate selected it),
+	// "tool-call" (a tool-call message or a tool result), "action" (an agent
+	// action such as a transfer or exit) and "empty" (no content).
+	Reason string
+}
+
+// Config configures a Bridge.
+type Config struct {
+	// Sink receives the stream events. Required.
+	Sink Sink
+	// Stream selects the messages whose deltas are streamed. Default:
+	// assistant messages of any agent.
+	Stream Predicate
+	// Persist selects the messages concatenated into the persisted answer.
+	// Default: assistant messages of any agent.
+	Persist Predicate
+	// OnSkip, if set, observes every message or action left out. It is
+	// called from the run's reader goroutine and must not block.
+	OnSkip func(Skip)
+	// OnError maps a model error to the notice streamed to clients. Default:
+	// DefaultNotice. Notices are never persisted.
+	OnError func(error) string
+	// BufferSize bounds the buffer between the agent's event reader and the
+	// streaming/persisting half. When it is full the reader waits: the
+	// sink's pace bounds memory. Default DefaultBufferSize.
+	BufferSize int
+	// MaxDeltaBytes caps a coalesced token event. Default 4096.
+	MaxDeltaBytes int
+	// Now is the clock for event timestamps. Default time.Now.
+	Now func() time.Time
+	// Logger. Default: discard.
+	Logger *slog.Logger
+}
+
+// Validate reports every configuration problem.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Sink == nil {
+		errs = append(errs, errors.New("bridge: Sink is required"))
+	}
+	if c.BufferSize < 0 {
+		errs = append(errs, fmt.Errorf("bridge: BufferSize %d < 0", c.BufferSize))
+	}
+	if c.MaxDeltaBytes < 0 || c.MaxDeltaBytes > events.MaxDeltaBytes {
+		errs = append(errs, fmt.Errorf("bridge: MaxDeltaBytes %d not in 0..%d", c.MaxDeltaBytes, events.MaxDeltaBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// Bridge runs the split for many runs with one configuration.
+type Bridge struct {
+	cfg Config
+}
+
+// New returns a Bridge.
+func New(cfg Config) (*Bridge, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Stream = orDefault(cfg.Stream)
+	cfg.Persist = orDefault(cfg.Persist)
+	if cfg.OnSkip == nil {
+		cfg.OnSkip = func(Skip) {}
+	}
+	if cfg.OnError == nil {
+		cfg.OnError = func(error) string { return DefaultNotice }
+	}
+	if cfg.BufferSize == 0 {
+		cfg.BufferSize = DefaultBufferSize
+	}
+	if cfg.MaxDeltaBytes == 0 {
+		cfg.MaxDeltaBytes = 4096
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Bridge{cfg: cfg}, nil
+}
+
+// Run describes one run of one request.
+type Run struct {
+	Identity  events.Identity
+	RequestID string
+	// RunID changes when a request is re-run after a worker failure.
+	RunID string
+	// Turn holds the pending user message. Required.
+	Turn Turn
+	// StopGeneration, if set, is called when the run is cancelled or
+	// aborted, to stop the model (typically the cancel func of the context
+	// the adk.Runner runs under). Without it a cancelled run still ends at
+	// once, but the model keeps generating until it finishes on its own.
+	StopGeneration func()
+	// SkipStarted leaves out run.started (the caller emitted it).
+	SkipStarted bool
+}
+
+// Result is how a run ended.
+type Result struct {
+	// Status is complete, incomplete, cancelled (each with a committed
+	// turn) or discarded (nothing persisted).
+	Status events.Status
+	// Committed is the committed turn, when Status persisted one.
+	Committed history.Committed
+	// Answer is the persisted text ("" when discarded).
+	Answer string
+	// Agent is the agent of the last persisted message.
+	Agent string
+	// Tokens counts the deltas read from the model; Events the stream
+	// events emitted, run.started and run.completed included.
+	Tokens, Events int
+	// ModelErr is the first model error (event or stream), if any.
+	ModelErr error
+	// Usage is the token usage the model reported last, if any.
+	Usage *schema.TokenUsage
+}
+
+// Handle controls a started run.
+type Handle struct {
+	cancelOnce sync.Once
+	cancel     chan struct{}
+	abortOnce  sync.Once
+	abort      chan struct{}
+	done       chan struct{}
+	stopGen    func()
+
+	// set before done is closed
+	res Result
+	err error
+}
+
+// Cancel stops the run: the answer so far is persisted with status
+// cancelled (or discarded if there is none) and run.completed is emitted.
+// It returns at once; Wait reports the outcome.
+func (h *Handle) Cancel() {
+	h.cancelOnce.Do(func() {
+		close(h.cancel)
+		if h.stopGen != nil {
+			h.stopGen()
+		}
+	})
+}
+
+// Abort stops the run and persists and emits nothing more; Wait returns
+// ErrAborted. Used on shutdown past the drain deadline and by fenced
+// (zombie) workers: the request will be redelivered and re-run.
+func (h *Handle) Abort() {
+	h.abortOnce.Do(func() {
+		close(h.abort)
+		if h.stopGen != nil {
+			h.stopGen()
+		}
+	})
+}
+
+// Done is closed when the run has ended.
+func (h *Handle) Done() <-chan struct{} { return h.done }
+
+// Wait waits for the run to end and for every goroutine it started. The
+// error reports an infrastructure failure (the sink or the store); model
+// errors are in Result.ModelErr with Status incomplete or discarded.
+func (h *Handle) Wait() (Result, error) {
+	<-h.done
+	return h.res, h.err
+}
+
+// Run is Start followed by Wait.
+func (b *Bridge) Run(ctx context.Context, run Run, iter *adk.AsyncIterator[*adk.AgentEvent]) (Result, error) {
+	return b.Start(ctx, run, iter).Wait()
+}
+
+// Start begins consuming iter in the background. ctx provides values only:
+// its cancellation is ignored (see the package doc).
+func (b *Bridge) Start(ctx context.Context, run Run, iter *adk.AsyncIterator[*adk.AgentEvent]) *Handle {
+	h := &Handle{
+		cancel:  make(chan struct{}),
+		abort:   make(chan struct{}),
+		done:    make(chan struct{}),
+		stopGen: run.StopGeneration,
+	}
+	r := &runner{
+		cfg:   &b.cfg,
+		run:   run,
+		h:     h,
+		ctx:   context.WithoutCancel(ctx),
+		items: make(chan item, b.cfg.BufferSize),
+		quit:  make(chan struct{}),
+	}
+	r.emit = NewEmitter(b.cfg.Sink, run.Identity, run.RequestID, run.RunID, b.cfg.Now)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.read(iter)
+	}()
+	go func() {
+		res, err := r.coordinate()
+		// The reader exits once the iterator ends or it sees quit; drain
+		// what it still sends so it never blocks on a full buffer.
+		close(r.quit)
+		go func() {
+			for range r.items {
+			}
+		}()
+		wg.Wait()
+		h.res, h.err = res, err
+		close(h.done)
+	}()
+	return h
+}
+
+type itemKind uint8
+
+const (
+	itemDelta    itemKind = iota // a piece of a selected message
+	itemToolCall                 // the current message turned out to be a tool call
+	itemErr                      // a model error
+	itemCutOff                   // the model cut the message off (length, content filter)
+	itemUsage                    // token usage reported by the model
+)
+
+// item is what the reader hands the coordinator.
+type item struct {
+	kind    itemKind
+	msg     int // message index within the run
+	text    string
+	agent   string
+	stream  bool
+	persist bool
+	err     error
+	usage   *schema.TokenUsage
+}
+
+type runner struct {
+	cfg   *Config
+	run   Run
+	h     *Handle
+	ctx   context.Context
+	emit  *Emitter
+	items chan item
+	quit  chan struct{} // closed when the coordinator has finished
+}
+
+// read walks the agent's events and hands selected content to the
+// coordinator. It is the only goroutine that calls Next and Recv.
+func (r *runner) read(iter *adk.AsyncIterator[*adk.AgentEvent]) {
+	defer close(r.items)
+	msg := 0
+	for {
+		ev, ok := iter.Next()
+		if !ok {
+			return
+		}
+		if ev == nil {
+			continue
+		}
+		if ev.Err != nil {
+			if !r.send(item{kind: itemErr, err: ev.Err, agent: ev.AgentName}) {
+				return
+			}
+		}
+		if ev.Action != nil {
+			r.cfg.OnSkip(Skip{Source: Source{Agent: ev.AgentName}, Reason: "action"})
+		}
+		if ev.Output == nil || ev.Output.MessageOutput == nil {
+			continue
+		}
+		mo := ev.Output.MessageOutput
+		msg++
+		src := Source{Agent: ev.AgentName, Role: mo.Role}
+		if src.Role == "" {
+			src.Role = schema.Assistant
+		}
+		if src.Role == schema.Tool {
+			r.cfg.OnSkip(Skip{Source: src, Reason: "tool-call"})
+			if mo.IsStreaming && mo.MessageStream != nil {
+				mo.MessageStream.Close()
+			}
+			continue
+		}
+		stream, persist := r.cfg.Stream(src), r.cfg.Persist(src)
+		if !stream && !persist {
+			r.cfg.OnSkip(Skip{Source: src, Reason: "not-selected"})
+			if mo.IsStreaming && mo.MessageStream != nil {
+				mo.MessageStream.Close()
+			}
+			continue
+		}
+		base := item{kind: itemDelta, msg: msg, agent: ev.AgentName, stream: stream, persist: persist}
+		if !mo.IsStreaming {
+			if !r.message(src, base, mo.Message, true) {
+				return
+			}
+			continue
+		}
+		if !r.stream(src, base, mo.MessageStream) {
+			return
+		}
+	}
+}
+
+// stream reads one message stream to its end. It returns false when the
+// coordinator has finished.
+func (r *runner) stream(src Source, base item, s adk.MessageStream) bool {
+	defer s.Close()
+	for {
+		select {
+		case <-r.quit:
+			return false
+		default:
+		}
+		m, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			return true
+		}
+		if err != nil {
+			return r.send(item{kind: itemErr, msg: base.msg, agent: base.agent, err: fmt.Errorf("stream recv: %w", err)})
+		}
+		if !r.message(src, base, m, false) {
+			return false
+		}
+		if m != nil && len(m.ToolCalls) > 0 {
+			// A tool-call message: drop the rest of it. Whatever text it
+			// carried before the tool call was already streamed; the
+			// coordinator removes it from the persisted answer.
+			return true
+		}
+	}
+}
+
+// message hands one message or chunk to the coordinator.
+func (r *runner) message(src Source, base item, m *schema.Message, whole bool) bool {
+	if m == nil {
+		return true
+	}
+	if len(m.ToolCalls) > 0 {
+		r.cfg.OnSkip(Skip{Source: src, Reason: "tool-call"})
+		return r.send(item{kind: itemToolCall, msg: base.msg})
+	}
+	if m.Content != "" {
+		it := base
+		it.text = m.Content
+		if !r.send(it) {
+			return false
+		}
+	} else if whole {
+		r.cfg.OnSkip(Skip{Source: src, Reason: "empty"})
+	}
+	if rm := m.ResponseMeta; rm != nil {
+		if rm.Usage != nil && !r.send(item{kind: itemUsage, usage: rm.Usage}) {
+			return false
+		}
+		if rm.FinishReason == "length" || rm.FinishReason == "content_filter" {
+			return r.send(item{kind: itemCutOff, msg: base.msg, err: fmt.Errorf("model cut the answer off: finish reason %q", rm.FinishReason)})
+		}
+	}
+	return true
+}
+
+func (r *runner) send(it item) bool {
+	select {
+	case r.items <- it:
+		return true
+	case <-r.quit:
+		return false
+	}
+}
+
+// coordinate streams and concatenates what the reader hands over, then
+// commits or discards the turn and emits run.completed.
+func (r *runner) coordinate() (Result, error) {
+	var (
+		res        Result
+		answer     []byte
+		msgStart   = -1 // offset in answer where the current persisted message starts
+		curMsg     = -1
+		sinkErr    error
+		incomplete bool
+		cancelled  bool
+		pending    []item // a batch drained from the buffer
+	)
+	ctx := r.ctx
+	emit := func(f func() error) {
+		if sinkErr != nil {
+			return
+		}
+		if err := f(); err != nil {
+			sinkErr = fmt.Errorf("emit: %w", err)
+		}
+	}
+	if !r.run.SkipStarted {
+		emit(func() error { return r.emit.Started(ctx) })
+	}
+loop:
+	for {
+		var it item
+		var ok bool
+		select {
+		case it, ok = <-r.items:
+		case <-r.h.abort:
+			r.run.Turn.Discard()
+			res.Events = int(r.emit.Seq())
+			return res, ErrAborted
+		case <-r.h.cancel:
+			cancelled = true
+			break loop
+		}
+		if !ok {
+			break
+		}
+		// Take what else is already buffered, so deltas that piled up while
+		// the sink was busy leave as one token event.
+		pending = append(pending[:0], it)
+	drain:
+		for len(pending) < cap(r.items) {
+			select {
+			case it, ok := <-r.items:
+				if !ok {
+					break drain
+				}
+				pending = append(pending, it)
+			default:
+				break drain
+			}
+		}
+		var delta []byte
+		var deltaAgent string
+		flush := func() {
+			if len(delta) > 0 {
+				d, a := string(delta), deltaAgent
+				emit(func() error { return r.emit.Token(ctx, d, a, string(schema.Assistant)) })
+				delta = delta[:0]
+			}
+		}
+		for _, it := range pending {
+			switch it.kind {
+			case itemDelta:
+				res.Tokens++
+				if it.persist {
+					if it.msg != curMsg {
+						curMsg, msgStart = it.msg, len(answer)
+					}
+					answer = append(answer, it.text...)
+					res.Agent = it.agent
+				}
+				if it.stream {
+					if it.agent != deltaAgent || len(delta)+len(it.text) > r.cfg.MaxDeltaBytes {
+						flush()
+					}
+					deltaAgent = it.agent
+					delta = append(delta, it.text...)
+				}
+			case itemToolCall:
+				if it.msg == curMsg && msgStart >= 0 {
+					answer = answer[:msgStart]
+				}
+			case itemErr, itemCutOff:
+				flush()
+				incomplete = true
+				if res.ModelErr != nil {
+					// eino reports a failed stream twice: from Recv and as
+					// an event error. One notice per run is enough.
+					continue
+				}
+				res.ModelErr = it.err
+				notice := r.cfg.OnError(it.err)
+				emit(func() error { return r.emit.Notice(ctx, notice) })
+				r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "model error",
+					slog.String("request_id", r.run.RequestID), slog.String("run_id", r.run.RunID), slog.Any("error", it.err))
+			case itemUsage:
+				res.Usage = it.usage
+			}
+		}
+		flush()
+	}
+
+	switch {
+	case len(answer) == 0:
+		r.run.Turn.Discard()
+		res.Status = events.StatusDiscarded
+	case cancelled:
+		res.Status = events.StatusCancelled
+	case incomplete:
+		res.Status = events.StatusIncomplete
+	default:
+		res.Status = events.StatusComplete
+	}
+	if res.Status.Persisted() {
+		res.Answer = string(answer)
+		c, err := r.run.Turn.Commit(ctx, res.Answer, res.Agent, res.Status, r.cfg.Now())
+		if err != nil {
+			res.Events = int(r.emit.Seq())
+			return res, errors.Join(fmt.Errorf("commit turn: %w", err), sinkErr)
+		}
+		res.Committed = c
+		res.Status = c.Status // a duplicate reports the status first committed
+	}
+	emit(func() error { return r.emit.Completed(ctx, res.Status) })
+	res.Events = int(r.emit.Seq())
+	return res, sinkErr
+}

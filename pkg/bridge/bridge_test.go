@@ -1,0 +1,491 @@
+package bridge_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/schema"
+
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+var testID = events.Identity{Tenant: "acme", User: "u1", Conversation: "c1"}
+
+func newBridge(t *testing.T, sink bridge.Sink, mod func(*bridge.Config)) *bridge.Bridge {
+	t.Helper()
+	cfg := bridge.Config{Sink: sink}
+	if mod != nil {
+		mod(&cfg)
+	}
+	b, err := bridge.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// summary of a run's events: the streamed text, the notices, the final status.
+type summary struct {
+	text     string
+	notices  int
+	status   events.Status
+	tokens   int
+	hasFinal bool
+}
+
+func summarize(t *testing.T, evs []events.Event, runID string) summary {
+	t.Helper()
+	var s summary
+	for i, e := range evs {
+		m := e.Header()
+		if m.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d, want %d (contiguous from 1)", i, m.Seq, i+1)
+		}
+		if m.RequestID != "req-1" || m.RunID != runID || m.Conversation != testID.Conversation || m.TS <= 0 {
+			t.Fatalf("event %d meta %+v lacks request_id/run_id/conversation/ts", i, m)
+		}
+		if s.hasFinal {
+			t.Fatalf("event %d (%s) after run.completed", i, e.Type())
+		}
+		switch e := e.(type) {
+		case *events.RunStartedEvent:
+			if i != 0 {
+				t.Fatalf("run.started at position %d", i)
+			}
+		case *events.TokenEvent:
+			if e.Role != "assistant" || e.Delta == "" {
+				t.Fatalf("bad token event %+v", e)
+			}
+			s.text += e.Delta
+			s.tokens++
+		case *events.NoticeEvent:
+			s.notices++
+		case *events.RunCompletedEvent:
+			s.status, s.hasFinal = e.Status, true
+		}
+		if _, err := events.DecodeEvent(events.MarshalEvent(e)); err != nil {
+			t.Fatalf("event %d does not survive the wire: %v", i, err)
+		}
+	}
+	return s
+}
+
+func TestRunGuarantees(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("model exploded")
+	tests := []struct {
+		name         string
+		steps        []step
+		wantStreamed string
+		wantNotices  int
+		wantStatus   events.Status
+		wantPersist  string // "" means the turn must be discarded
+	}{
+		{
+			name:         "a streamed answer is streamed and persisted complete",
+			steps:        []step{{agent: "a", chunks: []*schema.Message{text("Hello "), text("there "), text("world")}}},
+			wantStreamed: "Hello there world", wantStatus: events.StatusComplete, wantPersist: "Hello there world",
+		},
+		{
+			name:         "a non-streamed answer is streamed as one delta and persisted complete",
+			steps:        []step{{agent: "a", whole: text("all at once")}},
+			wantStreamed: "all at once", wantStatus: events.StatusComplete, wantPersist: "all at once",
+		},
+		{
+			name:         "an error from the stream's Recv persists the partial answer as incomplete with one notice",
+			steps:        []step{{agent: "a", chunks: []*schema.Message{text("half "), text("an ")}, recvErr: boom}, {agent: "a", err: boom}},
+			wantStreamed: "half an ", wantNotices: 1, wantStatus: events.StatusIncomplete, wantPersist: "half an ",
+		},
+		{
+			name:         "an event error after content persists the answer as incomplete",
+			steps:        []step{{agent: "a", chunks: []*schema.Message{text("partial")}}, {agent: "a", err: boom}},
+			wantStreamed: "partial", wantNotices: 1, wantStatus: events.StatusIncomplete, wantPersist: "partial",
+		},
+		{
+			name:        "an error before any content persists nothing, not even the user message",
+			steps:       []step{{agent: "a", err: boom}},
+			wantNotices: 1, wantStatus: events.StatusDiscarded,
+		},
+		{
+			name:       "an empty stream persists nothing",
+			steps:      []step{{agent: "a", chunks: []*schema.Message{}}},
+			wantStatus: events.StatusDiscarded,
+		},
+		{
+			name:       "no events at all persists nothing",
+			wantStatus: events.StatusDiscarded,
+		},
+		{
+			name:         "a stream cut off at the length limit is incomplete",
+			steps:        []step{{agent: "a", chunks: []*schema.Message{text("cut "), finish("off", "length")}}},
+			wantStreamed: "cut off", wantNotices: 1, wantStatus: events.StatusIncomplete, wantPersist: "cut off",
+		},
+		{
+			name: "tool calls and tool results are neither streamed nor persisted",
+			steps: []step{
+				{agent: "a", chunks: []*schema.Message{toolCall()}},
+				{agent: "a", role: schema.Tool, whole: schema.ToolMessage("12:00", "call-1")},
+				{agent: "a", whole: toolCall()},
+				{agent: "a", chunks: []*schema.Message{text("It is "), finish("noon", "stop")}},
+			},
+			wantStreamed: "It is noon", wantStatus: events.StatusComplete, wantPersist: "It is noon",
+		},
+		{
+			name: "text before a tool call in the same message is streamed but not persisted",
+			steps: []step{
+				{agent: "a", chunks: []*schema.Message{text("let me check "), toolCall()}},
+				{agent: "a", chunks: []*schema.Message{text("done")}},
+			},
+			wantStreamed: "let me check done", wantStatus: events.StatusComplete, wantPersist: "done",
+		},
+		{
+			name:         "actions are skipped",
+			steps:        []step{{agent: "a", action: adk.NewExitAction()}, {agent: "a", whole: text("bye")}},
+			wantStreamed: "bye", wantStatus: events.StatusComplete, wantPersist: "bye",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			sink := &recordingSink{}
+			turn := &fakeTurn{}
+			iter, done := script(ctx, tt.steps...)
+			res, err := newBridge(t, sink, nil).Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+			<-done
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			s := summarize(t, sink.snapshot(), "run-1")
+			if s.text != tt.wantStreamed || s.notices != tt.wantNotices || s.status != tt.wantStatus || !s.hasFinal {
+				t.Fatalf("streamed %+v, want text %q notices %d status %s", s, tt.wantStreamed, tt.wantNotices, tt.wantStatus)
+			}
+			if res.Status != tt.wantStatus {
+				t.Fatalf("result status %s, want %s", res.Status, tt.wantStatus)
+			}
+			if tt.wantPersist == "" {
+				if len(turn.committed) != 0 || turn.discarded != 1 {
+					t.Fatalf("want discarded once and nothing committed, got committed %q discarded %d", turn.committed, turn.discarded)
+				}
+				return
+			}
+			if len(turn.committed) != 1 || turn.committed[0] != tt.wantPersist || turn.statuses[0] != tt.wantStatus || turn.discarded != 0 {
+				t.Fatalf("committed %q %v (discarded %d), want %q %s", turn.committed, turn.statuses, turn.discarded, tt.wantPersist, tt.wantStatus)
+			}
+			if res.Answer != tt.wantPersist || res.Committed.N != 1 {
+				t.Fatalf("result %+v", res)
+			}
+			if sink.keys[0] != testID {
+				t.Fatalf("events keyed %v, want %v", sink.keys[0], testID)
+			}
+		})
+	}
+}
+
+func TestPredicatesSelectWhatIsStreamedAndPersisted(t *testing.T) {
+	t.Parallel()
+	steps := []step{
+		{agent: "supervisor", chunks: []*schema.Message{text("Let me ask. ")}},
+		{agent: "researcher", chunks: []*schema.Message{text("Found it. ")}},
+		{agent: "supervisor", whole: text("The answer is 42.")},
+	}
+	tests := []struct {
+		name         string
+		stream       bridge.Predicate
+		persist      bridge.Predicate
+		wantStreamed string
+		wantPersist  string
+		wantAgent    string
+		wantSkips    int
+	}{
+		{
+			name:         "nil predicates select assistant messages of every agent",
+			wantStreamed: "Let me ask. Found it. The answer is 42.", wantPersist: "Let me ask. Found it. The answer is 42.", wantAgent: "supervisor",
+		},
+		{
+			name:         "the supervisor alone is persisted while everyone is streamed",
+			persist:      bridge.AgentRole("supervisor", schema.Assistant),
+			wantStreamed: "Let me ask. Found it. The answer is 42.", wantPersist: "Let me ask. The answer is 42.", wantAgent: "supervisor",
+		},
+		{
+			name:         "Not excludes an agent from both halves",
+			stream:       bridge.And(bridge.Role(schema.Assistant), bridge.Not(bridge.AgentRole("supervisor", schema.Assistant))),
+			persist:      bridge.And(bridge.Role(schema.Assistant), bridge.Not(bridge.AgentRole("supervisor", schema.Assistant))),
+			wantStreamed: "Found it. ", wantPersist: "Found it. ", wantAgent: "researcher", wantSkips: 2,
+		},
+		{
+			name:         "Or combines agents",
+			stream:       bridge.Or(bridge.AgentRole("researcher", schema.Assistant), bridge.AgentRole("nobody", schema.Assistant)),
+			persist:      bridge.Or(bridge.AgentRole("researcher", schema.Assistant)),
+			wantStreamed: "Found it. ", wantPersist: "Found it. ", wantAgent: "researcher", wantSkips: 2,
+		},
+		{
+			name:        "a predicate selecting nothing discards the turn",
+			stream:      bridge.Or(),
+			persist:     bridge.Or(),
+			wantSkips:   3,
+			wantPersist: "",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			sink := &recordingSink{}
+			turn := &fakeTurn{}
+			var skips atomic.Int32
+			b := newBridge(t, sink, func(c *bridge.Config) {
+				c.Stream, c.Persist = tt.stream, tt.persist
+				c.OnSkip = func(s bridge.Skip) {
+					if s.Reason != "not-selected" {
+						t.Errorf("unexpected skip %+v", s)
+					}
+					skips.Add(1)
+				}
+			})
+			iter, done := script(ctx, steps...)
+			res, err := b.Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+			<-done
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := summarize(t, sink.snapshot(), "run-1")
+			if s.text != tt.wantStreamed {
+				t.Fatalf("streamed %q, want %q", s.text, tt.wantStreamed)
+			}
+			if res.Answer != tt.wantPersist || res.Agent != tt.wantAgent {
+				t.Fatalf("persisted %q by %q, want %q by %q", res.Answer, res.Agent, tt.wantPersist, tt.wantAgent)
+			}
+			if got := int(skips.Load()); got != tt.wantSkips {
+				t.Fatalf("OnSkip called %d times, want %d", got, tt.wantSkips)
+			}
+		})
+	}
+}
+
+func TestOnSkipSeesToolCallsAndActions(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	var reasons []string
+	b := newBridge(t, &recordingSink{}, func(c *bridge.Config) {
+		c.OnSkip = func(s bridge.Skip) { reasons = append(reasons, s.Reason) } // called from one goroutine
+	})
+	iter, done := script(ctx,
+		step{agent: "a", whole: toolCall()},
+		step{agent: "a", role: schema.Tool, whole: schema.ToolMessage("r", "call-1")},
+		step{agent: "a", action: adk.NewExitAction()},
+		step{agent: "a", whole: text("ok")},
+	)
+	if _, err := b.Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: &fakeTurn{}}, iter); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if got := strings.Join(reasons, ","); got != "tool-call,tool-call,action" {
+		t.Fatalf("skips %s", got)
+	}
+}
+
+func TestCancelledCallerContextAbortsNeitherGenerationNorPersistence(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	callerCtx, callerGone := context.WithCancel(ctx)
+	hold := make(chan struct{})
+	iter, done := script(ctx, step{agent: "a", hold: hold, chunks: []*schema.Message{text("still "), text("here")}})
+	sink := &recordingSink{}
+	turn := &fakeTurn{}
+	h := newBridge(t, sink, nil).Start(callerCtx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+	callerGone() // the client disconnects mid-run
+	close(hold)
+	res, err := h.Wait()
+	<-done
+	if err != nil || res.Status != events.StatusComplete || res.Answer != "still here" {
+		t.Fatalf("got %+v, %v; want the complete answer persisted", res, err)
+	}
+	if len(turn.committed) != 1 {
+		t.Fatalf("committed %d turns", len(turn.committed))
+	}
+}
+
+func TestCancelPersistsThePartialAnswerAsCancelled(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		before     []*schema.Message
+		wantStatus events.Status
+		wantAnswer string
+	}{
+		{name: "with content the partial answer is persisted as cancelled", before: []*schema.Message{text("so far")}, wantStatus: events.StatusCancelled, wantAnswer: "so far"},
+		{name: "without content nothing is persisted", wantStatus: events.StatusDiscarded},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			genCtx, stopGen := context.WithCancel(ctx)
+			hold := make(chan struct{})
+			steps := []step{}
+			if tt.before != nil {
+				steps = append(steps, step{agent: "a", chunks: tt.before})
+			}
+			steps = append(steps, step{agent: "a", hold: hold, chunks: []*schema.Message{text(" never")}})
+			iter, done := script(genCtx, steps...)
+			sink := &recordingSink{}
+			turn := &fakeTurn{}
+			var stopped atomic.Bool
+			h := newBridge(t, sink, nil).Start(ctx, bridge.Run{
+				Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn,
+				StopGeneration: func() { stopped.Store(true); stopGen() },
+			}, iter)
+			// Wait until the content before the hold has been streamed.
+			for want := len(tt.before); ; {
+				s := sink.snapshot()
+				if len(s) >= 1+want {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			h.Cancel()
+			res, err := h.Wait()
+			<-done // the script saw the generation context end
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !stopped.Load() {
+				t.Fatal("Cancel did not stop the generation")
+			}
+			s := summarize(t, sink.snapshot(), "run-1")
+			if res.Status != tt.wantStatus || s.status != tt.wantStatus || res.Answer != tt.wantAnswer {
+				t.Fatalf("result %+v stream %+v, want %s %q", res, s, tt.wantStatus, tt.wantAnswer)
+			}
+			if strings.Contains(s.text, "never") {
+				t.Fatal("text after the cancel was streamed")
+			}
+		})
+	}
+}
+
+func TestAbortPersistsAndEmitsNothingMore(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	genCtx, stopGen := context.WithCancel(ctx)
+	hold := make(chan struct{})
+	iter, done := script(genCtx, step{agent: "a", chunks: []*schema.Message{text("partial")}}, step{agent: "a", hold: hold, chunks: []*schema.Message{text("x")}})
+	sink := &recordingSink{}
+	turn := &fakeTurn{}
+	h := newBridge(t, sink, nil).Start(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn, StopGeneration: stopGen}, iter)
+	for len(sink.snapshot()) < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	h.Abort()
+	_, err := h.Wait()
+	<-done
+	if !errors.Is(err, bridge.ErrAborted) {
+		t.Fatalf("Wait: %v, want ErrAborted", err)
+	}
+	if len(turn.committed) != 0 || turn.discarded != 1 {
+		t.Fatalf("committed %q discarded %d", turn.committed, turn.discarded)
+	}
+	for _, e := range sink.snapshot() {
+		if e.Type() == events.TypeRunCompleted {
+			t.Fatal("run.completed emitted after Abort")
+		}
+	}
+}
+
+func TestASinkThatStopsEarlyStillLetsTheTurnPersist(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	sink := &recordingSink{failAfter: 3}
+	turn := &fakeTurn{}
+	chunks := []*schema.Message{}
+	for i := 0; i < 50; i++ {
+		chunks = append(chunks, text("w "))
+	}
+	iter, done := script(ctx, step{agent: "a", chunks: chunks})
+	// A tiny delta cap keeps coalescing from folding everything into one event.
+	b := newBridge(t, sink, func(c *bridge.Config) { c.MaxDeltaBytes = 2 })
+	res, err := b.Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+	<-done
+	if !errors.Is(err, errSink) {
+		t.Fatalf("Wait: %v, want the sink error", err)
+	}
+	if res.Status != events.StatusComplete || len(turn.committed) != 1 || turn.committed[0] != strings.Repeat("w ", 50) {
+		t.Fatalf("result %+v committed %q: the answer must persist whole", res, turn.committed)
+	}
+	if n := len(sink.snapshot()); n != 2 {
+		t.Fatalf("sink accepted %d events, want 2", n)
+	}
+}
+
+func TestACommitFailureEmitsNoCompletion(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	sink := &recordingSink{}
+	storeDown := errors.New("store down")
+	iter, done := script(ctx, step{agent: "a", whole: text("hi")})
+	_, err := newBridge(t, sink, nil).Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: &fakeTurn{err: storeDown}}, iter)
+	<-done
+	if !errors.Is(err, storeDown) {
+		t.Fatalf("Wait: %v", err)
+	}
+	for _, e := range sink.snapshot() {
+		if e.Type() == events.TypeRunCompleted {
+			t.Fatal("run.completed emitted for a turn that was not committed")
+		}
+	}
+}
+
+func TestTheBufferIsBoundedAndDeltasCoalesceBehindASlowSink(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	block := make(chan struct{})
+	sink := &recordingSink{block: block}
+	chunks := []*schema.Message{}
+	for i := 0; i < 200; i++ {
+		chunks = append(chunks, text("t "))
+	}
+	iter, done := script(ctx, step{agent: "a", chunks: chunks})
+	h := newBridge(t, sink, func(c *bridge.Config) { c.BufferSize = 4 }).Start(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: &fakeTurn{}}, iter)
+	// The sink holds the first event; with a 4-item buffer the agent cannot
+	// get through 200 chunks.
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-done:
+		t.Fatal("the agent ran ahead of a blocked sink: the buffer is not bounded")
+	default:
+	}
+	close(block)
+	res, err := h.Wait()
+	<-done
+	if err != nil || res.Status != events.StatusComplete {
+		t.Fatal(res, err)
+	}
+	s := summarize(t, sink.snapshot(), "run-1")
+	if s.text != strings.Repeat("t ", 200) {
+		t.Fatalf("streamed text lost or reordered: %d bytes", len(s.text))
+	}
+	if s.tokens >= 200 {
+		t.Fatalf("%d token events for 200 deltas: no coalescing", s.tokens)
+	}
+}
+
+func TestConfigValidateJoinsProblems(t *testing.T) {
+	t.Parallel()
+	err := bridge.Config{BufferSize: -1, MaxDeltaBytes: -1}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "Sink") || !strings.Contains(err.Error(), "BufferSize") || !strings.Contains(err.Error(), "MaxDeltaBytes") {
+		t.Fatalf("Validate: %v", err)
+	}
+}

@@ -1,0 +1,28 @@
+// Package bridge splits one eino agent run in two: one half streams the
+// selected assistant deltas as stream events to a Sink (the stream topic),
+// the other half concatenates the answer and commits the turn to history.
+//
+// Its guarantees, each covered by a test:
+//
+//   - no-dangling-user: a run without assistant content persists nothing,
+//     not even the user message (the turn is discarded).
+//   - incomplete: an error from an event, from a message stream's Recv, or a
+//     stream cut off by the model (finish reason "length" or
+//     "content_filter") persists the answer so far with status incomplete.
+//   - ephemeral: error notices are streamed (NoticeEvent) and never
+//     persisted; tool-call messages and tool results are neither persisted
+//     nor streamed as text.
+//   - predicates: Predicates over agent and role choose what is streamed and
+//     what is persisted; nil means assistant messages only.
+//   - detached: the context given to Start carries values only. Its
+//     cancellation (a client going away, a request ending) aborts neither
+//     the generation nor the persistence. Only Handle.Cancel (persist the
+//     partial answer as cancelled) and Handle.Abort (persist nothing) stop a
+//     run.
+//
+// Every emitted event carries request_id, run_id, a contiguous seq starting
+// at 1, and ts. A turn is committed before its run.completed is emitted.
+//
+// A Bridge is immutable and safe for concurrent use by many runs. A Handle's
+// methods are safe for concurrent use.
+package bridge

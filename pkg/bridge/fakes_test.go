@@ -1,0 +1,146 @@
+package bridge_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/schema"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+)
+
+// step is one scripted agent event.
+type step struct {
+	agent   string
+	role    schema.RoleType
+	chunks  []*schema.Message // streamed when set
+	whole   *schema.Message   // a non-streaming message
+	recvErr error             // returned by Recv after the chunks
+	err     error             // an event-level error
+	action  *adk.AgentAction
+	hold    <-chan struct{} // the stream waits for this before its chunks
+}
+
+func text(s string) *schema.Message { return schema.AssistantMessage(s, nil) }
+
+func toolCall() *schema.Message {
+	return schema.AssistantMessage("", []schema.ToolCall{{ID: "call-1", Function: schema.FunctionCall{Name: "clock", Arguments: "{}"}}})
+}
+
+func finish(s, reason string) *schema.Message {
+	m := schema.AssistantMessage(s, nil)
+	m.ResponseMeta = &schema.ResponseMeta{FinishReason: reason, Usage: &schema.TokenUsage{PromptTokens: 3, CompletionTokens: 2, TotalTokens: 5}}
+	return m
+}
+
+// script plays steps as an agent would, from its own goroutine, and closes
+// the iterator at the end. done is closed when the script goroutine exits.
+func script(ctx context.Context, steps ...step) (*adk.AsyncIterator[*adk.AgentEvent], <-chan struct{}) {
+	iter, gen := adk.NewAsyncIteratorPair[*adk.AgentEvent]()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer gen.Close()
+		for _, s := range steps {
+			ev := &adk.AgentEvent{AgentName: s.agent, Err: s.err, Action: s.action}
+			role := s.role
+			if role == "" {
+				role = schema.Assistant
+			}
+			switch {
+			case s.whole != nil:
+				ev.Output = &adk.AgentOutput{MessageOutput: &adk.MessageVariant{Message: s.whole, Role: role}}
+			case s.chunks != nil || s.recvErr != nil:
+				sr, sw := schema.Pipe[*schema.Message](1)
+				ev.Output = &adk.AgentOutput{MessageOutput: &adk.MessageVariant{IsStreaming: true, MessageStream: sr, Role: role}}
+				gen.Send(ev)
+				if s.hold != nil {
+					select {
+					case <-s.hold:
+					case <-ctx.Done():
+					}
+				}
+				for _, c := range s.chunks {
+					if ctx.Err() != nil {
+						sw.Send(nil, ctx.Err())
+						break
+					}
+					if closed := sw.Send(c, nil); closed {
+						break
+					}
+				}
+				if s.recvErr != nil {
+					sw.Send(nil, s.recvErr)
+				}
+				sw.Close()
+				continue
+			}
+			gen.Send(ev)
+		}
+	}()
+	return iter, done
+}
+
+// recordingSink keeps every event. failAfter > 0 makes the n-th Emit and
+// every later one fail; block, if set, holds every Emit until closed.
+type recordingSink struct {
+	mu        sync.Mutex
+	events    []events.Event
+	keys      []events.Identity
+	failAfter int
+	block     chan struct{}
+}
+
+var errSink = errors.New("sink down")
+
+func (s *recordingSink) Emit(ctx context.Context, id events.Identity, e events.Event) error {
+	if s.block != nil {
+		<-s.block
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failAfter > 0 && len(s.events)+1 >= s.failAfter {
+		return errSink
+	}
+	s.events = append(s.events, e)
+	s.keys = append(s.keys, id)
+	return nil
+}
+
+func (s *recordingSink) snapshot() []events.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]events.Event(nil), s.events...)
+}
+
+// fakeTurn records what the bridge did with the pending turn.
+type fakeTurn struct {
+	mu        sync.Mutex
+	committed []string
+	statuses  []events.Status
+	agents    []string
+	discarded int
+	err       error
+}
+
+func (t *fakeTurn) Commit(_ context.Context, answer, agent string, status events.Status, _ time.Time) (history.Committed, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil {
+		return history.Committed{}, t.err
+	}
+	t.committed = append(t.committed, answer)
+	t.statuses = append(t.statuses, status)
+	t.agents = append(t.agents, agent)
+	return history.Committed{N: int64(len(t.committed)), Status: status}, nil
+}
+
+func (t *fakeTurn) Discard() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.discarded++
+}
