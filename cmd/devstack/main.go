@@ -38,7 +38,7 @@ func run() int {
 	err := devstack.Run(ctx, cfg, devstack.Listeners{}, log, func(st devstack.Stack) {
 		fmt.Printf("\nTurnpike devstack\n  ingest  http://%s\n  stream  ws://%s/v1/stream\n", st.IngestAddr, st.PushgwAddr)
 		if st.DevToken != "" {
-			fmt.Printf("  dev token (tenant default, user %s, valid 7 days):\n\n    export TOKEN=%s\n\n", cfg.DevUser, st.DevToken)
+			fmt.Printf("  dev token (tenant default, user %s, valid 7 days):\n\n    export TURNPIKE_TOKEN=%s\n\n", cfg.DevUser, st.DevToken)
 		}
 	})
 	if err != nil {

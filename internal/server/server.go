@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,21 +64,32 @@ type Check struct {
 	Fn   func(ctx context.Context) error
 }
 
+// CheckTimeout bounds each readiness check.
+const CheckTimeout = 2 * time.Second
+
 // HandleOps registers /healthz (the process is alive), /readyz (every check
-// passes, each within 2 s) and /metrics (Prometheus, from g) on mux. None of
-// them needs auth.
+// passes, each within CheckTimeout; the checks run concurrently) and /metrics
+// (Prometheus, from g) on mux. None of them needs auth.
 func HandleOps(mux *http.ServeMux, g prometheus.Gatherer, checks ...Check) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		status := map[string]string{}
+		errs := make([]error, len(checks))
+		var wg sync.WaitGroup
+		for i, c := range checks {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(r.Context(), CheckTimeout)
+				defer cancel()
+				errs[i] = c.Fn(ctx)
+			})
+		}
+		wg.Wait()
+		status := make(map[string]string, len(checks))
 		ok := true
-		for _, c := range checks {
-			if err := c.Fn(ctx); err != nil {
-				status[c.Name] = err.Error()
+		for i, c := range checks {
+			if errs[i] != nil {
+				status[c.Name] = errs[i].Error()
 				ok = false
 				continue
 			}
@@ -95,8 +107,9 @@ func HandleOps(mux *http.ServeMux, g prometheus.Gatherer, checks ...Check) {
 
 // Serve serves h on ln until ctx ends, then shuts down gracefully within
 // grace: it stops accepting, lets in-flight requests finish, and closes idle
-// connections. Hijacked connections (WebSockets) are the handler's to close.
-// It returns nil after a clean shutdown.
+// connections. Connections still active when grace runs out are closed
+// forcibly and Serve returns an error. Hijacked connections (WebSockets) are
+// the handler's to close. It returns nil after a clean shutdown.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration) error {
 	srv := &http.Server{
 		Handler:           h,
@@ -114,6 +127,11 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	err := srv.Shutdown(sctx)
+	if err != nil {
+		// Grace ran out: cut the remaining connections rather than leave
+		// their handlers running after Serve has returned.
+		_ = srv.Close()
+	}
 	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
 		err = serr
 	}

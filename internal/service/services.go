@@ -85,7 +85,9 @@ func RunIngest(ctx context.Context, c IngestConfig, env Env, ln net.Listener) er
 		return err
 	}
 	mux := http.NewServeMux()
-	svc.Register(mux)
+	// The API answers every path the ops endpoints don't, so an unknown
+	// route gets the JSON error shape too.
+	mux.Handle("/", svc.Handler())
 	server.HandleOps(mux, env.Registry, kafkaCheck(c.Brokers), server.Check{Name: "mongo", Fn: pingMongo})
 	if ln == nil {
 		if ln, err = net.Listen("tcp", c.Addr); err != nil {

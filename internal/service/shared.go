@@ -87,7 +87,7 @@ func (s Shared) validate(kafka, mongo, authSecret bool) error {
 	if _, err := parseLevel(s.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
-	if s.LogFormat != "json" && s.LogFormat != "text" {
+	if s.LogFormat != "" && s.LogFormat != "json" && s.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("TURNPIKE_LOG_FORMAT %q: want json or text", s.LogFormat))
 	}
 	return errors.Join(errs...)
@@ -95,6 +95,9 @@ func (s Shared) validate(kafka, mongo, authSecret bool) error {
 
 func parseLevel(s string) (slog.Level, error) {
 	var l slog.Level
+	if s == "" {
+		return slog.LevelInfo, nil
+	}
 	if err := l.UnmarshalText([]byte(s)); err != nil {
 		return 0, fmt.Errorf("TURNPIKE_LOG_LEVEL %q: want debug, info, warn or error", s)
 	}

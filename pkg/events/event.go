@@ -49,9 +49,13 @@ func (s Status) Validate() error {
 }
 
 // Size limits of stream event fields. A token event is at most one
-// coalesced batch of deltas; the push gateway's frame limit is 64 KiB.
+// coalesced batch of deltas; producers split longer text over several token
+// events. The field limits are chosen so that any event within them encodes
+// in at most MaxEventBytes even if every byte is escaped ("\u0001" is 6
+// bytes), so what DecodeEvent accepts, AppendEvent re-encodes into something
+// DecodeEvent accepts again.
 const (
-	MaxDeltaBytes   = 32 << 10
+	MaxDeltaBytes   = 8 << 10
 	MaxNoticeBytes  = 4 << 10
 	MaxAgentBytes   = 256
 	MaxCursorBytes  = 128
@@ -183,6 +187,10 @@ func appendString(dst []byte, s string) []byte {
 			switch c {
 			case '"', '\\':
 				dst = append(dst, '\\', c)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
 			case '\n':
 				dst = append(dst, '\\', 'n')
 			case '\r':

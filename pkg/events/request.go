@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -18,8 +19,24 @@ const Version = 1
 // DefaultMaxContentBytes is the default upper bound on a user message.
 const DefaultMaxContentBytes = 32768
 
-// MaxRecordBytes bounds a whole request record value.
-const MaxRecordBytes = 64 << 10
+// MaxRecordBytes bounds a whole request record value when the content limit
+// is DefaultMaxContentBytes. JSON may spend up to 6 bytes on one content
+// byte ("\u0001"), so the bound leaves room for a maximal content escaped
+// throughout; with a larger content limit, DecodeRequest scales it up.
+const MaxRecordBytes = maxEscape*DefaultMaxContentBytes + recordOverheadBytes
+
+// maxEscape is the most bytes JSON text can spend on one byte of a string.
+const maxEscape = 6
+
+// recordOverheadBytes bounds everything of a request record but its content:
+// keys, punctuation, version, four identifiers, strategy and timestamp, even
+// fully escaped.
+const recordOverheadBytes = 8 << 10
+
+// maxRecordBytes is the record bound for a content limit (> 0).
+func maxRecordBytes(maxContent int) int {
+	return max(MaxRecordBytes, maxEscape*maxContent+recordOverheadBytes)
+}
 
 // Strategy says what happens when a request arrives while another request of
 // the same conversation is running or queued.
@@ -105,11 +122,15 @@ var requestKeys = map[string]bool{
 // DecodeRequest strictly decodes and validates a request record value.
 // maxContent <= 0 means DefaultMaxContentBytes.
 func DecodeRequest(b []byte, maxContent int) (Request, error) {
+	if maxContent <= 0 {
+		maxContent = DefaultMaxContentBytes
+	}
+	limit := maxRecordBytes(maxContent)
 	var r Request
-	if err := checkKeys(b, MaxRecordBytes, requestKeys); err != nil {
+	if err := checkKeys(b, limit, requestKeys); err != nil {
 		return Request{}, err
 	}
-	if err := decodeStrict(b, MaxRecordBytes, &r); err != nil {
+	if err := decodeStrict(b, limit, &r); err != nil {
 		return Request{}, err
 	}
 	if err := r.Validate(maxContent); err != nil {
@@ -118,9 +139,16 @@ func DecodeRequest(b []byte, maxContent int) (Request, error) {
 	return r, nil
 }
 
-// EncodeRequest encodes r as a record value. It does not validate.
+// EncodeRequest encodes r as a record value. It does not validate. Unlike
+// json.Marshal it does not escape <, > and &, which would take 6 bytes each.
 func EncodeRequest(r Request) ([]byte, error) {
-	return json.Marshal(r)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
+		return nil, fmt.Errorf("encode request: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // DerivedRequestID is the request id of a record that carries none: it is
@@ -139,8 +167,8 @@ func DerivedRequestID(partition int, offset int64, ts time.Time) string {
 }
 
 // decodeStrict decodes exactly one JSON object into v, rejecting invalid
-// UTF-8 (encoding/json would silently replace it), unknown fields and
-// trailing data.
+// UTF-8 and unpaired surrogate escapes such as "\ud800" (encoding/json would
+// silently replace both by U+FFFD), unknown fields and trailing data.
 func decodeStrict(b []byte, max int, v any) error {
 	if len(b) > max {
 		return fmt.Errorf("%w record: %w: %d bytes, at most %d allowed", ErrInvalid, ErrTooLarge, len(b), max)
@@ -156,5 +184,51 @@ func decodeStrict(b []byte, max int, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return fmt.Errorf("%w json: trailing data after the object", ErrInvalid)
 	}
+	return checkSurrogates(b)
+}
+
+// checkSurrogates rejects a \u escape of a UTF-16 surrogate that is not part
+// of a high-low pair: it stands for no character, and encoding/json would
+// turn it into U+FFFD. b must be valid JSON, so every backslash starts a
+// complete escape inside a string.
+func checkSurrogates(b []byte) error {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if b[i+1] != 'u' {
+			i++ // skip the escaped byte, which may be a backslash
+			continue
+		}
+		r := hex4(b[i+2 : i+6])
+		if !utf16.IsSurrogate(r) {
+			i += 5
+			continue
+		}
+		if r < 0xdc00 && i+12 <= len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+			if lo := hex4(b[i+8 : i+12]); 0xdc00 <= lo && lo <= 0xdfff {
+				i += 11
+				continue
+			}
+		}
+		return fmt.Errorf("%w json: unpaired surrogate \\u%s", ErrInvalid, b[i+2:i+6])
+	}
 	return nil
+}
+
+// hex4 decodes the 4 hex digits of a \u escape already checked by the JSON
+// decoder.
+func hex4(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		switch {
+		case '0' <= c && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case 'a' <= c && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		default:
+			r = r<<4 | rune(c-'A'+10)
+		}
+	}
+	return r
 }

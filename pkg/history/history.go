@@ -3,6 +3,7 @@ package history
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/turnpike-dev/turnpike/pkg/events"
@@ -33,7 +34,9 @@ type Message struct {
 }
 
 // Incomplete reports whether an assistant message is anything but complete.
-func (m Message) Incomplete() bool { return m.Role == RoleAssistant && m.Status != events.StatusComplete }
+func (m Message) Incomplete() bool {
+	return m.Role == RoleAssistant && m.Status != events.StatusComplete
+}
 
 // Turn is what Commit persists: one user message and the assistant's answer.
 type Turn struct {
@@ -50,22 +53,31 @@ type Turn struct {
 	CommittedAt time.Time
 }
 
-// Validate checks that t can be persisted.
+// Validate checks that t can be persisted. Every error wraps
+// events.ErrInvalid (a permanent failure: retrying cannot help); an empty
+// answer also wraps ErrEmptyAnswer.
 func (t Turn) Validate() error {
 	var errs []error
 	if err := events.ValidateID("request_id", t.RequestID); err != nil {
 		errs = append(errs, err)
 	}
 	if t.User == "" {
-		errs = append(errs, errors.New("turn: empty user message"))
+		errs = append(errs, fmt.Errorf("%w turn: empty user message", events.ErrInvalid))
 	}
 	if t.Answer == "" {
-		errs = append(errs, errors.New("turn: empty answer (nothing is persisted without assistant content)"))
+		errs = append(errs, fmt.Errorf("%w turn: %w", events.ErrInvalid, ErrEmptyAnswer))
 	}
 	if !t.Status.Persisted() {
-		errs = append(errs, errors.New("turn: status must be complete, incomplete or cancelled"))
+		errs = append(errs, fmt.Errorf("%w turn: status %q: must be complete, incomplete or cancelled", events.ErrInvalid, truncate(string(t.Status), 32)))
 	}
 	return errors.Join(errs...)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // Committed reports where a turn landed.
@@ -89,6 +101,11 @@ type Page struct {
 // ErrNotFound is returned for a conversation that does not exist for the
 // given identity (including one that exists only for another identity).
 var ErrNotFound = errors.New("not found")
+
+// ErrEmptyAnswer is returned when a turn (or a Pending commit) has no
+// assistant content: nothing is persisted without it, not even the user
+// message.
+var ErrEmptyAnswer = errors.New("empty answer (nothing is persisted without assistant content)")
 
 // Store keeps conversations, bound to the identity triple. Every method is
 // safe for concurrent use. Implementations: MongoStore (MongoDB and

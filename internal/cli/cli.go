@@ -1,0 +1,206 @@
+// Package cli is the turnpike command-line client: send a message and watch
+// its answer stream, watch a conversation, read its history. It talks to a
+// running stack through the public API only (pkg/client).
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/turnpike-dev/turnpike/internal/flagenv"
+	"github.com/turnpike-dev/turnpike/pkg/client"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+const usage = `usage: turnpike <command> [flags] <conversation> [message]
+
+commands:
+  send <conversation> <message>   post a message, stream the answer until it completes
+  watch <conversation>            print the conversation's stream events as they come
+  history <conversation>          print the conversation's history, oldest first
+
+Common flags (or environment): -ingest (TURNPIKE_INGEST_URL), -stream
+(TURNPIKE_STREAM_URL), -token (TURNPIKE_TOKEN). Run "turnpike <command> -h"
+for each command's flags.
+`
+
+// Run runs one command and returns the process exit code.
+func Run(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, args := args[0], args[1:]
+	fs := flag.NewFlagSet("turnpike "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	set := flagenv.New(fs, lookup)
+	var c client.Client
+	set.String(&c.BaseURL, "ingest", "TURNPIKE_INGEST_URL", "http://localhost:8080", "ingest API base URL")
+	set.String(&c.StreamURL, "stream", "TURNPIKE_STREAM_URL", "ws://localhost:8081/v1/stream", "push gateway WebSocket URL")
+	set.String(&c.Token, "token", "TURNPIKE_TOKEN", "", "bearer token (the devstack prints one)")
+	var (
+		since, strategy, key string
+		limit                int
+		before               int64
+		timeout              time.Duration
+	)
+	switch cmd {
+	case "send":
+		set.String(&strategy, "strategy", "", "", "enqueue, reject or interrupt")
+		set.String(&key, "idempotency-key", "", "", "Idempotency-Key of the request")
+		set.Duration(&timeout, "timeout", "", 5*time.Minute, "how long to wait for the answer")
+	case "watch":
+		set.String(&since, "since", "", "", `resume point: "earliest" or a cursor; default: live events only`)
+	case "history":
+		set.Int(&limit, "limit", "", 50, "messages per page")
+		fs.Int64Var(&before, "before", 0, "only messages with a lower seq")
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "turnpike: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	if err := set.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "turnpike:", err)
+		return 2
+	}
+	if c.Token == "" {
+		fmt.Fprintln(stderr, "turnpike: no token: pass -token or set TURNPIKE_TOKEN (the devstack prints one)")
+		return 2
+	}
+	rest := fs.Args()
+	var err error
+	switch {
+	case cmd == "send" && len(rest) >= 2:
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		err = send(ctx, &c, rest[0], strings.Join(rest[1:], " "), client.SendOptions{Strategy: strategy, IdempotencyKey: key}, stdout)
+	case cmd == "watch" && len(rest) == 1:
+		err = watch(ctx, &c, rest[0], since, stdout)
+	case cmd == "history" && len(rest) == 1:
+		err = printHistory(ctx, &c, rest[0], limit, before, stdout)
+	default:
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintln(stderr, "turnpike:", err)
+		return 1
+	}
+	return 0
+}
+
+// send subscribes first, so no event of the new request can be missed, then
+// posts and prints the answer as it streams.
+func send(ctx context.Context, c *client.Client, conv, content string, o client.SendOptions, out io.Writer) error {
+	conn, err := c.Dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := conn.Subscribe(conv, ""); err != nil {
+		return err
+	}
+	for {
+		f, err := conn.Next(ctx)
+		if err != nil {
+			return err
+		}
+		if f.Type == "error" {
+			return fmt.Errorf("subscribe: %s: %s", f.Code, f.Message)
+		}
+		if f.Type == "subscribed" {
+			break
+		}
+	}
+	acc, err := c.Send(ctx, conv, content, o)
+	if err != nil {
+		return err
+	}
+	for {
+		f, err := conn.Next(ctx)
+		if err != nil {
+			return err
+		}
+		if f.Event == nil || f.Event.Header().RequestID != acc.RequestID {
+			continue
+		}
+		if done := printEvent(out, f.Event, false); done {
+			return nil
+		}
+	}
+}
+
+func watch(ctx context.Context, c *client.Client, conv, since string, out io.Writer) error {
+	conn, err := c.Dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := conn.Subscribe(conv, since); err != nil {
+		return err
+	}
+	for {
+		f, err := conn.Next(ctx)
+		if err != nil {
+			return err
+		}
+		switch {
+		case f.Type == "error":
+			return fmt.Errorf("%s: %s", f.Code, f.Message)
+		case f.Type == "subscribed":
+			fmt.Fprintf(out, "subscribed to %s\n", f.Conversation)
+		case f.Event != nil:
+			printEvent(out, f.Event, true)
+		}
+	}
+}
+
+// printEvent prints one event; it reports whether the run completed.
+func printEvent(out io.Writer, e events.Event, verbose bool) bool {
+	switch e := e.(type) {
+	case *events.RunStartedEvent:
+		if verbose {
+			fmt.Fprintf(out, "[%s run %s started]\n", e.RequestID, e.RunID)
+		}
+	case *events.TokenEvent:
+		fmt.Fprint(out, e.Delta)
+	case *events.NoticeEvent:
+		fmt.Fprintf(out, "\n[notice: %s]\n", e.Message)
+	case *events.RunCompletedEvent:
+		if verbose {
+			fmt.Fprintf(out, "\n[%s %s, cursor %s]\n", e.RequestID, e.Status, e.Cursor)
+		} else {
+			fmt.Fprintf(out, "\n[%s]\n", e.Status)
+		}
+		return true
+	}
+	return false
+}
+
+func printHistory(ctx context.Context, c *client.Client, conv string, limit int, before int64, out io.Writer) error {
+	p, err := c.History(ctx, conv, limit, before)
+	if err != nil {
+		return err
+	}
+	for _, m := range p.Messages {
+		mark := ""
+		if m.Role == "assistant" && m.Status != "complete" {
+			mark = " (" + m.Status + ")"
+		}
+		fmt.Fprintf(out, "%4d %-9s %s%s\n", m.Seq, m.Role, m.Content, mark)
+	}
+	if p.NextBefore != nil {
+		fmt.Fprintf(out, "older messages: -before %d\n", *p.NextBefore)
+	}
+	return nil
+}

@@ -1,0 +1,84 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxBodyBytes        = 64 << 10
+	DefaultProduceTimeout      = 10 * time.Second
+	DefaultHistoryDefaultLimit = 50
+	DefaultHistoryMaxLimit     = 200
+)
+
+// Config configures a Service. A zero field takes its default.
+type Config struct {
+	// MaxContentBytes bounds the content of a user message; over it is 413.
+	// Default events.DefaultMaxContentBytes (32768).
+	MaxContentBytes int
+	// MaxBodyBytes bounds a POST body; over it is 413. Default 65536.
+	MaxBodyBytes int64
+	// ProduceTimeout bounds writing one request record to Kafka; a write
+	// that does not finish in time is answered 503. Default 10s.
+	ProduceTimeout time.Duration
+	// HistoryDefaultLimit is the page size of GET …/messages without
+	// ?limit. Default 50.
+	HistoryDefaultLimit int
+	// HistoryMaxLimit is the largest ?limit accepted. Default 200.
+	HistoryMaxLimit int
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxContentBytes == 0 {
+		c.MaxContentBytes = events.DefaultMaxContentBytes
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.ProduceTimeout == 0 {
+		c.ProduceTimeout = DefaultProduceTimeout
+	}
+	if c.HistoryDefaultLimit == 0 {
+		c.HistoryDefaultLimit = DefaultHistoryDefaultLimit
+	}
+	if c.HistoryMaxLimit == 0 {
+		c.HistoryMaxLimit = DefaultHistoryMaxLimit
+	}
+	return c
+}
+
+// Validate reports every problem of c (after defaults) at once.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.MaxContentBytes < 0 {
+		errs = append(errs, fmt.Errorf("max content bytes: %d, must be positive", c.MaxContentBytes))
+	}
+	if c.MaxBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("max body bytes: %d, must be positive", c.MaxBodyBytes))
+	}
+	if c.MaxContentBytes > 0 && c.MaxBodyBytes > 0 && int64(c.MaxContentBytes) > c.MaxBodyBytes {
+		errs = append(errs, fmt.Errorf("max content bytes %d exceeds max body bytes %d", c.MaxContentBytes, c.MaxBodyBytes))
+	}
+	if c.ProduceTimeout < 0 {
+		errs = append(errs, fmt.Errorf("produce timeout: %v, must be positive", c.ProduceTimeout))
+	}
+	if c.HistoryDefaultLimit < 0 {
+		errs = append(errs, fmt.Errorf("history default limit: %d, must be positive", c.HistoryDefaultLimit))
+	}
+	if c.HistoryMaxLimit < 0 {
+		errs = append(errs, fmt.Errorf("history max limit: %d, must be positive", c.HistoryMaxLimit))
+	}
+	if c.HistoryDefaultLimit > c.HistoryMaxLimit {
+		errs = append(errs, fmt.Errorf("history default limit %d exceeds max limit %d", c.HistoryDefaultLimit, c.HistoryMaxLimit))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("ingest config: %w", errors.Join(errs...))
+	}
+	return nil
+}

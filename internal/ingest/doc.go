@@ -1,0 +1,16 @@
+// Package ingest is Turnpike's ingest HTTP API (API.md, "Ingest HTTP API"):
+// it accepts user messages, answering 202 only once the request record is
+// durably in the requests topic, and it serves a conversation's history.
+//
+// Each API route runs metrics → auth → handler; tenant and user come only
+// from the verified bearer token. The route table in service.go is where
+// POST …/cancel goes, and rate limiting (429 rate_limited, keyed by the
+// principal) belongs between auth and the handler.
+//
+// A 503 means the outcome of the write is unknown (it may still land), so
+// clients retry with the same Idempotency-Key, which yields the same request
+// id; the worker persists a request id at most once.
+//
+// A Service's handler is safe for concurrent use. A KafkaProducer is safe
+// for concurrent use; Close it once, after the last Produce has returned.
+package ingest

@@ -1,0 +1,249 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/server"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// idempotencyHeader names the optional client-chosen key of a POST.
+const idempotencyHeader = "Idempotency-Key"
+
+// accepted is the 202 body of a POST.
+type accepted struct {
+	RequestID    string `json:"request_id"`
+	Conversation string `json:"conversation"`
+	Status       string `json:"status"`
+}
+
+// postMessage serves POST /v1/conversations/{conversation}/messages: it
+// answers 202 only once the request record is durably in the requests topic.
+func (s *Service) postMessage(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	id := p.Identity(r.PathValue("conversation"))
+	if err := events.ValidateID("conversation", id.Conversation); err != nil {
+		badRequest(w, err)
+		return
+	}
+	if err := checkContentType(r.Header.Get("Content-Type")); err != nil {
+		badRequest(w, err)
+		return
+	}
+	key, err := idempotencyKey(r.Header)
+	if err != nil {
+		badRequest(w, err)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			server.WriteError(w, http.StatusRequestEntityTooLarge, server.CodePayloadTooLarge,
+				fmt.Sprintf("body over %d bytes", mbe.Limit), 0)
+			return
+		}
+		badRequest(w, fmt.Errorf("read body: %w", err))
+		return
+	}
+	msg, err := decodeMessage(body)
+	if err != nil {
+		badRequest(w, err)
+		return
+	}
+	if err := events.ValidateContent(msg.Content, s.cfg.MaxContentBytes); err != nil {
+		if errors.Is(err, events.ErrTooLarge) {
+			server.WriteError(w, http.StatusRequestEntityTooLarge, server.CodePayloadTooLarge, err.Error(), 0)
+			return
+		}
+		badRequest(w, err)
+		return
+	}
+	if err := msg.Strategy.Validate(); err != nil {
+		badRequest(w, err)
+		return
+	}
+	if msg.Strategy == "" {
+		msg.Strategy = events.StrategyEnqueue
+	}
+
+	var requestID string
+	if key != "" {
+		requestID = idempotentRequestID(id, key)
+	} else if requestID, err = s.randomRequestID(); err != nil {
+		s.internal(w, r, id, "", err)
+		return
+	}
+	value, err := events.EncodeRequest(events.Request{
+		V:            events.Version,
+		RequestID:    requestID,
+		Tenant:       id.Tenant,
+		User:         id.User,
+		Conversation: id.Conversation,
+		Content:      msg.Content,
+		Strategy:     msg.Strategy,
+		CreatedAt:    s.now().UTC(),
+	})
+	if err != nil {
+		s.internal(w, r, id, requestID, err)
+		return
+	}
+
+	// The outcome must be known whether or not the client is still there.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.ProduceTimeout)
+	err = s.producer.Produce(ctx, []byte(id.Key()), value)
+	cancel()
+	if err != nil {
+		s.metrics.produceErrors.Inc()
+		s.log.ErrorContext(r.Context(), "produce request", "status", http.StatusServiceUnavailable,
+			"key", id.Key(), "request_id", requestID, "err", err)
+		server.WriteError(w, http.StatusServiceUnavailable, server.CodeUnavailable,
+			"could not queue the request; retry later (an Idempotency-Key makes the retry safe)", retryAfter)
+		return
+	}
+	server.WriteJSON(w, http.StatusAccepted, accepted{RequestID: requestID, Conversation: id.Conversation, Status: "queued"})
+}
+
+// internal answers 500 and logs err (never the message content).
+func (s *Service) internal(w http.ResponseWriter, r *http.Request, id events.Identity, requestID string, err error) {
+	level := slog.LevelError
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		level = slog.LevelInfo // the client went away: not a fault of ours
+	}
+	s.log.Log(r.Context(), level, "internal error", "status", http.StatusInternalServerError,
+		"route", r.Pattern, "key", id.Key(), "request_id", requestID, "err", err)
+	server.WriteError(w, http.StatusInternalServerError, server.CodeInternal, "internal error", 0)
+}
+
+// checkContentType accepts no Content-Type or application/json in UTF-8.
+func checkContentType(v string) error {
+	if v == "" {
+		return nil
+	}
+	mt, params, err := mime.ParseMediaType(v)
+	if err != nil || mt != "application/json" {
+		return errors.New("Content-Type must be application/json")
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return errors.New("Content-Type charset must be utf-8")
+	}
+	return nil
+}
+
+// idempotencyKey returns the Idempotency-Key header, "" when absent.
+func idempotencyKey(h http.Header) (string, error) {
+	vs := h.Values(idempotencyHeader)
+	switch len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+		if err := events.ValidateID(idempotencyHeader, vs[0]); err != nil {
+			return "", err
+		}
+		return vs[0], nil
+	}
+	return "", fmt.Errorf("%w %s: given %d times", events.ErrInvalid, idempotencyHeader, len(vs))
+}
+
+// idempotentRequestID derives the request id of a keyed POST, so the same
+// identity and key always yield the same id: "i-" and the first 32 hex
+// digits of sha256(tenant NUL user NUL conversation NUL key).
+func idempotentRequestID(id events.Identity, key string) string {
+	h := sha256.New()
+	for _, part := range []string{id.Tenant, "\x00", id.User, "\x00", id.Conversation, "\x00", key} {
+		h.Write([]byte(part))
+	}
+	var sum [sha256.Size]byte
+	return "i-" + hex.EncodeToString(h.Sum(sum[:0])[:16])
+}
+
+// randomRequestID returns "r-" and 32 random hex digits.
+func (s *Service) randomRequestID() (string, error) {
+	var b [16]byte
+	if _, err := io.ReadFull(s.random, b[:]); err != nil {
+		return "", fmt.Errorf("random request id: %w", err)
+	}
+	return "r-" + hex.EncodeToString(b[:]), nil
+}
+
+// message is the body of a POST.
+type message struct {
+	Content  string
+	Strategy events.Strategy
+}
+
+// decodeMessage strictly decodes {"content": "…", "strategy": "…"}: one
+// object, exact field names, each at most once, string values only, valid
+// UTF-8 (encoding/json would silently repair it), nothing after the object.
+func decodeMessage(b []byte) (message, error) {
+	var m message
+	if !utf8.Valid(b) {
+		return m, fmt.Errorf("%w body: not valid UTF-8", events.ErrInvalid)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return m, fmt.Errorf("%w body: want a JSON object", events.ErrInvalid)
+	}
+	var hasContent, hasStrategy bool
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return m, fmt.Errorf("%w body: %w", events.ErrInvalid, err)
+		}
+		name, _ := tok.(string)
+		var seen *bool
+		switch name {
+		case "content":
+			seen = &hasContent
+		case "strategy":
+			seen = &hasStrategy
+		default:
+			return m, fmt.Errorf("%w body: unknown field %q", events.ErrInvalid, truncate(name, 32))
+		}
+		if *seen {
+			return m, fmt.Errorf("%w body: duplicate field %q", events.ErrInvalid, name)
+		}
+		*seen = true
+		tok, err = dec.Token()
+		if err != nil {
+			return m, fmt.Errorf("%w body: %w", events.ErrInvalid, err)
+		}
+		v, ok := tok.(string)
+		if !ok {
+			return m, fmt.Errorf("%w body: %s must be a string", events.ErrInvalid, name)
+		}
+		if name == "content" {
+			m.Content = v
+		} else {
+			m.Strategy = events.Strategy(v)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return m, fmt.Errorf("%w body: %w", events.ErrInvalid, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return m, fmt.Errorf("%w body: trailing data after the object", events.ErrInvalid)
+	}
+	if !hasContent {
+		return m, fmt.Errorf("%w body: content is required", events.ErrInvalid)
+	}
+	return m, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,160 @@
+package ingest
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/server"
+)
+
+// retryAfter is the Retry-After of a 503.
+const retryAfter = time.Second
+
+// messagesPath is the pattern of the messages resource.
+const messagesPath = "/v1/conversations/{conversation}/messages"
+
+// Deps are the Service's collaborators.
+type Deps struct {
+	// Verifier checks bearer tokens. Required.
+	Verifier *auth.Verifier
+	// Producer writes request records. Required.
+	Producer Producer
+	// History reads conversations. Required.
+	History HistoryReader
+	// Registerer receives the service's metrics. Default: not registered.
+	Registerer prometheus.Registerer
+	// Logger logs 5xx answers. Default: discard.
+	Logger *slog.Logger
+	// Now is the clock of request timestamps. Default time.Now.
+	Now func() time.Time
+	// Random is the source of random request ids; it must be safe for
+	// concurrent use. Default crypto/rand.Reader.
+	Random io.Reader
+}
+
+// Service is the ingest HTTP API.
+type Service struct {
+	cfg      Config
+	verifier *auth.Verifier
+	producer Producer
+	history  HistoryReader
+	log      *slog.Logger
+	now      func() time.Time
+	random   io.Reader
+	metrics  *metrics
+	handler  http.Handler
+}
+
+// New returns a Service. It registers the metrics with d.Registerer, so a
+// Registerer takes one Service.
+func New(cfg Config, d Deps) (*Service, error) {
+	var errs []error
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if d.Verifier == nil {
+		errs = append(errs, errors.New("no verifier"))
+	}
+	if d.Producer == nil {
+		errs = append(errs, errors.New("no producer"))
+	}
+	if d.History == nil {
+		errs = append(errs, errors.New("no history reader"))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("new ingest service: %w", errors.Join(errs...))
+	}
+	m, err := newMetrics(d.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("new ingest service: %w", err)
+	}
+	s := &Service{
+		cfg:      cfg.withDefaults(),
+		verifier: d.Verifier,
+		producer: d.Producer,
+		history:  d.History,
+		log:      d.Logger,
+		now:      d.Now,
+		random:   d.Random,
+		metrics:  m,
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.random == nil {
+		s.random = rand.Reader
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler serves the API routes, and a JSON 404 for any other path. Mount it
+// at "/" next to server.HandleOps (its more specific patterns win), or use
+// Register to mount it under /v1/ only.
+func (s *Service) Handler() http.Handler { return s.handler }
+
+// Register mounts the API on mux under /v1/, leaving every other path to
+// the caller (the devstack serves its demo page at "/").
+func (s *Service) Register(mux *http.ServeMux) { mux.Handle("/v1/", s.handler) }
+
+// routes is the route table. Each row runs metrics → auth → handler; the
+// pattern without a method answers the methods the others do not serve.
+func (s *Service) routes() http.Handler {
+	table := []struct {
+		pattern string
+		h       http.Handler
+	}{
+		{"POST " + messagesPath, s.authed(s.postMessage)},
+		{"GET " + messagesPath, s.authed(s.listMessages)},
+		{messagesPath, methodNotAllowed("GET, HEAD, POST")},
+		{"/", http.HandlerFunc(notFound)},
+	}
+	mux := http.NewServeMux()
+	for _, r := range table {
+		mux.Handle(r.pattern, s.metrics.instrument(r.pattern, r.h))
+	}
+	return mux
+}
+
+// principalHandler serves a request of an authenticated caller.
+type principalHandler func(w http.ResponseWriter, r *http.Request, p auth.Principal)
+
+// authed verifies the bearer token before h; tenant and user come only from it.
+func (s *Service) authed(h principalHandler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := s.verifier.Verify(auth.BearerToken(r, false))
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="turnpike"`)
+			server.WriteError(w, http.StatusUnauthorized, server.CodeUnauthenticated, "missing or invalid bearer token", 0)
+			return
+		}
+		h(w, r, p)
+	})
+}
+
+func methodNotAllowed(allow string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		server.WriteError(w, http.StatusMethodNotAllowed, server.CodeInvalidArgument,
+			"method "+r.Method+" not allowed; allowed: "+allow, 0)
+	})
+}
+
+func notFound(w http.ResponseWriter, _ *http.Request) {
+	server.WriteError(w, http.StatusNotFound, server.CodeNotFound, "no such route", 0)
+}
+
+func badRequest(w http.ResponseWriter, err error) {
+	server.WriteError(w, http.StatusBadRequest, server.CodeInvalidArgument, err.Error(), 0)
+}

@@ -1,0 +1,388 @@
+package pushgw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/turnpike-dev/turnpike/internal/auth"
+)
+
+// Close codes sent to clients besides the standard ones.
+const (
+	// CloseSlowConsumer closes a client whose queue (or a replay buffer)
+	// overflowed.
+	CloseSlowConsumer = 4008
+	// MaxFrameBytes is the largest client frame; a bigger one closes the
+	// connection with 1009.
+	MaxFrameBytes = 64 << 10
+)
+
+// closeLinger bounds the wait for the peer's answer to a close frame before
+// the TCP connection is closed.
+const closeLinger = time.Second
+
+// client is one WebSocket connection. It owns two goroutines: serve (the
+// writer, which also tears the connection down) and read. Frames reach the
+// writer only through queue.
+type client struct {
+	gw        *Gateway
+	hub       *hub
+	conn      *websocket.Conn
+	principal auth.Principal
+	log       *slog.Logger
+	metrics   *metrics
+
+	queue      chan []byte   // bounded outbound queue, QueueSize frames
+	done       chan struct{} // closed by fail: the client is closing
+	readerDone chan struct{} // closed when read returns
+	closeOnce  sync.Once
+	closeCode  int    // written once before done is closed; 0: send no close frame
+	closeText  string // idem
+
+	mu sync.Mutex
+	// Guarded by mu.
+	closed  bool                     // teardown began; no new replays
+	subs    map[string]*subscription // by conversation
+	replays sync.WaitGroup           // Add only under mu while !closed
+}
+
+func newClient(gw *Gateway, h *hub, conn *websocket.Conn, p auth.Principal) *client {
+	return &client{
+		gw:         gw,
+		hub:        h,
+		conn:       conn,
+		principal:  p,
+		log:        gw.log.With("tenant", p.Tenant, "user", p.User, "remote", conn.RemoteAddr().String()),
+		metrics:    gw.metrics,
+		queue:      make(chan []byte, gw.cfg.QueueSize),
+		done:       make(chan struct{}),
+		readerDone: make(chan struct{}),
+		subs:       make(map[string]*subscription),
+	}
+}
+
+// fail starts closing the client with code (0: no close frame, the
+// connection is gone or the peer closed it). Only the first call counts; it
+// reports whether it was the first. It never blocks.
+func (c *client) fail(code int, text string) bool {
+	first := false
+	c.closeOnce.Do(func() {
+		c.closeCode, c.closeText = code, text
+		close(c.done)
+		first = true
+	})
+	return first
+}
+
+// shed closes a client too slow for its traffic with 4008.
+func (c *client) shed(text string) {
+	if c.fail(CloseSlowConsumer, text) {
+		c.metrics.slowDisconnects.Inc()
+	}
+}
+
+// deliver implements sink: it queues frame without blocking, or sheds the
+// client when its queue is full.
+func (c *client) deliver(frame []byte) bool {
+	select {
+	case c.queue <- frame:
+		return true
+	default:
+	}
+	c.shed("queue full")
+	c.metrics.framesDropped.Inc()
+	return false
+}
+
+// overflow implements sink.
+func (c *client) overflow() { c.shed("replay buffer full") }
+
+// send queues frame, waiting for room: replies and replays, which may wait
+// for a client (unlike the live fan-out). It reports false when ctx ended or
+// the client is closing.
+func (c *client) send(ctx context.Context, frame []byte) bool {
+	select {
+	case c.queue <- frame:
+		return true
+	case <-ctx.Done():
+	case <-c.done:
+	}
+	return false
+}
+
+// serve runs the connection until it closes: it starts the reader, writes
+// until the client fails or ctx ends (then with 1001), and tears down.
+func (c *client) serve(ctx context.Context) {
+	c.metrics.connections.Inc()
+	defer c.metrics.connections.Dec()
+	c.log.Debug("client connected")
+	go c.read(ctx) // owned: teardown waits for readerDone
+	c.write(ctx)
+	c.teardown()
+}
+
+// write is the writer loop: queued frames with a deadline each, and pings.
+func (c *client) write(ctx context.Context) {
+	ping := time.NewTicker(c.gw.cfg.PingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case <-c.done: // closing: drop whatever is still queued
+			return
+		default:
+		}
+		select {
+		case <-ctx.Done():
+			c.fail(websocket.CloseGoingAway, "server shutting down")
+		case <-c.done:
+		case f := <-c.queue:
+			select {
+			case <-c.done: // closed while this frame waited: drop it too
+				c.metrics.framesDropped.Inc()
+				return
+			default:
+			}
+			_ = c.conn.SetWriteDeadline(time.Now().Add(c.gw.cfg.WriteTimeout))
+			if err := c.conn.WriteMessage(websocket.TextMessage, f); err != nil {
+				c.fail(0, fmt.Sprintf("write: %v", err))
+			}
+		case <-ping.C:
+			if err := c.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.gw.cfg.WriteTimeout)); err != nil {
+				c.fail(0, fmt.Sprintf("ping: %v", err))
+			}
+		}
+	}
+}
+
+// teardown ends every subscription and replay, sends the close frame (with
+// a deadline), waits a moment for the peer's answer, and closes the socket.
+func (c *client) teardown() {
+	c.mu.Lock()
+	c.closed = true
+	subs := c.subs
+	c.subs = nil
+	c.mu.Unlock()
+	for _, sub := range subs {
+		c.hub.remove(sub)
+		if sub.cancel != nil {
+			sub.cancel()
+		}
+	}
+	c.replays.Wait()
+	if n := len(c.queue); n > 0 {
+		c.metrics.framesDropped.Add(float64(n))
+	}
+	if c.closeCode != 0 {
+		// The library may have sent this close frame itself (1009): then
+		// this write fails, and the wait still lets the reader drain.
+		msg := websocket.FormatCloseMessage(c.closeCode, c.closeText)
+		_ = c.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.gw.cfg.WriteTimeout))
+		t := time.NewTimer(min(closeLinger, c.gw.cfg.WriteTimeout))
+		select {
+		case <-c.readerDone:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	_ = c.conn.Close()
+	<-c.readerDone
+	level := slog.LevelDebug
+	if c.closeCode == CloseSlowConsumer {
+		level = slog.LevelInfo
+	}
+	c.log.Log(context.Background(), level, "client closed", "code", c.closeCode, "reason", c.closeText)
+}
+
+// read is the reader loop: one client frame at a time, each answered
+// through the queue.
+func (c *client) read(ctx context.Context) {
+	defer close(c.readerDone)
+	c.conn.SetReadLimit(MaxFrameBytes)
+	alive := func() { _ = c.conn.SetReadDeadline(time.Now().Add(c.gw.cfg.PongWait)) }
+	alive()
+	c.conn.SetPongHandler(func(string) error { alive(); return nil })
+	for {
+		typ, data, err := c.conn.ReadMessage()
+		if err != nil {
+			c.readFailed(err)
+			return
+		}
+		alive()
+		if typ != websocket.TextMessage {
+			c.reply(errorFrame(codeInvalidArgument, "frames must be text"))
+			continue
+		}
+		c.handle(ctx, data)
+	}
+}
+
+// readFailed closes the client after a read error.
+func (c *client) readFailed(err error) {
+	var ce *websocket.CloseError
+	switch {
+	case errors.Is(err, websocket.ErrReadLimit):
+		// The library has sent the 1009 close frame already. Drain what the
+		// peer is still sending, so closing the socket does not reset the
+		// connection before the peer has read that frame.
+		c.fail(websocket.CloseMessageTooBig, "frame over 64 KiB")
+		nc := c.conn.NetConn()
+		_ = nc.SetReadDeadline(time.Now().Add(closeLinger))
+		_, _ = io.Copy(io.Discard, nc)
+	case errors.As(err, &ce):
+		c.fail(0, fmt.Sprintf("peer closed: %d %s", ce.Code, ce.Text))
+	default:
+		c.fail(0, fmt.Sprintf("read: %v", err))
+	}
+}
+
+// reply queues a frame answering the client, waiting for room.
+func (c *client) reply(frame []byte) { c.send(context.Background(), frame) }
+
+// handle runs one client operation.
+func (c *client) handle(ctx context.Context, data []byte) {
+	req, err := decodeRequest(data)
+	if err != nil {
+		c.reply(errorFrame(codeInvalidArgument, err.Error()))
+		return
+	}
+	switch req.Op {
+	case opPing:
+		c.reply([]byte(pongFrame))
+	case opSubscribe:
+		err = c.subscribe(ctx, req)
+	case opUnsubscribe:
+		err = c.unsubscribe(req.Conversation)
+	}
+	if err != nil {
+		c.reply(errorFrame(codeInvalidArgument, err.Error()))
+	}
+}
+
+// subscribe registers a subscription of the principal's identity for
+// req.Conversation and, with since, starts its replay. The error is for the
+// client (invalid_argument).
+func (c *client) subscribe(ctx context.Context, req request) error {
+	sn, err := parseSince(req)
+	if err != nil {
+		return err
+	}
+	key := c.principal.Identity(req.Conversation).Key()
+	sub := &subscription{sink: c, key: key, conversation: req.Conversation, partition: c.hub.partitionOf(key), since: sn}
+	if sn.kind == sinceAfter && sn.partition != sub.partition {
+		return errors.New("since: cursor is not from this conversation")
+	}
+	rctx := ctx
+	if sn.kind != sinceLive {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithCancel(ctx)
+		sub.cancel, sub.stopped = cancel, make(chan struct{})
+	}
+	if err := c.add(sub); err != nil {
+		c.abandon(sub)
+		return err
+	}
+	if err := c.hub.register(sub, subscribedFrame(req.Conversation)); err != nil {
+		c.forget(sub)
+		c.abandon(sub)
+		return err
+	}
+	if sn.kind == sinceLive {
+		return nil
+	}
+	c.mu.Lock()
+	if c.closed { // teardown has removed sub already
+		c.mu.Unlock()
+		c.abandon(sub)
+		return nil
+	}
+	c.replays.Add(1)
+	c.mu.Unlock()
+	go c.replay(rctx, sub) // owned: teardown waits on c.replays
+	return nil
+}
+
+// add records sub on the connection, within MaxSubscriptions.
+func (c *client) add(sub *subscription) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return errors.New("connection is closing")
+	case c.subs[sub.conversation] != nil:
+		return fmt.Errorf("already subscribed to %q", sub.conversation)
+	case len(c.subs) >= c.gw.cfg.MaxSubscriptions:
+		return fmt.Errorf("too many subscriptions: at most %d per connection", c.gw.cfg.MaxSubscriptions)
+	}
+	c.subs[sub.conversation] = sub
+	return nil
+}
+
+// forget drops sub from the connection's subscriptions (if it is still
+// there) and from the hub.
+func (c *client) forget(sub *subscription) {
+	c.mu.Lock()
+	if c.subs[sub.conversation] == sub {
+		delete(c.subs, sub.conversation)
+	}
+	c.mu.Unlock()
+	c.hub.remove(sub)
+}
+
+// abandon releases a subscription whose replay never started.
+func (c *client) abandon(sub *subscription) {
+	if sub.cancel != nil {
+		sub.cancel()
+		close(sub.stopped)
+	}
+}
+
+// unsubscribe ends the subscription to conversation. When it returns, no
+// further frame of that subscription can be queued, so a new subscription
+// to the same conversation starts clean.
+func (c *client) unsubscribe(conversation string) error {
+	c.mu.Lock()
+	sub := c.subs[conversation]
+	delete(c.subs, conversation)
+	c.mu.Unlock()
+	if sub == nil {
+		return fmt.Errorf("not subscribed to %q", conversation)
+	}
+	c.hub.remove(sub)
+	if sub.cancel != nil {
+		sub.cancel()
+		<-sub.stopped
+	}
+	return nil
+}
+
+// replay runs the replay of sub and, on failure, ends the subscription with
+// an error frame.
+func (c *client) replay(ctx context.Context, sub *subscription) {
+	defer c.replays.Done()
+	defer close(sub.stopped)
+	defer sub.cancel()
+	err := c.gw.replay(ctx, c, sub)
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	c.forget(sub)
+	code, msg := codeUnavailable, "replay failed; subscribe again"
+	if errors.Is(err, errCursorExpired) {
+		code, msg = codeCursorExpired, "since: cursor is older than the retained stream"
+	} else {
+		c.log.Warn("replay failed", "conversation", sub.conversation, "err", err)
+	}
+	c.send(ctx, errorFrame(code, msg))
+}

@@ -1,0 +1,55 @@
+package pushgw
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		cfg     Config
+		wantErr []string
+	}{
+		{"Brokers alone are a valid config.", Config{Brokers: []string{"k:9092"}}, nil},
+		{"A config without brokers is refused.", Config{}, []string{"brokers"}},
+		{"An empty broker address is refused.", Config{Brokers: []string{""}}, []string{"brokers[0]"}},
+		{"Negative sizes are all reported.", Config{Brokers: []string{"k"}, QueueSize: -1, MaxSubscriptions: -1, ReplayConcurrency: -1, ReplayBuffer: -1},
+			[]string{"queue size", "max subscriptions", "replay concurrency", "replay buffer"}},
+		{"Negative durations are reported.", Config{Brokers: []string{"k"}, WriteTimeout: -time.Second}, []string{"write timeout"}},
+		{"A ping interval not shorter than the pong wait is refused.", Config{Brokers: []string{"k"}, PingInterval: time.Minute, PongWait: time.Minute},
+			[]string{"ping interval"}},
+		{"A default ping interval above a short pong wait is refused.", Config{Brokers: []string{"k"}, PongWait: time.Second}, []string{"ping interval"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.cfg.Validate()
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate() = nil, want errors about %v", tt.wantErr)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Validate() = %v, missing %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	c := Config{Brokers: []string{"k"}}.withDefaults()
+	if c.Topic != "turnpike.stream" || c.QueueSize != 1024 || c.MaxSubscriptions != 100 || c.PingInterval != 25*time.Second ||
+		c.PongWait != time.Minute || c.WriteTimeout != 10*time.Second || c.ReplayConcurrency != 64 || c.ReplayBuffer != 4096 {
+		t.Fatalf("defaults = %+v", c)
+	}
+}

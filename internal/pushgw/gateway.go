@@ -1,0 +1,206 @@
+package pushgw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/server"
+	"github.com/turnpike-dev/turnpike/internal/topic"
+)
+
+// kafkaTimeout bounds each metadata and list-offsets request.
+const kafkaTimeout = 10 * time.Second
+
+// Gateway is the WebSocket push gateway: it serves GET /v1/stream upgrades
+// and, while Run runs, streams the stream topic's events to subscribers.
+type Gateway struct {
+	cfg            Config
+	verifier       *auth.Verifier
+	log            *slog.Logger
+	metrics        *metrics
+	transport      *kafka.Transport
+	kafka          *kafka.Client
+	upgrader       websocket.Upgrader
+	replaySlots    chan struct{} // ReplayConcurrency tokens
+	running        atomic.Bool   // Run was called
+	failingReaders atomic.Int32  // live readers whose last fetch failed
+
+	mu sync.Mutex
+	// Guarded by mu.
+	hub     *hub            // nil until the live readers have their start positions
+	ctx     context.Context // Run's context for clients; set with hub
+	closing bool            // Run is shutting down: no new clients
+	clients sync.WaitGroup  // Add only under mu while hub != nil && !closing
+}
+
+// New returns a gateway for cfg. Tokens are checked by v; metrics are
+// registered on reg (nil: not registered); log may be nil (discard).
+func New(cfg Config, v *auth.Verifier, reg prometheus.Registerer, log *slog.Logger) (*Gateway, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("push gateway config: %w", err)
+	}
+	if v == nil {
+		return nil, errors.New("push gateway: no token verifier")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("push gateway: %w", err)
+	}
+	tr := &kafka.Transport{}
+	g := &Gateway{
+		cfg:         cfg,
+		verifier:    v,
+		log:         log,
+		metrics:     m,
+		transport:   tr,
+		kafka:       &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: kafkaTimeout, Transport: tr},
+		replaySlots: make(chan struct{}, cfg.ReplayConcurrency),
+	}
+	g.upgrader = websocket.Upgrader{
+		HandshakeTimeout: cfg.WriteTimeout,
+		ReadBufferSize:   4 << 10,
+		WriteBufferSize:  4 << 10,
+		WriteBufferPool:  &sync.Pool{},
+		// Tokens, not cookies, authenticate, so a foreign page gains nothing
+		// by connecting. An origin allow-list comes with a later issue.
+		CheckOrigin: func(*http.Request) bool { return true },
+		Error: func(w http.ResponseWriter, _ *http.Request, status int, reason error) {
+			code := server.CodeInvalidArgument
+			if status >= 500 {
+				code = server.CodeInternal
+			}
+			server.WriteError(w, status, code, reason.Error(), 0)
+		},
+	}
+	return g, nil
+}
+
+// Run starts one live reader per partition of the stream topic, each at the
+// partition's end offset as Run found it, and dispatches their records to
+// subscribers until ctx ends. It then closes every client with 1001 and
+// returns nil once all its goroutines (readers, clients, replays) are done.
+// Run retries while Kafka or the topic is unreachable at start, and live
+// readers retry failed fetches; Run returns an error only if a live reader
+// cannot be created or stops for good. Run may be called once.
+func (g *Gateway) Run(ctx context.Context) error {
+	if !g.running.CompareAndSwap(false, true) {
+		return errors.New("push gateway: Run called twice")
+	}
+	defer g.transport.CloseIdleConnections()
+	defer func() {
+		g.mu.Lock()
+		g.closing = true
+		g.mu.Unlock()
+	}()
+	starts, err := g.awaitStartPositions(ctx)
+	if err != nil { // only when ctx ended
+		return nil
+	}
+	readers := make(map[int]*kafka.Reader, len(starts))
+	for p, off := range starts {
+		r, err := g.newLiveReader(p, off)
+		if err != nil {
+			for _, r := range readers {
+				r.Close()
+			}
+			return fmt.Errorf("push gateway: %w", err)
+		}
+		readers[p] = r
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	h := newHub(starts, g.cfg.ReplayBuffer, g.metrics, g.log)
+	g.mu.Lock()
+	g.hub, g.ctx = h, runCtx
+	g.mu.Unlock()
+	g.log.Info("push gateway ready", "topic", g.cfg.Topic, "partitions", len(starts))
+
+	var running sync.WaitGroup
+	errc := make(chan error, len(readers))
+	for p, r := range readers {
+		running.Go(func() {
+			if err := g.readLive(runCtx, h, p, r); err != nil {
+				errc <- err
+				stop()
+			}
+		})
+	}
+	<-runCtx.Done()
+	g.mu.Lock()
+	g.closing = true
+	g.mu.Unlock()
+	running.Wait()
+	g.clients.Wait()
+	close(errc)
+	var errs []error
+	for err := range errc {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("push gateway: %w", err)
+	}
+	return nil
+}
+
+// Ready reports whether the gateway serves: its live readers have their
+// start positions and Kafka answers. For /readyz.
+func (g *Gateway) Ready(ctx context.Context) error {
+	g.mu.Lock()
+	ready := g.hub != nil && !g.closing
+	g.mu.Unlock()
+	if !ready {
+		return errors.New("push gateway: not running")
+	}
+	if n := g.failingReaders.Load(); n > 0 {
+		return fmt.Errorf("push gateway: %d live readers failing", n)
+	}
+	return topic.Ping(ctx, g.cfg.Brokers)
+}
+
+// ServeHTTP upgrades GET /v1/stream. Without a valid bearer token (header or
+// ?access_token=) it answers 401 without upgrading; before Run has the live
+// start positions, or while it shuts down, 503.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p, err := g.verifier.Verify(auth.BearerToken(r, true))
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		server.WriteError(w, http.StatusUnauthorized, server.CodeUnauthenticated, "missing, invalid or expired bearer token", 0)
+		return
+	}
+	g.mu.Lock()
+	h, ctx := g.hub, g.ctx
+	ok := h != nil && !g.closing
+	if ok {
+		g.clients.Add(1)
+	}
+	g.mu.Unlock()
+	if !ok {
+		server.WriteError(w, http.StatusServiceUnavailable, server.CodeUnavailable, "push gateway is not running", time.Second)
+		return
+	}
+	conn, err := g.upgrader.Upgrade(w, r, nil)
+	if err != nil { // the upgrader has answered
+		g.clients.Done()
+		return
+	}
+	c := newClient(g, h, conn, p)
+	go func() { // owned: Run waits on g.clients
+		defer g.clients.Done()
+		c.serve(ctx)
+	}()
+}

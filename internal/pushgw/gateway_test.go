@@ -1,0 +1,922 @@
+package pushgw
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+const (
+	testSecret     = "pushgw-test-secret-0123456789abcdef"
+	testPartitions = 4
+)
+
+// fixture is a stream topic on a test broker, a producer, and (after start)
+// a running gateway behind an httptest server.
+type fixture struct {
+	t       *testing.T
+	brokers []string
+	topic   string
+	writer  *kafka.Writer
+
+	gw     *Gateway
+	reg    *prometheus.Registry
+	srv    *httptest.Server
+	url    string
+	stop   context.CancelFunc
+	runErr chan error
+}
+
+func newFixture(t *testing.T, ctx context.Context) *fixture {
+	t.Helper()
+	f := &fixture{t: t, brokers: testenv.Kafka(t), topic: testenv.Name(t, "stream")}
+	if err := topic.Ensure(ctx, f.brokers, testPartitions, f.topic); err != nil {
+		t.Fatalf("ensure topic: %v", err)
+	}
+	tr := &kafka.Transport{}
+	f.writer = &kafka.Writer{
+		Addr:         kafka.TCP(f.brokers...),
+		Topic:        f.topic,
+		Balancer:     kafka.Murmur2Balancer{},
+		BatchTimeout: time.Millisecond,
+		RequiredAcks: kafka.RequireAll,
+		Transport:    tr,
+	}
+	t.Cleanup(func() {
+		_ = f.writer.Close()
+		tr.CloseIdleConnections()
+	})
+	return f
+}
+
+// start runs a gateway on the fixture's topic; mod adjusts its config and
+// wrap (optional) the httptest listener.
+func (f *fixture) start(ctx context.Context, mod func(*Config), wrap func(net.Listener) net.Listener) {
+	t := f.t
+	t.Helper()
+	cfg := Config{Brokers: f.brokers, Topic: f.topic}
+	if mod != nil {
+		mod(&cfg)
+	}
+	v, err := auth.NewVerifier(testSecret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.reg = prometheus.NewRegistry()
+	level := slog.LevelWarn
+	if testing.Verbose() {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	f.gw, err = New(cfg, v, f.reg, log)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	f.stop = stop
+	f.runErr = make(chan error, 1)
+	go func() { f.runErr <- f.gw.Run(runCtx) }()
+	f.srv = httptest.NewUnstartedServer(f.gw)
+	if wrap != nil {
+		f.srv.Listener = wrap(f.srv.Listener)
+	}
+	f.srv.Start()
+	f.url = "ws" + strings.TrimPrefix(f.srv.URL, "http") + "/v1/stream"
+	t.Cleanup(func() {
+		f.stop()
+		select {
+		case err := <-f.runErr:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("Run did not return within 30s of its context ending")
+		}
+		f.srv.Close()
+	})
+	for {
+		if err := f.gw.Ready(ctx); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("gateway not ready: %v", ctx.Err())
+		case err := <-f.runErr:
+			f.runErr <- err
+			t.Fatalf("Run returned early: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func token(t testing.TB, tenant, user string) string {
+	t.Helper()
+	tok, err := auth.Mint(testSecret, tenant, user, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// event is a token event of a test run: request req, seq n.
+func event(conv, req string, n int) []byte {
+	return events.MarshalEvent(&events.TokenEvent{
+		Meta:  events.Meta{Conversation: conv, RequestID: req, RunID: req + "-run", Seq: int64(n), TS: time.Now().UnixNano()},
+		Delta: fmt.Sprintf("w%d ", n), Agent: "echo", Role: "assistant",
+	})
+}
+
+// produce writes events seq from..to of id (request id req) in order.
+func (f *fixture) produce(ctx context.Context, id events.Identity, req string, from, to int) {
+	f.t.Helper()
+	var msgs []kafka.Message
+	for n := from; n <= to; n++ {
+		msgs = append(msgs, kafka.Message{Key: []byte(id.Key()), Value: event(id.Conversation, req, n)})
+	}
+	if err := f.writer.WriteMessages(ctx, msgs...); err != nil {
+		f.t.Errorf("produce: %v", err)
+	}
+}
+
+// partitionOf is the partition the producer writes id to.
+func partitionOf(id events.Identity) int {
+	ids := make([]int, testPartitions)
+	for i := range ids {
+		ids[i] = i
+	}
+	return kafka.Murmur2Balancer{}.Balance(kafka.Message{Key: []byte(id.Key())}, ids...)
+}
+
+// wsClient is a test WebSocket client.
+type wsClient struct {
+	t    *testing.T
+	conn *websocket.Conn
+}
+
+// frame is any server frame.
+type frame struct {
+	Type         string `json:"type"`
+	Code         string `json:"code"`
+	Message      string `json:"message"`
+	Conversation string `json:"conversation"`
+	RequestID    string `json:"request_id"`
+	Seq          int    `json:"seq"`
+	Cursor       string `json:"cursor"`
+}
+
+func (f *fixture) dial(ctx context.Context, tok string) *wsClient {
+	f.t.Helper()
+	conn, resp, err := websocket.DefaultDialer.DialContext(ctx, f.url, http.Header{"Authorization": {"Bearer " + tok}})
+	if err != nil {
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		f.t.Fatalf("dial: %v (HTTP %d)", err, status)
+	}
+	f.t.Cleanup(func() { _ = conn.Close() })
+	return &wsClient{t: f.t, conn: conn}
+}
+
+func (c *wsClient) send(s string) {
+	c.t.Helper()
+	_ = c.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if err := c.conn.WriteMessage(websocket.TextMessage, []byte(s)); err != nil {
+		c.t.Fatalf("send %s: %v", s, err)
+	}
+}
+
+func (c *wsClient) subscribe(conv, since string) {
+	c.t.Helper()
+	if since == "" {
+		c.send(fmt.Sprintf(`{"op":"subscribe","conversation":%q}`, conv))
+		return
+	}
+	c.send(fmt.Sprintf(`{"op":"subscribe","conversation":%q,"since":%q}`, conv, since))
+}
+
+// read returns the next frame or the read error. Event frames must decode
+// strictly, cursor included.
+func (c *wsClient) read(ctx context.Context) (frame, error) {
+	c.t.Helper()
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(20 * time.Second)
+	}
+	_ = c.conn.SetReadDeadline(dl)
+	typ, data, err := c.conn.ReadMessage()
+	if err != nil {
+		return frame{}, err
+	}
+	if typ != websocket.TextMessage {
+		c.t.Errorf("got a frame of type %d, want text", typ)
+	}
+	var fr frame
+	if err := json.Unmarshal(data, &fr); err != nil {
+		c.t.Fatalf("frame %q is not JSON: %v", data, err)
+	}
+	if fr.Cursor != "" || fr.Seq != 0 {
+		if _, err := events.DecodeEvent(data); err != nil {
+			c.t.Errorf("event frame %s does not decode: %v", data, err)
+		}
+		if _, _, err := ParseCursor(fr.Cursor); err != nil {
+			c.t.Errorf("event frame %s: %v", data, err)
+		}
+	}
+	return fr, nil
+}
+
+func (c *wsClient) next(ctx context.Context) frame {
+	c.t.Helper()
+	fr, err := c.read(ctx)
+	if err != nil {
+		c.t.Fatalf("read: %v", err)
+	}
+	return fr
+}
+
+func (c *wsClient) expect(ctx context.Context, typ string) frame {
+	c.t.Helper()
+	fr := c.next(ctx)
+	if fr.Type != typ {
+		c.t.Fatalf("got frame %+v, want type %q", fr, typ)
+	}
+	return fr
+}
+
+// events reads n event frames.
+func (c *wsClient) events(ctx context.Context, n int) []frame {
+	c.t.Helper()
+	out := make([]frame, 0, n)
+	for len(out) < n {
+		fr := c.next(ctx)
+		if fr.Cursor == "" {
+			c.t.Fatalf("got frame %+v, want an event (after %d of %d)", fr, len(out), n)
+		}
+		out = append(out, fr)
+	}
+	return out
+}
+
+// closeCode reads until the connection closes and returns its close code.
+func (c *wsClient) closeCode(ctx context.Context) int {
+	c.t.Helper()
+	for {
+		_, err := c.read(ctx)
+		if err == nil {
+			continue
+		}
+		var ce *websocket.CloseError
+		if errors.As(err, &ce) {
+			return ce.Code
+		}
+		c.t.Fatalf("read ended with %v, want a close frame", err)
+	}
+}
+
+// checkSeqs fails unless frames are events of req with seqs from..to in order.
+func checkSeqs(t *testing.T, frames []frame, req string, from, to int) {
+	t.Helper()
+	if len(frames) != to-from+1 {
+		t.Fatalf("got %d events, want %d (seq %d..%d)", len(frames), to-from+1, from, to)
+	}
+	for i, fr := range frames {
+		if fr.RequestID != req || fr.Seq != from+i {
+			t.Fatalf("event %d = %s seq %d, want %s seq %d", i, fr.RequestID, fr.Seq, req, from+i)
+		}
+	}
+}
+
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		if g := m.GetGauge(); g != nil {
+			return g.GetValue()
+		}
+		return m.GetCounter().GetValue()
+	}
+	t.Fatalf("metric %s not registered", name)
+	return 0
+}
+
+func TestLiveSubscriptionReceivesLaterEventsInOrderWithCursors(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	conv := testenv.Name(t, "c")
+	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	f.produce(ctx, id, "old", 1, 3) // before the gateway starts: never delivered live
+	f.start(ctx, nil, nil)
+
+	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
+	c.subscribe(conv, "")
+	if fr := c.expect(ctx, "subscribed"); fr.Conversation != conv {
+		t.Fatalf("subscribed to %q, want %q", fr.Conversation, conv)
+	}
+	f.produce(ctx, id, "new", 1, 10)
+	bad := []kafka.Message{
+		{Key: []byte(id.Key()), Value: []byte("not json")},
+		{Key: []byte(id.Key()), Value: []byte("{}")},
+		{Key: []byte("not-a-key"), Value: event(conv, "new", 99)},
+	}
+	if err := f.writer.WriteMessages(ctx, bad...); err != nil {
+		t.Fatal(err)
+	}
+	f.produce(ctx, id, "new", 11, 20)
+	got := c.events(ctx, 20)
+	checkSeqs(t, got, "new", 1, 20)
+	if n := metricValue(t, f.reg, "turnpike_pushgw_bad_records_total"); n < 2 {
+		t.Errorf("bad_records_total = %v, want at least the 2 bad records of this partition", n)
+	}
+	wantPartition := partitionOf(id)
+	prev := int64(-1)
+	for _, fr := range got {
+		p, o, err := ParseCursor(fr.Cursor)
+		if err != nil || p != wantPartition || o <= prev {
+			t.Fatalf("cursor %q: partition %d offset %d (%v); want partition %d, offset above %d", fr.Cursor, p, o, err, wantPartition, prev)
+		}
+		prev = o
+	}
+	if n := metricValue(t, f.reg, "turnpike_pushgw_events_out_total"); n < 20 {
+		t.Errorf("events_out_total = %v, want >= 20", n)
+	}
+	if n := metricValue(t, f.reg, "turnpike_pushgw_subscriptions"); n != 1 {
+		t.Errorf("subscriptions = %v, want 1", n)
+	}
+}
+
+func TestSinceEarliestReplaysRetainedEventsThenGoesLive(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	conv := testenv.Name(t, "c")
+	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	other := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv + "-other"}
+	f.produce(ctx, id, "r1", 1, 10)
+	f.produce(ctx, other, "x", 1, 5)
+	f.start(ctx, nil, nil)
+	f.produce(ctx, id, "r1", 11, 15) // after start, before subscribing: live or replayed, never both
+
+	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
+	c.subscribe(conv, "earliest")
+	c.expect(ctx, "subscribed")
+	checkSeqs(t, c.events(ctx, 15), "r1", 1, 15)
+	f.produce(ctx, id, "r1", 16, 25)
+	checkSeqs(t, c.events(ctx, 10), "r1", 16, 25)
+	if n := metricValue(t, f.reg, "turnpike_pushgw_replays_total"); n != 1 {
+		t.Errorf("replays_total = %v, want 1", n)
+	}
+}
+
+// TestSinceCursorHandsOverWithoutGapOrDuplicate resumes from random cursors
+// while a producer keeps writing, so replays overlap live traffic.
+func TestSinceCursorHandsOverWithoutGapOrDuplicate(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 50*time.Second)
+	f := newFixture(t, ctx)
+	conv := testenv.Name(t, "c")
+	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	noise := events.Identity{Tenant: auth.DefaultTenant, User: "bob", Conversation: conv}
+	const before, total, cuts = 50, 250, 6
+	f.produce(ctx, id, "r", 1, before)
+	f.produce(ctx, noise, "noise", 1, before)
+	f.start(ctx, func(c *Config) { c.ReplayConcurrency = 2 }, nil)
+	tok := token(t, auth.DefaultTenant, "alice")
+
+	// The watcher sees every event and publishes its cursor.
+	var mu sync.Mutex
+	cursors := []string{""} // cursors[seq]
+	seen := make(chan struct{}, 1)
+	watcher := f.dial(ctx, tok)
+	watcher.subscribe(conv, "earliest")
+	watcher.expect(ctx, "subscribed")
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for n := 1; n <= total; n++ {
+			fr, err := watcher.read(ctx)
+			if err != nil || fr.Seq != n {
+				t.Errorf("watcher: frame %+v, %v; want seq %d", fr, err, n)
+				return
+			}
+			mu.Lock()
+			cursors = append(cursors, fr.Cursor)
+			mu.Unlock()
+			select {
+			case seen <- struct{}{}:
+			default:
+			}
+		}
+	})
+	wg.Go(func() {
+		for n := before + 1; n <= total; n++ {
+			f.produce(ctx, id, "r", n, n)
+			if n%3 == 0 {
+				f.produce(ctx, noise, "noise", n, n)
+			}
+		}
+	})
+	for i := range cuts {
+		select {
+		case <-seen:
+		case <-ctx.Done():
+			t.Fatalf("the watcher stopped seeing events: %v", ctx.Err())
+		}
+		time.Sleep(time.Duration(i*7%23) * time.Millisecond)
+		mu.Lock()
+		k := len(cursors) - 1 // the newest cursor: the replay range is empty or tiny
+		if i%2 == 0 {
+			k = 1 + int(time.Now().UnixNano()%int64(k)) // a random earlier one
+		}
+		cursor := cursors[k]
+		mu.Unlock()
+		wg.Go(func() {
+			c := f.dial(ctx, tok)
+			c.subscribe(conv, cursor)
+			if fr, err := c.read(ctx); err != nil || fr.Type != "subscribed" {
+				t.Errorf("cut %d: frame %+v, %v; want subscribed", k, fr, err)
+				return
+			}
+			for want := k + 1; want <= total; want++ {
+				fr, err := c.read(ctx)
+				if err != nil || fr.RequestID != "r" || fr.Seq != want {
+					t.Errorf("resumed after seq %d: got %+v, %v; want seq %d", k, fr, err, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestIdentitiesAreIsolated(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	// A conversation name whose alice and bob keys share a partition, so
+	// bob's cursors are valid positions for alice's conversation too.
+	base := testenv.Name(t, "c")
+	var conv string
+	for i := 0; ; i++ {
+		conv = fmt.Sprintf("%s-%d", base, i)
+		if partitionOf(events.Identity{Tenant: "t1", User: "alice", Conversation: conv}) ==
+			partitionOf(events.Identity{Tenant: "t1", User: "bob", Conversation: conv}) {
+			break
+		}
+	}
+	alice := events.Identity{Tenant: "t1", User: "alice", Conversation: conv}
+	bob := events.Identity{Tenant: "t1", User: "bob", Conversation: conv}
+	otherTenant := events.Identity{Tenant: "t2", User: "alice", Conversation: conv}
+	f.start(ctx, nil, nil)
+	f.produce(ctx, bob, "bob", 1, 5)
+	f.produce(ctx, otherTenant, "t2", 1, 5)
+	f.produce(ctx, alice, "alice", 1, 5)
+
+	bc := f.dial(ctx, token(t, "t1", "bob"))
+	bc.subscribe(conv, "earliest")
+	bc.expect(ctx, "subscribed")
+	bobEvents := bc.events(ctx, 5)
+	checkSeqs(t, bobEvents, "bob", 1, 5)
+
+	ac := f.dial(ctx, token(t, "t1", "alice"))
+	for _, bad := range []string{"t1/bob/" + conv, "../bob", "bob/" + conv} {
+		ac.subscribe(bad, "")
+		if fr := ac.expect(ctx, "error"); fr.Code != "invalid_argument" {
+			t.Fatalf("subscribing to %q: code %q, want invalid_argument", bad, fr.Code)
+		}
+	}
+	ac.subscribe(conv, "earliest")
+	ac.expect(ctx, "subscribed")
+	checkSeqs(t, ac.events(ctx, 5), "alice", 1, 5)
+
+	// Alice resumes from bob's first cursor: a valid position, but only her
+	// own records after it come back.
+	ac2 := f.dial(ctx, token(t, "t1", "alice"))
+	ac2.subscribe(conv, bobEvents[0].Cursor)
+	ac2.expect(ctx, "subscribed")
+
+	f.produce(ctx, bob, "bob", 6, 10)
+	f.produce(ctx, otherTenant, "t2", 6, 10)
+	f.produce(ctx, alice, "alice", 6, 10)
+	checkSeqs(t, ac.events(ctx, 5), "alice", 6, 10)
+	checkSeqs(t, ac2.events(ctx, 10), "alice", 1, 10)
+	checkSeqs(t, bc.events(ctx, 5), "bob", 6, 10)
+	// Nothing else arrives: a ping is answered next.
+	for _, c := range []*wsClient{ac, ac2} {
+		c.send(`{"op":"ping"}`)
+		c.expect(ctx, "pong")
+	}
+}
+
+func TestBadFramesGetAnErrorFrameAndTheConnectionStaysOpen(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	f.start(ctx, func(c *Config) { c.MaxSubscriptions = 2 }, nil)
+	conv := testenv.Name(t, "c")
+	p := partitionOf(events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv})
+	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
+
+	ping := func() {
+		t.Helper()
+		c.send(`{"op":"ping"}`)
+		c.expect(ctx, "pong")
+	}
+	tests := []struct {
+		name  string
+		frame string
+		code  string
+	}{
+		{"Invalid JSON is refused.", `{"op":`, "invalid_argument"},
+		{"A JSON array is refused.", `["ping"]`, "invalid_argument"},
+		{"An unknown op is refused.", `{"op":"teleport"}`, "invalid_argument"},
+		{"An unknown field is refused.", `{"op":"ping","please":"yes"}`, "invalid_argument"},
+		{"A conversation breaking the ID rule is refused.", `{"op":"subscribe","conversation":"a b"}`, "invalid_argument"},
+		{"A conversation of another user is refused.", `{"op":"subscribe","conversation":"default/bob/c"}`, "invalid_argument"},
+		{"A malformed cursor is refused.", `{"op":"subscribe","conversation":"` + conv + `","since":"yesterday"}`, "invalid_argument"},
+		{"A cursor of another partition is refused.",
+			`{"op":"subscribe","conversation":"` + conv + `","since":"` + FormatCursor((p+1)%testPartitions, 0) + `"}`, "invalid_argument"},
+		{"A cursor beyond the live position is refused.",
+			`{"op":"subscribe","conversation":"` + conv + `","since":"` + FormatCursor(p, 1000) + `"}`, "invalid_argument"},
+		{"Unsubscribing from a conversation not subscribed is refused.", `{"op":"unsubscribe","conversation":"` + conv + `"}`, "invalid_argument"},
+	}
+	for _, tt := range tests {
+		c.send(tt.frame)
+		fr := c.expect(ctx, "error")
+		if fr.Code != tt.code || fr.Message == "" {
+			t.Errorf("%s: got %+v, want code %s with a message", tt.name, fr, tt.code)
+		}
+		ping()
+	}
+
+	if err := c.conn.WriteMessage(websocket.BinaryMessage, []byte(`{"op":"ping"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if fr := c.expect(ctx, "error"); fr.Code != "invalid_argument" {
+		t.Errorf("binary frame: got %+v", fr)
+	}
+	// Exactly 64 KiB is a frame like any other (here invalid JSON).
+	c.send(strings.Repeat(" ", MaxFrameBytes))
+	c.expect(ctx, "error")
+	ping()
+
+	c.subscribe(conv, "")
+	c.expect(ctx, "subscribed")
+	c.subscribe(conv, "")
+	if fr := c.expect(ctx, "error"); !strings.Contains(fr.Message, "already subscribed") {
+		t.Errorf("a second subscription to one conversation: got %+v", fr)
+	}
+	c.subscribe(conv+"-2", "earliest")
+	c.expect(ctx, "subscribed")
+	c.subscribe(conv+"-3", "")
+	if fr := c.expect(ctx, "error"); !strings.Contains(fr.Message, "too many") {
+		t.Errorf("a third subscription with MaxSubscriptions 2: got %+v", fr)
+	}
+	c.send(`{"op":"unsubscribe","conversation":"` + conv + `"}`)
+	c.subscribe(conv+"-3", "")
+	c.expect(ctx, "subscribed")
+	ping()
+}
+
+func TestUpgradeNeedsAValidToken(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	f.start(ctx, nil, nil)
+	good := token(t, auth.DefaultTenant, "alice")
+	forged, err := auth.Mint(strings.Repeat("x", 40), auth.DefaultTenant, "alice", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, err := auth.Mint(testSecret, auth.DefaultTenant, "alice", time.Minute, time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		header http.Header
+		query  string
+		ok     bool
+	}{
+		{"A valid bearer header upgrades.", http.Header{"Authorization": {"Bearer " + good}}, "", true},
+		{"A valid access_token query parameter upgrades.", nil, "?access_token=" + good, true},
+		{"No token is refused.", nil, "", false},
+		{"A token signed with another secret is refused.", http.Header{"Authorization": {"Bearer " + forged}}, "", false},
+		{"An expired token is refused.", http.Header{"Authorization": {"Bearer " + expired}}, "", false},
+		{"A non-bearer scheme is refused.", http.Header{"Authorization": {"Basic " + good}}, "", false},
+		{"A garbage query token is refused.", nil, "?access_token=nope", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			conn, resp, err := websocket.DefaultDialer.DialContext(ctx, f.url+tt.query, tt.header)
+			if tt.ok {
+				if err != nil {
+					t.Fatalf("dial: %v", err)
+				}
+				defer conn.Close()
+				c := &wsClient{t: t, conn: conn}
+				c.send(`{"op":"ping"}`)
+				c.expect(ctx, "pong")
+				return
+			}
+			if err == nil {
+				conn.Close()
+				t.Fatal("upgraded without a valid token")
+			}
+			if resp == nil || resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("dial error %v, response %v; want HTTP 401", err, resp)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			var e struct {
+				Error struct{ Code, Message string } `json:"error"`
+			}
+			if err := json.Unmarshal(body, &e); err != nil || e.Error.Code != "unauthenticated" {
+				t.Fatalf("401 body %q, want the JSON error shape with code unauthenticated", body)
+			}
+		})
+	}
+}
+
+func TestServeHTTPAnswers503BeforeRun(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 10*time.Second)
+	v, err := auth.NewVerifier(testSecret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := New(Config{Brokers: []string{"127.0.0.1:1"}}, v, prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Ready(ctx); err == nil {
+		t.Error("Ready before Run = nil, want an error")
+	}
+	for _, tt := range []struct {
+		name   string
+		token  string
+		status int
+	}{
+		{"A valid token is told to retry.", token(t, auth.DefaultTenant, "alice"), http.StatusServiceUnavailable},
+		{"An invalid token is still refused.", "nope", http.StatusUnauthorized},
+	} {
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/v1/stream", nil)
+		req.Header.Set("Authorization", "Bearer "+tt.token)
+		rec := httptest.NewRecorder()
+		gw.ServeHTTP(rec, req)
+		if rec.Code != tt.status {
+			t.Errorf("%s: status %d, want %d", tt.name, rec.Code, tt.status)
+		}
+		if tt.status == http.StatusServiceUnavailable && (rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), `"unavailable"`)) {
+			t.Errorf("%s: 503 without Retry-After or code unavailable: %v %s", tt.name, rec.Header(), rec.Body)
+		}
+	}
+}
+
+func TestAFrameOver64KiBClosesWith1009(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	f.start(ctx, nil, nil)
+	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
+	c.send(`{"op":"ping"}`)
+	c.expect(ctx, "pong")
+	c.send(`{"op":"ping","x":"` + strings.Repeat("a", MaxFrameBytes) + `"}`)
+	if code := c.closeCode(ctx); code != websocket.CloseMessageTooBig {
+		t.Fatalf("close code %d, want 1009", code)
+	}
+}
+
+// smallBuffers shrinks the kernel send buffer of accepted connections, so a
+// client that does not read backs up into the gateway quickly.
+type smallBuffers struct{ net.Listener }
+
+func (l smallBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(8 << 10)
+	}
+	return c, err
+}
+
+func TestASlowClientIsClosedWith4008WhileOthersGetEveryEvent(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 40*time.Second)
+	f := newFixture(t, ctx)
+	f.start(ctx, func(c *Config) { c.QueueSize = 16 }, func(l net.Listener) net.Listener { return smallBuffers{l} })
+	conv := testenv.Name(t, "c")
+	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	tok := token(t, auth.DefaultTenant, "alice")
+
+	d := websocket.Dialer{NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetReadBuffer(4 << 10)
+		}
+		return c, err
+	}}
+	slowConn, _, err := d.DialContext(ctx, f.url, http.Header{"Authorization": {"Bearer " + tok}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slowConn.Close()
+	slow := &wsClient{t: t, conn: slowConn}
+	slow.subscribe(conv, "")
+	fast := f.dial(ctx, tok)
+	fast.subscribe(conv, "")
+	fast.expect(ctx, "subscribed")
+
+	// 300 events of ~2 KiB, one produce call each, so the fast client
+	// never faces a burst bigger than its queue.
+	const total = 300
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for n := 1; n <= total; n++ {
+			v := events.MarshalEvent(&events.TokenEvent{Meta: events.Meta{Conversation: conv, RequestID: "r", RunID: "u", Seq: int64(n), TS: 1},
+				Delta: strings.Repeat("x", 2<<10), Agent: "echo", Role: "assistant"})
+			if err := f.writer.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v}); err != nil {
+				t.Errorf("produce: %v", err)
+				return
+			}
+		}
+	})
+	checkSeqs(t, fast.events(ctx, total), "r", 1, total)
+	wg.Wait()
+
+	// The slow client now reads: what it gets is a prefix, then 4008.
+	slow.expect(ctx, "subscribed")
+	n := 0
+	for {
+		fr, err := slow.read(ctx)
+		if err != nil {
+			var ce *websocket.CloseError
+			if !errors.As(err, &ce) || ce.Code != CloseSlowConsumer {
+				t.Fatalf("slow client read error %v after %d events, want close 4008", err, n)
+			}
+			break
+		}
+		n++
+		if fr.Seq != n {
+			t.Fatalf("slow client event %d has seq %d", n, fr.Seq)
+		}
+	}
+	if n >= total {
+		t.Fatalf("the slow client got all %d events; it should have been shed", n)
+	}
+	if v := metricValue(t, f.reg, "turnpike_pushgw_slow_disconnects_total"); v != 1 {
+		t.Errorf("slow_disconnects_total = %v, want 1", v)
+	}
+	fast.send(`{"op":"ping"}`)
+	fast.expect(ctx, "pong")
+}
+
+func TestRunStopClosesClientsWith1001(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	f.start(ctx, nil, nil)
+	conv := testenv.Name(t, "c")
+	a := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
+	a.subscribe(conv, "")
+	a.expect(ctx, "subscribed")
+	b := f.dial(ctx, token(t, auth.DefaultTenant, "bob"))
+	b.subscribe(conv, "earliest")
+	b.expect(ctx, "subscribed")
+
+	f.stop()
+	for _, c := range []*wsClient{a, b} {
+		if code := c.closeCode(ctx); code != websocket.CloseGoingAway {
+			t.Errorf("close code %d, want 1001", code)
+		}
+	}
+	select {
+	case err := <-f.runErr:
+		if err != nil {
+			t.Fatalf("Run = %v, want nil", err)
+		}
+		f.runErr <- nil // for the cleanup
+	case <-ctx.Done():
+		t.Fatal("Run did not return")
+	}
+	if v := metricValue(t, f.reg, "turnpike_pushgw_connections"); v != 0 {
+		t.Errorf("connections = %v after Run returned, want 0", v)
+	}
+	_, resp, err := websocket.DefaultDialer.DialContext(ctx, f.url, http.Header{"Authorization": {"Bearer " + token(t, auth.DefaultTenant, "alice")}})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("dial after Run returned: %v, %v; want HTTP 503", err, resp)
+	}
+}
+
+// deleteRecordsBefore deletes partition p's records below offset, as
+// retention would.
+func (f *fixture) deleteRecordsBefore(ctx context.Context, p int, offset int64) {
+	f.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.brokers...))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	req.TimeoutMillis = 10000
+	rt := kmsg.NewDeleteRecordsRequestTopic()
+	rt.Topic = f.topic
+	rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+	rp.Partition, rp.Offset = int32(p), offset
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		f.t.Fatalf("delete records: %v", err)
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				f.t.Fatalf("delete records: %v", err)
+			}
+		}
+	}
+}
+
+func TestACursorOlderThanTheRetainedStreamHasExpired(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	conv := testenv.Name(t, "c")
+	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	p := partitionOf(id)
+	f.produce(ctx, id, "r", 1, 10) // offsets 0..9 of a fresh partition
+	f.deleteRecordsBefore(ctx, p, 5)
+	f.start(ctx, nil, nil)
+	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
+
+	c.subscribe(conv, FormatCursor(p, 3))
+	if fr := c.expect(ctx, "error"); fr.Code != "cursor_expired" {
+		t.Fatalf("a cursor two records before the first retained one: got %+v, want cursor_expired", fr)
+	}
+	c.subscribe(conv, FormatCursor(p, 4)) // the record just before the first retained one
+	c.expect(ctx, "subscribed")
+	checkSeqs(t, c.events(ctx, 5), "r", 6, 10)
+
+	c2 := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
+	c2.subscribe(conv, "earliest")
+	c2.expect(ctx, "subscribed")
+	checkSeqs(t, c2.events(ctx, 5), "r", 6, 10)
+}
+
+func TestUnsubscribeStopsEventsAndAResubscriptionResumesCleanly(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	f.start(ctx, nil, nil)
+	conv := testenv.Name(t, "c")
+	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
+	c.subscribe(conv, "")
+	c.expect(ctx, "subscribed")
+	f.produce(ctx, id, "r", 1, 5)
+	got := c.events(ctx, 5)
+	checkSeqs(t, got, "r", 1, 5)
+
+	c.send(`{"op":"unsubscribe","conversation":"` + conv + `"}`)
+	c.send(`{"op":"ping"}`)
+	c.expect(ctx, "pong") // the unsubscribe is done
+	f.produce(ctx, id, "r", 6, 10)
+	c.send(`{"op":"ping"}`)
+	c.expect(ctx, "pong")
+
+	c.subscribe(conv, got[4].Cursor)
+	c.expect(ctx, "subscribed")
+	checkSeqs(t, c.events(ctx, 5), "r", 6, 10)
+	f.produce(ctx, id, "r", 11, 11)
+	checkSeqs(t, c.events(ctx, 1), "r", 11, 11)
+}

@@ -1,0 +1,255 @@
+package pushgw
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// fakeSink records frames; with limit > 0 it refuses (sheds) beyond limit.
+type fakeSink struct {
+	frames   [][]byte
+	limit    int
+	shed     bool
+	overflew bool
+}
+
+func (s *fakeSink) deliver(f []byte) bool {
+	if s.limit > 0 && len(s.frames) >= s.limit {
+		s.shed = true
+		return false
+	}
+	s.frames = append(s.frames, f)
+	return true
+}
+
+func (s *fakeSink) overflow() { s.overflew = true }
+
+func newTestHub(t testing.TB, starts map[int]int64, replayBuffer int) *hub {
+	t.Helper()
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newHub(starts, replayBuffer, m, slog.New(slog.DiscardHandler))
+}
+
+func testValue(seq int) []byte {
+	return events.MarshalEvent(&events.RunStartedEvent{Meta: events.Meta{Conversation: "c", RequestID: "r", RunID: "u", Seq: int64(seq), TS: 1}})
+}
+
+// seqs decodes the event frames among frames and returns their seq numbers
+// ("hello" for a subscribed frame).
+func seqs(t *testing.T, frames [][]byte) []string {
+	t.Helper()
+	var out []string
+	for _, f := range frames {
+		e, err := events.DecodeEvent(f)
+		if err != nil {
+			out = append(out, string(f))
+			continue
+		}
+		out = append(out, strconv.FormatInt(e.Header().Seq, 10))
+	}
+	return out
+}
+
+func TestHubHandsOverFromReplayToLiveWithoutGapOrDuplicate(t *testing.T) {
+	t.Parallel()
+	h := newTestHub(t, map[int]int64{0: 10}, 100)
+	key := "t/u/c"
+	sink := &fakeSink{}
+	sub := &subscription{sink: sink, key: key, conversation: "c", partition: 0, since: since{kind: sinceAfter, offset: 7}}
+	if err := h.register(sub, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if sub.liveStart != 10 {
+		t.Fatalf("liveStart = %d, want the dispatcher's next offset 10", sub.liveStart)
+	}
+	// Live records arrive while the replay runs: they are held back.
+	h.dispatch(0, 10, []byte(key), testValue(11))
+	h.dispatch(0, 11, []byte("t/u/other"), testValue(99))
+	h.dispatch(0, 12, []byte(key), testValue(13))
+	if len(sink.frames) != 0 {
+		t.Fatalf("frames reached a replaying subscription: %q", seqs(t, sink.frames))
+	}
+	// The replay's own frames (offsets 8 and 9) go first.
+	sink.frames = append(sink.frames, eventFrame(testValue(9), 0, 8), eventFrame(testValue(10), 0, 9))
+	frames, live, ok := h.takePending(sub, nil)
+	if !ok || live || len(frames) != 2 {
+		t.Fatalf("takePending = %d frames, live %v, ok %v; want the 2 held frames", len(frames), live, ok)
+	}
+	sink.frames = append(sink.frames, frames...)
+	h.dispatch(0, 13, []byte(key), testValue(14)) // arrives during the flush
+	frames, live, ok = h.takePending(sub, frames[:0])
+	if !ok || live || len(frames) != 1 {
+		t.Fatalf("second takePending = %d frames, live %v, ok %v; want 1 held frame", len(frames), live, ok)
+	}
+	sink.frames = append(sink.frames, frames...)
+	if _, live, ok = h.takePending(sub, nil); !ok || !live {
+		t.Fatalf("third takePending: live %v ok %v, want the switch to live", live, ok)
+	}
+	h.dispatch(0, 14, []byte(key), testValue(15))
+	h.dispatch(0, 14, []byte(key), testValue(15)) // a redelivered offset is not sent twice
+	want := []string{"9", "10", "11", "13", "14", "15"}
+	if got := seqs(t, sink.frames); !slices.Equal(got, want) {
+		t.Fatalf("frames = %q, want %q", got, want)
+	}
+}
+
+func TestHubLiveSubscriptionGetsHelloFirstThenOnlyItsKey(t *testing.T) {
+	t.Parallel()
+	h := newTestHub(t, map[int]int64{0: 0, 1: 0}, 100)
+	a, b := &fakeSink{}, &fakeSink{}
+	subA := &subscription{sink: a, key: "t/alice/c", conversation: "c", partition: 0}
+	subB := &subscription{sink: b, key: "t/bob/c", conversation: "c", partition: 0}
+	for _, s := range []*subscription{subA, subB} {
+		if err := h.register(s, []byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.dispatch(0, 0, []byte("t/alice/c"), testValue(1))
+	h.dispatch(0, 1, []byte("t/bob/c"), testValue(2))
+	h.dispatch(0, 2, []byte("t/alice/c/x"), testValue(3)) // bad key
+	h.dispatch(0, 3, []byte("t/alice/c"), []byte(`{}`))   // bad value
+	h.dispatch(1, 0, []byte("t/alice/c"), testValue(4))   // another partition's shard
+	h.dispatch(0, 4, []byte("T/alice/c"), testValue(5))   // another tenant
+	if got, want := seqs(t, a.frames), []string{"hello", "1"}; !slices.Equal(got, want) {
+		t.Fatalf("alice got %q, want %q", got, want)
+	}
+	if got, want := seqs(t, b.frames), []string{"hello", "2"}; !slices.Equal(got, want) {
+		t.Fatalf("bob got %q, want %q", got, want)
+	}
+	h.remove(subA)
+	h.remove(subA)
+	h.dispatch(0, 5, []byte("t/alice/c"), testValue(6))
+	if len(a.frames) != 2 {
+		t.Fatalf("a removed subscription still got frames: %q", seqs(t, a.frames))
+	}
+}
+
+func TestHubRefusesToRegisterARemovedSubscription(t *testing.T) {
+	t.Parallel()
+	h := newTestHub(t, map[int]int64{0: 0}, 10)
+	sink := &fakeSink{}
+	sub := &subscription{sink: sink, key: "t/u/c", partition: 0}
+	h.remove(sub) // a connection closing while the subscribe is on its way
+	if err := h.register(sub, []byte("hello")); err == nil {
+		t.Fatal("register after remove succeeded")
+	}
+	h.dispatch(0, 0, []byte("t/u/c"), testValue(1))
+	if len(sink.frames) != 0 || len(h.shards[0].subs) != 0 {
+		t.Fatalf("a removed subscription is indexed or got frames: %q", seqs(t, sink.frames))
+	}
+}
+
+func TestHubRefusesACursorAheadOfTheDispatcher(t *testing.T) {
+	t.Parallel()
+	h := newTestHub(t, map[int]int64{0: 5}, 100)
+	for _, tt := range []struct {
+		offset int64
+		ok     bool
+	}{{3, true}, {4, true}, {5, false}, {50, false}} {
+		sub := &subscription{sink: &fakeSink{}, key: "t/u/c" + strconv.FormatInt(tt.offset, 10), partition: 0, since: since{kind: sinceAfter, offset: tt.offset}}
+		err := h.register(sub, nil)
+		if (err == nil) != tt.ok {
+			t.Errorf("register with a cursor at %d: err = %v, want ok = %v", tt.offset, err, tt.ok)
+		}
+	}
+}
+
+func TestHubShedsAClientWhoseReplayBufferOverflows(t *testing.T) {
+	t.Parallel()
+	h := newTestHub(t, map[int]int64{0: 0}, 3)
+	sink := &fakeSink{}
+	sub := &subscription{sink: sink, key: "t/u/c", partition: 0, since: since{kind: sinceAll}}
+	if err := h.register(sub, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		h.dispatch(0, int64(i), []byte("t/u/c"), testValue(i+1))
+	}
+	if sink.overflew {
+		t.Fatal("shed at exactly ReplayBuffer frames")
+	}
+	h.dispatch(0, 3, []byte("t/u/c"), testValue(4))
+	if !sink.overflew {
+		t.Fatal("not shed beyond ReplayBuffer frames")
+	}
+	if _, _, ok := h.takePending(sub, nil); ok {
+		t.Fatal("takePending succeeded after an overflow")
+	}
+}
+
+func TestHubShedsOnlyTheClientWithAFullQueue(t *testing.T) {
+	t.Parallel()
+	h := newTestHub(t, map[int]int64{0: 0}, 10)
+	slow, fast := &fakeSink{limit: 2}, &fakeSink{}
+	for _, s := range []*fakeSink{slow, fast} {
+		if err := h.register(&subscription{sink: s, key: "t/u/c", partition: 0}, []byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		h.dispatch(0, int64(i), []byte("t/u/c"), testValue(i+1))
+	}
+	if !slow.shed || fast.shed {
+		t.Fatalf("slow shed %v, fast shed %v; want only the slow one", slow.shed, fast.shed)
+	}
+	if got, want := seqs(t, fast.frames), []string{"hello", "1", "2", "3", "4", "5"}; !slices.Equal(got, want) {
+		t.Fatalf("fast got %q, want %q", got, want)
+	}
+}
+
+// BenchmarkFanout dispatches one event to N live subscribers (real client
+// queues) and reports ns per event; allocations are per event, whatever N.
+func BenchmarkFanout(b *testing.B) {
+	for _, n := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprintf("subscribers=%d", n), func(b *testing.B) {
+			h := newTestHub(b, map[int]int64{0: 0}, 16)
+			const queue = 256
+			clients := make([]*client, n)
+			for i := range clients {
+				clients[i] = &client{queue: make(chan []byte, queue), done: make(chan struct{}), metrics: h.metrics}
+				sub := &subscription{sink: clients[i], key: "t/u/c", conversation: "c", partition: 0}
+				if err := h.register(sub, []byte("hello")); err != nil {
+					b.Fatal(err)
+				}
+			}
+			drain := func() {
+				for _, c := range clients {
+					for len(c.queue) > 0 {
+						<-c.queue
+					}
+				}
+			}
+			key := []byte("t/u/c")
+			value := events.MarshalEvent(&events.TokenEvent{Meta: events.Meta{Conversation: "c", RequestID: "r-1", RunID: "u-1", Seq: 1, TS: 1},
+				Delta: "hello ", Agent: "echo", Role: "assistant"})
+			drain()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if i%(queue-1) == queue-2 {
+					b.StopTimer()
+					drain()
+					b.StartTimer()
+				}
+				h.dispatch(0, int64(i), key, value)
+			}
+			b.StopTimer()
+			for _, c := range clients {
+				select {
+				case <-c.done:
+					b.Fatal("a subscriber was shed during the benchmark")
+				default:
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/delivery")
+		})
+	}
+}

@@ -1,0 +1,162 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Client talks to one Turnpike deployment as one identity (the token's).
+type Client struct {
+	// BaseURL is the ingest API, e.g. "http://localhost:8080".
+	BaseURL string
+	// StreamURL is the push gateway's WebSocket endpoint, e.g.
+	// "ws://localhost:8081/v1/stream".
+	StreamURL string
+	// Token is the bearer JWT.
+	Token string
+	// HTTP is the HTTP client. Default: one with a 30 s timeout.
+	HTTP *http.Client
+}
+
+// APIError is an error answer of the API: {"error":{"code","message"}}.
+type APIError struct {
+	Status     int
+	Code       string
+	Message    string
+	RetryAfter time.Duration
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("turnpike: %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// SendOptions are the optional parts of Send.
+type SendOptions struct {
+	// Strategy is enqueue (default), reject or interrupt.
+	Strategy string
+	// IdempotencyKey makes retries of the same send yield one request.
+	IdempotencyKey string
+}
+
+// Accepted is the answer to Send.
+type Accepted struct {
+	RequestID    string `json:"request_id"`
+	Conversation string `json:"conversation"`
+	Status       string `json:"status"`
+}
+
+// Send posts a user message. It returns once the request is durably queued.
+func (c *Client) Send(ctx context.Context, conversation, content string, o SendOptions) (Accepted, error) {
+	body := map[string]string{"content": content}
+	if o.Strategy != "" {
+		body["strategy"] = o.Strategy
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return Accepted{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/v1/conversations/"+url.PathEscape(conversation)+"/messages", bytes.NewReader(b))
+	if err != nil {
+		return Accepted{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if o.IdempotencyKey != "" {
+		req.Header.Set("Idempotency-Key", o.IdempotencyKey)
+	}
+	var a Accepted
+	err = c.do(req, http.StatusAccepted, &a)
+	return a, err
+}
+
+// Message is one message of a conversation's history.
+type Message struct {
+	Seq        int64     `json:"seq"`
+	Role       string    `json:"role"`
+	Content    string    `json:"content"`
+	RequestID  string    `json:"request_id"`
+	Agent      string    `json:"agent"`
+	CreatedAt  time.Time `json:"created_at"`
+	Status     string    `json:"status,omitempty"`
+	Incomplete bool      `json:"incomplete,omitempty"`
+}
+
+// HistoryPage is one page of history, oldest first.
+type HistoryPage struct {
+	Messages []Message `json:"messages"`
+	// NextBefore is the before of the next older page; nil when there is none.
+	NextBefore *int64 `json:"next_before"`
+}
+
+// History returns up to limit messages (0: the server's default) before
+// seq before (0: the newest).
+func (c *Client) History(ctx context.Context, conversation string, limit int, before int64) (HistoryPage, error) {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if before > 0 {
+		q.Set("before", strconv.FormatInt(before, 10))
+	}
+	u := c.BaseURL + "/v1/conversations/" + url.PathEscape(conversation) + "/messages"
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return HistoryPage{}, err
+	}
+	var p HistoryPage
+	err = c.do(req, http.StatusOK, &p)
+	return p, err
+}
+
+func (c *Client) httpClient() *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
+	}
+	return &http.Client{Timeout: 30 * time.Second}
+}
+
+func (c *Client) do(req *http.Request, want int, out any) error {
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return fmt.Errorf("turnpike: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("turnpike: read answer: %w", err)
+	}
+	if resp.StatusCode != want {
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		ae := &APIError{Status: resp.StatusCode}
+		if json.Unmarshal(b, &e) == nil {
+			ae.Code, ae.Message = e.Error.Code, e.Error.Message
+		}
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
+			ae.RetryAfter = time.Duration(s) * time.Second
+		}
+		return ae
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("turnpike: decode answer: %w", err)
+	}
+	return nil
+}
+
+// IsCode reports whether err is an APIError with code.
+func IsCode(err error, code string) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Code == code
+}

@@ -1,0 +1,140 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// Conn is a WebSocket connection to the push gateway.
+type Conn struct {
+	ws *websocket.Conn
+
+	wmu sync.Mutex // serialises writes
+}
+
+// Dial opens a WebSocket to the push gateway.
+func (c *Client) Dial(ctx context.Context) (*Conn, error) {
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+c.Token)
+	ws, resp, err := websocket.DefaultDialer.DialContext(ctx, c.StreamURL, h)
+	if err != nil {
+		if resp != nil {
+			return nil, fmt.Errorf("turnpike: dial %s: %s: %w", c.StreamURL, resp.Status, err)
+		}
+		return nil, fmt.Errorf("turnpike: dial %s: %w", c.StreamURL, err)
+	}
+	ws.SetReadLimit(1 << 20)
+	return &Conn{ws: ws}, nil
+}
+
+// Subscribe asks for the events of conversation: live ones when since is
+// "", every retained one with "earliest", or those after a cursor.
+func (c *Conn) Subscribe(conversation, since string) error {
+	f := map[string]string{"op": "subscribe", "conversation": conversation}
+	if since != "" {
+		f["since"] = since
+	}
+	return c.write(f)
+}
+
+// Unsubscribe stops the events of conversation.
+func (c *Conn) Unsubscribe(conversation string) error {
+	return c.write(map[string]string{"op": "unsubscribe", "conversation": conversation})
+}
+
+// Ping asks the gateway for a pong frame.
+func (c *Conn) Ping() error { return c.write(map[string]string{"op": "ping"}) }
+
+func (c *Conn) write(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	return c.ws.WriteMessage(websocket.TextMessage, b)
+}
+
+// Frame is one frame from the gateway: a stream event, or a control frame
+// (subscribed, pong, error).
+type Frame struct {
+	// Type is the frame's type: an event type, "subscribed", "pong" or "error".
+	Type string
+	// Event is set for stream events; its Header().Cursor is the resume cursor.
+	Event events.Event
+	// Conversation is set on subscribed frames.
+	Conversation string
+	// Code and Message are set on error frames.
+	Code, Message string
+	// Raw is the frame as received.
+	Raw []byte
+}
+
+// Next reads the next frame. A closed connection yields a
+// *websocket.CloseError (see CloseCode).
+func (c *Conn) Next(ctx context.Context) (Frame, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.ws.SetReadDeadline(dl)
+	} else {
+		_ = c.ws.SetReadDeadline(time.Time{})
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.ws.SetReadDeadline(time.Now()) })
+	defer stop()
+	_, b, err := c.ws.ReadMessage()
+	if err != nil {
+		if ctx.Err() != nil {
+			return Frame{}, ctx.Err()
+		}
+		return Frame{}, err
+	}
+	var head struct {
+		Type         string `json:"type"`
+		Conversation string `json:"conversation"`
+		Code         string `json:"code"`
+		Message      string `json:"message"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return Frame{}, fmt.Errorf("turnpike: bad frame: %w", err)
+	}
+	f := Frame{Type: head.Type, Raw: b}
+	switch head.Type {
+	case "subscribed", "pong":
+		f.Conversation = head.Conversation
+	case "error":
+		f.Code, f.Message = head.Code, head.Message
+	default:
+		e, err := events.DecodeEvent(b)
+		if err != nil {
+			return Frame{}, fmt.Errorf("turnpike: bad event frame: %w", err)
+		}
+		f.Event = e
+	}
+	return f, nil
+}
+
+// CloseCode returns the WebSocket close code of an error from Next, or 0.
+func CloseCode(err error) int {
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) {
+		return ce.Code
+	}
+	return 0
+}
+
+// Close closes the connection with a normal close frame.
+func (c *Conn) Close() error {
+	c.wmu.Lock()
+	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	c.wmu.Unlock()
+	return c.ws.Close()
+}

@@ -1,0 +1,429 @@
+package events_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+func testMeta() events.Meta {
+	return events.Meta{Conversation: "c1", RequestID: "r-1", RunID: "run-1", Seq: 3, TS: 1_700_000_000_123_456_789}
+}
+
+// Real examples of every event type, as workers write them to the stream
+// topic and as the push gateway sends them (with a cursor).
+var (
+	runStartedJSON   = `{"type":"run.started","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":1,"ts":1700000000123456789}`
+	tokenJSON        = `{"type":"token","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":2,"ts":1700000000123456789,"delta":"echo ","agent":"echo","role":"assistant"}`
+	noticeJSON       = `{"type":"notice","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":3,"ts":1700000000123456789,"message":"model failed: injected failure"}`
+	runCompletedJSON = `{"type":"run.completed","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":4,"ts":1700000000123456789,"status":"incomplete"}`
+	tokenCursorJSON  = `{"type":"token","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":2,"ts":1700000000123456789,"delta":"echo ","agent":"echo","role":"assistant","cursor":"0-17"}`
+)
+
+// splice replaces the first occurrence of old in s, failing loudly when the
+// test table is out of date.
+func splice(s, old, new string) string {
+	if !strings.Contains(s, old) {
+		panic(fmt.Sprintf("test table: %q not in %s", old, s))
+	}
+	return strings.Replace(s, old, new, 1)
+}
+
+func TestDecodeEventAcceptsEveryType(t *testing.T) {
+	t.Parallel()
+	meta := func(seq int64, cursor string) events.Meta {
+		return events.Meta{Conversation: "c1", RequestID: "r-1", RunID: "run-1", Seq: seq, TS: 1700000000123456789, Cursor: cursor}
+	}
+	tests := []struct {
+		name string
+		in   string
+		want events.Event
+	}{
+		{"A run.started event decodes.", runStartedJSON, &events.RunStartedEvent{Meta: meta(1, "")}},
+		{"A token event decodes.", tokenJSON, &events.TokenEvent{Meta: meta(2, ""), Delta: "echo ", Agent: "echo", Role: "assistant"}},
+		{"A notice event decodes.", noticeJSON, &events.NoticeEvent{Meta: meta(3, ""), Message: "model failed: injected failure"}},
+		{"A run.completed event decodes.", runCompletedJSON, &events.RunCompletedEvent{Meta: meta(4, ""), Status: events.StatusIncomplete}},
+		{"A token event with a cursor decodes with the cursor.", tokenCursorJSON,
+			&events.TokenEvent{Meta: meta(2, "0-17"), Delta: "echo ", Agent: "echo", Role: "assistant"}},
+		{"A run.started event with a cursor decodes with the cursor.", splice(runStartedJSON, `}`, `,"cursor":"x"}`),
+			&events.RunStartedEvent{Meta: meta(1, "x")}},
+		{"A null cursor counts as absent.", splice(runStartedJSON, `}`, `,"cursor":null}`), &events.RunStartedEvent{Meta: meta(1, "")}},
+		{"A cursor of 128 bytes is accepted.", splice(runStartedJSON, `}`, `,"cursor":"`+strings.Repeat("k", 128)+`"}`),
+			&events.RunStartedEvent{Meta: meta(1, strings.Repeat("k", 128))}},
+		{"An empty delta is accepted.", splice(tokenJSON, `"delta":"echo "`, `"delta":""`),
+			&events.TokenEvent{Meta: meta(2, ""), Delta: "", Agent: "echo", Role: "assistant"}},
+		{"An empty agent is accepted.", splice(tokenJSON, `"agent":"echo"`, `"agent":""`),
+			&events.TokenEvent{Meta: meta(2, ""), Delta: "echo ", Agent: "", Role: "assistant"}},
+		{"A delta of exactly the limit is accepted.", splice(tokenJSON, `"delta":"echo "`, `"delta":"`+strings.Repeat("d", events.MaxDeltaBytes)+`"`),
+			&events.TokenEvent{Meta: meta(2, ""), Delta: strings.Repeat("d", events.MaxDeltaBytes), Agent: "echo", Role: "assistant"}},
+		{"An empty notice message is accepted.", splice(noticeJSON, `"message":"model failed: injected failure"`, `"message":""`),
+			&events.NoticeEvent{Meta: meta(3, "")}},
+		{"Fields in another order are accepted.", `{"ts":1700000000123456789,"status":"complete","seq":4,"run_id":"run-1","request_id":"r-1","conversation":"c1","type":"run.completed"}`,
+			&events.RunCompletedEvent{Meta: meta(4, ""), Status: events.StatusComplete}},
+		{"Escaped text decodes to the unescaped text.", splice(tokenJSON, `"delta":"echo "`, `"delta":"a\"\\\/\b\f\n\r\t\u0001\u2028\ud83d\ude00é"`),
+			&events.TokenEvent{Meta: meta(2, ""), Delta: "a\"\\/\b\f\n\r\t\x01\u2028😀é", Agent: "echo", Role: "assistant"}},
+		{"The largest seq and ts are accepted.", splice(splice(runStartedJSON, `"seq":1`, `"seq":9223372036854775807`), `"ts":1700000000123456789`, `"ts":9223372036854775807`),
+			&events.RunStartedEvent{Meta: events.Meta{Conversation: "c1", RequestID: "r-1", RunID: "run-1", Seq: 1<<63 - 1, TS: 1<<63 - 1}}},
+	}
+	for _, s := range []events.Status{events.StatusComplete, events.StatusIncomplete, events.StatusCancelled,
+		events.StatusDiscarded, events.StatusRejected, events.StatusFailed} {
+		tests = append(tests, struct {
+			name string
+			in   string
+			want events.Event
+		}{fmt.Sprintf("The status %s is accepted.", s), splice(runCompletedJSON, `"incomplete"`, `"`+string(s)+`"`),
+			&events.RunCompletedEvent{Meta: meta(4, ""), Status: s}})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := events.DecodeEvent([]byte(tt.in))
+			if err != nil {
+				t.Fatalf("DecodeEvent(%s): %v", truncateForLog(tt.in), err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("DecodeEvent = %#v, want %#v", got, tt.want)
+			}
+			if got.Type() != tt.want.Type() {
+				t.Errorf("Type() = %q, want %q", got.Type(), tt.want.Type())
+			}
+		})
+	}
+}
+
+func TestDecodeEventRejectsBadEvents(t *testing.T) {
+	t.Parallel()
+	type tc struct {
+		name string
+		in   string
+	}
+	tests := []tc{
+		{"Empty input is rejected.", ""},
+		{"null is rejected.", "null"},
+		{"An array is rejected.", "[" + runStartedJSON + "]"},
+		{"A truncated event is rejected.", runStartedJSON[:len(runStartedJSON)-1]},
+		{"A second object after the event is rejected.", runStartedJSON + runStartedJSON},
+		{"Trailing text after the event is rejected.", runStartedJSON + "x"},
+		{"A missing type is rejected.", splice(runStartedJSON, `"type":"run.started",`, ``)},
+		{"An empty type is rejected.", splice(runStartedJSON, `"run.started"`, `""`)},
+		{"An unknown type is rejected.", splice(runStartedJSON, `"run.started"`, `"run.paused"`)},
+		{"A capitalised type is rejected.", splice(tokenJSON, `"token"`, `"Token"`)},
+		{"The subscribed control frame is not an event.", `{"type":"subscribed","conversation":"c1"}`},
+		{"An unknown field is rejected.", splice(runStartedJSON, `}`, `,"extra":1}`)},
+		{"A case-variant field name is rejected.", splice(runStartedJSON, `"conversation"`, `"Conversation"`)},
+		{"A duplicated field is rejected.", splice(runStartedJSON, `}`, `,"seq":1}`)},
+		{"A duplicated type that changes the type is rejected.", splice(runStartedJSON, `}`, `,"type":"token"}`)},
+		{"A missing conversation is rejected.", splice(runStartedJSON, `"conversation":"c1",`, ``)},
+		{"A conversation breaking the ID rule is rejected.", splice(runStartedJSON, `"c1"`, `"c/1"`)},
+		{"A missing request_id is rejected.", splice(runStartedJSON, `"request_id":"r-1",`, ``)},
+		{"A request_id breaking the ID rule is rejected.", splice(runStartedJSON, `"r-1"`, `"r 1"`)},
+		{"A missing run_id is rejected.", splice(runStartedJSON, `"run_id":"run-1",`, ``)},
+		{"A run_id of 129 bytes is rejected.", splice(runStartedJSON, `"run-1"`, `"`+strings.Repeat("r", 129)+`"`)},
+		{"A missing seq is rejected.", splice(runStartedJSON, `"seq":1,`, ``)},
+		{"A seq of 0 is rejected.", splice(runStartedJSON, `"seq":1`, `"seq":0`)},
+		{"A negative seq is rejected.", splice(runStartedJSON, `"seq":1`, `"seq":-1`)},
+		{"A fractional seq is rejected.", splice(runStartedJSON, `"seq":1`, `"seq":1.5`)},
+		{"A seq given as a string is rejected.", splice(runStartedJSON, `"seq":1`, `"seq":"1"`)},
+		{"A seq over int64 is rejected.", splice(runStartedJSON, `"seq":1`, `"seq":9223372036854775808`)},
+		{"A missing ts is rejected.", splice(runStartedJSON, `,"ts":1700000000123456789`, ``)},
+		{"A ts of 0 is rejected.", splice(runStartedJSON, `1700000000123456789`, `0`)},
+		{"A negative ts is rejected.", splice(runStartedJSON, `1700000000123456789`, `-5`)},
+		{"A ts in exponent form is rejected.", splice(runStartedJSON, `1700000000123456789`, `1.7e18`)},
+		{"A ts given as an RFC 3339 string is rejected.", splice(runStartedJSON, `1700000000123456789`, `"2023-11-14T22:13:20Z"`)},
+		{"An empty cursor is rejected.", splice(runStartedJSON, `}`, `,"cursor":""}`)},
+		{"A cursor of 129 bytes is rejected.", splice(runStartedJSON, `}`, `,"cursor":"`+strings.Repeat("k", 129)+`"}`)},
+		{"A numeric cursor is rejected.", splice(runStartedJSON, `}`, `,"cursor":17}`)},
+		{"run.started with a delta is rejected.", splice(runStartedJSON, `}`, `,"delta":"x"}`)},
+		{"run.started with a status is rejected.", splice(runStartedJSON, `}`, `,"status":"complete"}`)},
+		{"run.started with a message is rejected.", splice(runStartedJSON, `}`, `,"message":"x"}`)},
+		{"A token without delta is rejected.", splice(tokenJSON, `"delta":"echo ",`, ``)},
+		{"A token without agent is rejected.", splice(tokenJSON, `"agent":"echo",`, ``)},
+		{"A token without role is rejected.", splice(tokenJSON, `,"role":"assistant"`, ``)},
+		{"A token with a null delta is rejected.", splice(tokenJSON, `"echo "`, `null`)},
+		{"A token with an empty role is rejected.", splice(tokenJSON, `"assistant"`, `""`)},
+		{"A token with a role of 33 bytes is rejected.", splice(tokenJSON, `"assistant"`, `"`+strings.Repeat("r", 33)+`"`)},
+		{"A token with an agent of 257 bytes is rejected.", splice(tokenJSON, `"agent":"echo"`, `"agent":"`+strings.Repeat("a", 257)+`"`)},
+		{"A token with a delta one byte over the limit is rejected.", splice(tokenJSON, `"echo "`, `"`+strings.Repeat("d", events.MaxDeltaBytes+1)+`"`)},
+		{"A token with a message is rejected.", splice(tokenJSON, `}`, `,"message":"x"}`)},
+		{"A token with a status is rejected.", splice(tokenJSON, `}`, `,"status":"complete"}`)},
+		{"A token with a numeric delta is rejected.", splice(tokenJSON, `"echo "`, `5`)},
+		{"A token with invalid UTF-8 in the delta is rejected.", splice(tokenJSON, `"echo "`, "\"ec\xffho\"")},
+		{"A token with an unpaired surrogate in the delta is rejected.", splice(tokenJSON, `"echo "`, `"\ud83d"`)},
+		{"A notice without message is rejected.", splice(noticeJSON, `,"message":"model failed: injected failure"`, ``)},
+		{"A notice with a delta is rejected.", splice(noticeJSON, `}`, `,"delta":"x"}`)},
+		{"A notice message one byte over the limit is rejected.", splice(noticeJSON, `"model failed: injected failure"`, `"`+strings.Repeat("m", events.MaxNoticeBytes+1)+`"`)},
+		{"run.completed without status is rejected.", splice(runCompletedJSON, `,"status":"incomplete"`, ``)},
+		{"run.completed with a null status is rejected.", splice(runCompletedJSON, `"incomplete"`, `null`)},
+		{"run.completed with an unknown status is rejected.", splice(runCompletedJSON, `"incomplete"`, `"done"`)},
+		{"run.completed with a capitalised status is rejected.", splice(runCompletedJSON, `"incomplete"`, `"Complete"`)},
+		{"run.completed with an empty status is rejected.", splice(runCompletedJSON, `"incomplete"`, `""`)},
+		{"run.completed with a delta is rejected.", splice(runCompletedJSON, `}`, `,"delta":""}`)},
+		{"An event over the event size limit is rejected.", splice(runStartedJSON, `}`, strings.Repeat(" ", events.MaxEventBytes)+`}`)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := events.DecodeEvent([]byte(tt.in))
+			if err == nil {
+				t.Fatalf("DecodeEvent(%s) = %#v, want an error", truncateForLog(tt.in), got)
+			}
+			if got != nil {
+				t.Errorf("DecodeEvent returned %#v with an error, want nil", got)
+			}
+			if !errors.Is(err, events.ErrInvalid) {
+				t.Errorf("error %v does not wrap ErrInvalid", err)
+			}
+		})
+	}
+}
+
+func TestAppendEventWritesTheDocumentedShape(t *testing.T) {
+	t.Parallel()
+	meta := func(seq int64) events.Meta {
+		return events.Meta{Conversation: "c1", RequestID: "r-1", RunID: "run-1", Seq: seq, TS: 1700000000123456789}
+	}
+	tests := []struct {
+		name string
+		e    events.Event
+		want string
+	}{
+		{"run.started has only the common fields.", &events.RunStartedEvent{Meta: meta(1)}, runStartedJSON},
+		{"token carries delta, agent and role.", &events.TokenEvent{Meta: meta(2), Delta: "echo ", Agent: "echo", Role: "assistant"}, tokenJSON},
+		{"notice carries a message.", &events.NoticeEvent{Meta: meta(3), Message: "model failed: injected failure"}, noticeJSON},
+		{"run.completed carries a status.", &events.RunCompletedEvent{Meta: meta(4), Status: events.StatusIncomplete}, runCompletedJSON},
+		{"A cursor in the header is written last.", &events.TokenEvent{Meta: events.Meta{Conversation: "c1", RequestID: "r-1", RunID: "run-1",
+			Seq: 2, TS: 1700000000123456789, Cursor: "0-17"}, Delta: "echo ", Agent: "echo", Role: "assistant"}, tokenCursorJSON},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := string(events.MarshalEvent(tt.e)); got != tt.want {
+				t.Fatalf("MarshalEvent =\n%s\nwant\n%s", got, tt.want)
+			}
+			prefix := []byte("prefix:")
+			if got := string(events.AppendEvent(prefix, tt.e)); got != "prefix:"+tt.want {
+				t.Fatalf("AppendEvent did not append to dst: %s", got)
+			}
+		})
+	}
+}
+
+func TestAppendCursorStampsAnEncodedEvent(t *testing.T) {
+	t.Parallel()
+	e := &events.TokenEvent{Meta: testMeta(), Delta: "hi", Agent: "echo", Role: "assistant"}
+	value := events.MarshalEvent(e)
+	for _, cursor := range []string{"0-17", `we"ird\cursor` + "\u2028"} {
+		frame := events.AppendCursor(append([]byte(nil), value[:len(value)-1]...), cursor)
+		got, err := events.DecodeEvent(frame)
+		if err != nil {
+			t.Fatalf("DecodeEvent(%s): %v", frame, err)
+		}
+		want := *e
+		want.Cursor = cursor
+		if !reflect.DeepEqual(got, &want) {
+			t.Fatalf("stamped event = %#v, want %#v", got, &want)
+		}
+		// The stamped frame is exactly what AppendEvent writes for an
+		// event carrying that cursor, so clients see one encoding.
+		if direct := events.MarshalEvent(&want); string(direct) != string(frame) {
+			t.Errorf("AppendCursor frame %s differs from AppendEvent %s", frame, direct)
+		}
+	}
+}
+
+// texts are strings that exercise every branch of the string encoder.
+var texts = []string{
+	"",
+	"plain ascii",
+	`quote " and backslash \ and slash /`,
+	"newline\n return\r tab\t backspace\b formfeed\f",
+	"all controls: \x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f",
+	"DEL \x7f stays raw",
+	"html <script>alert('&')</script> is not escaped",
+	"line separators \u2028 and \u2029 in JavaScript",
+	"unicode: é ß 中文 😀 \U0010FFFF \uFFFD \uFEFF",
+	"invalid: \xff \xfe \xc3 \xe2\x82 \xf0\x9f\x98 \xed\xa0\x80 \xc0\xaf end",
+	"\xff",
+	"ends with a partial rune \xe2",
+}
+
+// randomText builds text that mixes every interesting kind of byte.
+func randomText(r *rand.Rand) string {
+	pieces := []string{"a", "Z", " ", `"`, `\`, "/", "\n", "\x00", "\x1f", "\x7f", "<", "&", "é", "中", "😀",
+		"\u2028", "\u2029", "\uFFFD", "\xff", "\xe2\x82", "\xed\xa0\x80", "\xf4\x90\x80\x80"}
+	var b strings.Builder
+	for n := r.IntN(40); n > 0; n-- {
+		b.WriteString(pieces[r.IntN(len(pieces))])
+	}
+	return b.String()
+}
+
+func TestAppendEventRoundTripsThroughDecodeEvent(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(1, 2))
+	inputs := append([]string(nil), texts...)
+	for range 500 {
+		inputs = append(inputs, randomText(r))
+	}
+	for i, s := range inputs {
+		want := replaceEachInvalidByte(s)
+		evs := []events.Event{
+			&events.TokenEvent{Meta: testMeta(), Delta: s, Agent: "echo", Role: "assistant"},
+			&events.NoticeEvent{Meta: testMeta(), Message: s},
+		}
+		for _, e := range evs {
+			b := events.MarshalEvent(e)
+			if !json.Valid(b) {
+				t.Fatalf("input %d: MarshalEvent wrote invalid JSON: %q", i, b)
+			}
+			got, err := events.DecodeEvent(b)
+			if err != nil {
+				t.Fatalf("input %d (%q): DecodeEvent(%q): %v", i, s, b, err)
+			}
+			var text string
+			switch g := got.(type) {
+			case *events.TokenEvent:
+				text = g.Delta
+			case *events.NoticeEvent:
+				text = g.Message
+			}
+			if text != want {
+				t.Fatalf("input %d: round trip of %q = %q, want %q", i, s, text, want)
+			}
+		}
+	}
+}
+
+// replaceEachInvalidByte replaces every byte that is not part of a valid
+// UTF-8 sequence by U+FFFD, as encoding/json does (strings.ToValidUTF8
+// would fold a run of them into one).
+func replaceEachInvalidByte(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// The hand-written encoder must agree with encoding/json: the same values,
+// and byte for byte the same strings as an Encoder without HTML escaping.
+func TestAppendEventAgreesWithEncodingJSON(t *testing.T) {
+	t.Parallel()
+	type wire struct {
+		Type         string `json:"type"`
+		Conversation string `json:"conversation"`
+		RequestID    string `json:"request_id"`
+		RunID        string `json:"run_id"`
+		Seq          int64  `json:"seq"`
+		TS           int64  `json:"ts"`
+		Delta        string `json:"delta"`
+		Agent        string `json:"agent"`
+		Role         string `json:"role"`
+		Cursor       string `json:"cursor"`
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	inputs := append([]string(nil), texts...)
+	for range 500 {
+		inputs = append(inputs, randomText(r))
+	}
+	for i, s := range inputs {
+		m := testMeta()
+		m.Seq, m.TS, m.Cursor = int64(i)+1, r.Int64(), "cur"+s
+		e := &events.TokenEvent{Meta: m, Delta: s, Agent: s, Role: s}
+		b := events.MarshalEvent(e)
+		var got wire
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("input %d: encoding/json cannot parse %q: %v", i, b, err)
+		}
+		want := replaceEachInvalidByte(s)
+		if got.Type != "token" || got.Conversation != m.Conversation || got.RequestID != m.RequestID || got.RunID != m.RunID ||
+			got.Seq != m.Seq || got.TS != m.TS || got.Delta != want || got.Agent != want || got.Role != want ||
+			got.Cursor != "cur"+want {
+			t.Fatalf("input %d: encoding/json read %+v from %q", i, got, b)
+		}
+		var std strings.Builder
+		enc := json.NewEncoder(&std)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		if wantDelta := `"delta":` + strings.TrimSuffix(std.String(), "\n") + `,`; !strings.Contains(string(b), wantDelta) {
+			t.Fatalf("input %d: AppendEvent wrote %q, encoding/json writes %s", i, b, wantDelta)
+		}
+	}
+}
+
+// Any event whose fields are within the limits, however much escaping it
+// needs, encodes within MaxEventBytes and so decodes again: the push gateway
+// forwards what workers write, and clients decode it.
+func TestMaximalEventsFitTheEventLimit(t *testing.T) {
+	t.Parallel()
+	maxMeta := events.Meta{
+		Conversation: strings.Repeat("c", events.MaxIDLen), RequestID: strings.Repeat("r", events.MaxIDLen),
+		RunID: strings.Repeat("u", events.MaxIDLen), Seq: 1<<63 - 1, TS: 1<<63 - 1,
+		Cursor: strings.Repeat("\x01", events.MaxCursorBytes),
+	}
+	for _, fill := range []string{"\x01", `"`, "\u2028"} {
+		rep := func(n int) string { return strings.Repeat(fill, n/len(fill)) }
+		for _, e := range []events.Event{
+			&events.TokenEvent{Meta: maxMeta, Delta: rep(events.MaxDeltaBytes), Agent: rep(events.MaxAgentBytes), Role: rep(30)},
+			&events.NoticeEvent{Meta: maxMeta, Message: rep(events.MaxNoticeBytes)},
+		} {
+			b := events.MarshalEvent(e)
+			if len(b) > events.MaxEventBytes {
+				t.Errorf("%s filled with %q encodes in %d bytes, over MaxEventBytes %d", e.Type(), fill, len(b), events.MaxEventBytes)
+				continue
+			}
+			if _, err := events.DecodeEvent(b); err != nil {
+				t.Errorf("%s filled with %q: DecodeEvent: %v", e.Type(), fill, err)
+			}
+		}
+	}
+}
+
+func TestStatusPersisted(t *testing.T) {
+	t.Parallel()
+	want := map[events.Status]bool{
+		events.StatusComplete: true, events.StatusIncomplete: true, events.StatusCancelled: true,
+		events.StatusDiscarded: false, events.StatusRejected: false, events.StatusFailed: false,
+	}
+	for s, persisted := range want {
+		if s.Persisted() != persisted {
+			t.Errorf("Status(%q).Persisted() = %v, want %v", s, !persisted, persisted)
+		}
+		if err := s.Validate(); err != nil {
+			t.Errorf("Status(%q).Validate() = %v", s, err)
+		}
+	}
+	for _, s := range []events.Status{"", "done", "COMPLETE"} {
+		if s.Persisted() {
+			t.Errorf("Status(%q).Persisted() = true", s)
+		}
+		if err := s.Validate(); !errors.Is(err, events.ErrInvalid) {
+			t.Errorf("Status(%q).Validate() = %v, want ErrInvalid", s, err)
+		}
+	}
+}
+
+func TestHeaderGivesAccessToTheCommonFields(t *testing.T) {
+	t.Parallel()
+	for _, e := range []events.Event{&events.RunStartedEvent{}, &events.TokenEvent{}, &events.NoticeEvent{}, &events.RunCompletedEvent{}} {
+		e.Header().Seq = 7
+		if e.Header().Seq != 7 {
+			t.Errorf("%s: Header() does not point into the event", e.Type())
+		}
+	}
+}

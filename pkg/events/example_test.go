@@ -1,0 +1,48 @@
+package events_test
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// A worker encodes a token event for the stream topic; a consumer of the
+// requests topic decodes and validates a record that a direct producer
+// wrote without a request id.
+func Example() {
+	tok := &events.TokenEvent{
+		Meta: events.Meta{
+			Conversation: "c1",
+			RequestID:    "r-1",
+			RunID:        "run-1",
+			Seq:          2,
+			TS:           1700000000000000000,
+		},
+		Delta: "hello ",
+		Agent: "echo",
+		Role:  "assistant",
+	}
+	buf := make([]byte, 0, 256)
+	buf = events.AppendEvent(buf[:0], tok) // reuse buf for the next event
+	fmt.Println(string(buf))
+
+	value := []byte(`{"v":1,"tenant":"acme","user":"alice","conversation":"c1","content":"hi there"}`)
+	req, err := events.DecodeRequest(value, 0)
+	if err != nil {
+		fmt.Println("dead-letter:", err)
+		return
+	}
+	if req.RequestID == "" {
+		// Direct producers may leave it out: derive it from the record.
+		req.RequestID = events.DerivedRequestID(0, 41, req.CreatedAt)
+	}
+	fmt.Println(req.Identity().Key(), req.Content)
+
+	_, err = events.DecodeRequest([]byte(`{"v":1,"Tenant":"acme"}`), 0)
+	fmt.Println(errors.Is(err, events.ErrInvalid))
+	// Output:
+	// {"type":"token","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":2,"ts":1700000000000000000,"delta":"hello ","agent":"echo","role":"assistant"}
+	// acme/alice/c1 hi there
+	// true
+}

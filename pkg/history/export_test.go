@@ -1,0 +1,123 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// seedBatch is the number of documents per InsertMany of SeedTurns.
+const seedBatch = 2000
+
+// SeedTurns writes turns as turns first, first+1, … of id in bulk: exactly
+// the documents that committing them one by one (in that order) leaves.
+func SeedTurns(ctx context.Context, s *MongoStore, id events.Identity, first int64, turns []Turn) error {
+	if len(turns) == 0 {
+		return nil
+	}
+	key := id.Key()
+	tdocs := make([]any, 0, seedBatch)
+	rdocs := make([]any, 0, seedBatch)
+	flush := func() error {
+		opts := options.InsertMany().SetOrdered(false)
+		if _, err := s.turns.InsertMany(ctx, tdocs, opts); err != nil {
+			return fmt.Errorf("seed turns: %w", err)
+		}
+		if _, err := s.reqs.InsertMany(ctx, rdocs, opts); err != nil {
+			return fmt.Errorf("seed requests: %w", err)
+		}
+		tdocs, rdocs = tdocs[:0], rdocs[:0]
+		return nil
+	}
+	var oldest, newest time.Time
+	for i, t := range turns {
+		if err := t.Validate(); err != nil {
+			return fmt.Errorf("seed turn %d: %w", i, err)
+		}
+		t = normalize(t, s.cfg.Now)
+		d := newTurnDoc(id, first+int64(i), t)
+		tdocs = append(tdocs, d)
+		rdocs = append(rdocs, newRequestDoc(key, d.numbered()))
+		if i == 0 || t.CommittedAt.Before(oldest) {
+			oldest = t.CommittedAt
+		}
+		if i == 0 || t.CommittedAt.After(newest) {
+			newest = t.CommittedAt
+		}
+		if len(tdocs) == seedBatch {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if len(tdocs) > 0 {
+		if err := flush(); err != nil {
+			return err
+		}
+	}
+	last := first + int64(len(turns)) - 1
+	if err := s.rollForward(ctx, id, last, oldest); err != nil {
+		return err
+	}
+	return s.rollForward(ctx, id, last, newest)
+}
+
+// InsertTurnOnly writes the commit point of turn n and nothing else, as a
+// crash right after it would leave the store.
+func InsertTurnOnly(ctx context.Context, s *MongoStore, id events.Identity, n int64, t Turn) error {
+	_, err := s.turns.InsertOne(ctx, newTurnDoc(id, n, normalize(t, s.cfg.Now)))
+	return err
+}
+
+// SetConversationTurns overwrites the conversation document's turn count,
+// as a lagging roll-forward (or FerretDB's lost update) would leave it.
+func SetConversationTurns(ctx context.Context, s *MongoStore, id events.Identity, n int64) error {
+	_, err := s.convs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id.Key()}}, bson.D{{Key: "$set", Value: bson.D{{Key: "turns", Value: n}}}})
+	return err
+}
+
+// RawDocuments returns the stored documents of id, keyed by collection and
+// _id with the identity key replaced by "KEY", for comparing two
+// conversations' storage.
+func RawDocuments(ctx context.Context, s *MongoStore, id events.Identity) (map[string]bson.M, error) {
+	// Read by _id like the store does: conversation, then turns and
+	// requests while they exist.
+	out := make(map[string]bson.M)
+	key := id.Key()
+	put := func(coll, docID string, m bson.M) {
+		delete(m, "_id")
+		for _, f := range []string{"tenant", "user", "conversation"} {
+			if _, ok := m[f]; ok {
+				m[f] = "IDENTITY"
+			}
+		}
+		out[coll+"/"+"KEY"+docID[len(key):]] = m
+	}
+	conv, found, err := findByID[bson.M](ctx, s.convs, key)
+	if err != nil || !found {
+		return nil, fmt.Errorf("raw conversation: found %v, %v", found, err)
+	}
+	put("conversations", key, conv)
+	for n := int64(1); ; n++ {
+		d, found, err := findByID[bson.M](ctx, s.turns, turnID(key, n))
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			break
+		}
+		rid, _ := d["request_id"].(string)
+		put("turns", turnID(key, n), d)
+		r, found, err := findByID[bson.M](ctx, s.reqs, requestDocID(key, rid))
+		if err != nil || !found {
+			return nil, fmt.Errorf("raw request %s: found %v, %v", rid, found, err)
+		}
+		put("requests", requestDocID(key, rid), r)
+	}
+	return out, nil
+}

@@ -1,0 +1,92 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// ErrClosed is returned by a Pending that was already committed or
+// discarded.
+var ErrClosed = errors.New("pending request already committed or discarded")
+
+// Pending is the user message of a running request, held in memory and not
+// written: it is persisted only by Commit, together with the assistant's
+// answer, so a request that ends without content leaves nothing behind.
+//
+// A Pending belongs to one request and is not safe for concurrent use.
+type Pending struct {
+	store     Store
+	id        events.Identity
+	requestID string
+	content   string
+	at        time.Time
+	closed    bool // committed or discarded
+}
+
+// Begin holds the user message content of request requestID, received at
+// at, for conversation id. Nothing is written.
+func Begin(s Store, id events.Identity, requestID, content string, at time.Time) *Pending {
+	return &Pending{store: s, id: id, requestID: requestID, content: content, at: at}
+}
+
+// Message returns the pending user message. Its Seq is 0: it is numbered
+// only when committed. CreatedAt is Begin's at as it will be stored (UTC,
+// milliseconds; a zero at stays zero here and is stamped by the store).
+func (p *Pending) Message() Message {
+	return Message{
+		Role:      RoleUser,
+		Content:   p.content,
+		RequestID: p.requestID,
+		CreatedAt: p.at.UTC().Truncate(time.Millisecond),
+	}
+}
+
+// Window returns the last n stored messages of the conversation, oldest
+// first, followed by the pending user message (see Message; Seq 0). It
+// holds at most n+1 messages.
+func (p *Pending) Window(ctx context.Context, n int) ([]Message, error) {
+	if p.closed {
+		return nil, fmt.Errorf("window: %w", ErrClosed)
+	}
+	msgs, err := p.store.Window(ctx, p.id, n)
+	if err != nil {
+		return nil, err
+	}
+	return append(msgs, p.Message()), nil
+}
+
+// Commit persists the user message and the answer as one turn. An empty
+// answer is ErrEmptyAnswer and writes nothing (the Pending stays open, to be
+// discarded). After a successful Commit the Pending is closed and further
+// Commits return ErrClosed; after a failed one it may be retried (Commit is
+// idempotent per request id).
+func (p *Pending) Commit(ctx context.Context, answer, agent string, status events.Status, at time.Time) (Committed, error) {
+	if p.closed {
+		return Committed{}, fmt.Errorf("commit: %w", ErrClosed)
+	}
+	if answer == "" {
+		return Committed{}, fmt.Errorf("commit: %w", ErrEmptyAnswer)
+	}
+	c, err := p.store.Commit(ctx, p.id, Turn{
+		RequestID:   p.requestID,
+		User:        p.content,
+		UserAt:      p.at,
+		Answer:      answer,
+		Agent:       agent,
+		Status:      status,
+		CommittedAt: at,
+	})
+	if err != nil {
+		return Committed{}, err
+	}
+	p.closed = true
+	return c, nil
+}
+
+// Discard drops the pending message: nothing is written, and later Commits
+// return ErrClosed. It may be called more than once.
+func (p *Pending) Discard() { p.closed = true }

@@ -1,0 +1,116 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// MemoryStore is a Store held in memory, with the same semantics as
+// MongoStore (numbering, idempotency, paging, millisecond UTC times). It is
+// meant for unit tests of other packages. Zero turn times are stamped with
+// time.Now.
+type MemoryStore struct {
+	// mu guards convs and every memConv in it.
+	mu    sync.Mutex
+	convs map[string]*memConv // by identity key
+}
+
+type memConv struct {
+	turns    []numbered       // turns[i].n == i+1
+	requests map[string]int64 // request id -> turn number
+}
+
+var _ Store = (*MemoryStore)(nil)
+
+// NewMemoryStore returns an empty store.
+func NewMemoryStore() *MemoryStore {
+	return &MemoryStore{convs: make(map[string]*memConv)}
+}
+
+// Window implements Store.
+func (s *MemoryStore) Window(_ context.Context, id events.Identity, n int) ([]Message, error) {
+	if err := id.Validate(); err != nil {
+		return nil, fmt.Errorf("window: %w", err)
+	}
+	if n <= 0 {
+		return []Message{}, nil
+	}
+	s.mu.Lock()
+	var turns []numbered
+	if c := s.convs[id.Key()]; c != nil {
+		k := min(windowTurns(n), int64(len(c.turns)))
+		turns = append(turns, c.turns[int64(len(c.turns))-k:]...)
+	}
+	s.mu.Unlock()
+	return windowMessages(turns, n), nil
+}
+
+// Commit implements Store.
+func (s *MemoryStore) Commit(_ context.Context, id events.Identity, t Turn) (Committed, error) {
+	if err := id.Validate(); err != nil {
+		return Committed{}, fmt.Errorf("commit: %w", err)
+	}
+	if err := t.Validate(); err != nil {
+		return Committed{}, fmt.Errorf("commit: %w", err)
+	}
+	t = normalize(t, time.Now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.convs[id.Key()]
+	if c == nil {
+		c = &memConv{requests: make(map[string]int64)}
+		s.convs[id.Key()] = c
+	}
+	if n, ok := c.requests[t.RequestID]; ok {
+		return Committed{N: n, Status: c.turns[n-1].t.Status, Duplicate: true}, nil
+	}
+	n := int64(len(c.turns)) + 1
+	c.turns = append(c.turns, numbered{n: n, t: t})
+	c.requests[t.RequestID] = n
+	return Committed{N: n, Status: t.Status}, nil
+}
+
+// Lookup implements Store.
+func (s *MemoryStore) Lookup(_ context.Context, id events.Identity, requestID string) (Committed, bool, error) {
+	if err := id.Validate(); err != nil {
+		return Committed{}, false, fmt.Errorf("lookup: %w", err)
+	}
+	if err := events.ValidateID("request_id", requestID); err != nil {
+		return Committed{}, false, fmt.Errorf("lookup: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.convs[id.Key()]
+	if c == nil {
+		return Committed{}, false, nil
+	}
+	n, ok := c.requests[requestID]
+	if !ok {
+		return Committed{}, false, nil
+	}
+	return Committed{N: n, Status: c.turns[n-1].t.Status}, true, nil
+}
+
+// List implements Store.
+func (s *MemoryStore) List(_ context.Context, id events.Identity, before int64, limit int) (Page, error) {
+	if err := id.Validate(); err != nil {
+		return Page{}, fmt.Errorf("list: %w", err)
+	}
+	s.mu.Lock()
+	c := s.convs[id.Key()]
+	if c == nil || len(c.turns) == 0 {
+		s.mu.Unlock()
+		return Page{}, fmt.Errorf("list %s: %w", id.Conversation, ErrNotFound)
+	}
+	lo, hi := listRange(2*int64(len(c.turns)), before, limit)
+	var turns []numbered
+	if lo <= hi {
+		turns = append(turns, c.turns[turnOf(lo)-1:turnOf(hi)]...)
+	}
+	s.mu.Unlock()
+	return Page{Messages: flatten(turns, lo, hi), NextBefore: nextBefore(lo, hi)}, nil
+}

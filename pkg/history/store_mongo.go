@@ -1,0 +1,586 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// MongoConfig configures a MongoStore. The zero value is ready to use.
+type MongoConfig struct {
+	// Conversations is the collection of conversation documents (one per
+	// identity, holding the committed turn count). Default "conversations".
+	Conversations string
+	// Turns is the collection of turn documents (one per turn: the atomic
+	// commit point). Default "turns".
+	Turns string
+	// Requests is the collection of request documents (one per committed
+	// request id: the idempotency record). Default "requests".
+	Requests string
+	// ReadConcurrency bounds the point reads one Window or List call has in
+	// flight. Default 8.
+	ReadConcurrency int
+	// CommitAttempts bounds the turn inserts of one Commit: each after the
+	// first follows a concurrent commit of the same conversation taking the
+	// turn it tried. Turns of one conversation are normally committed one
+	// at a time; with k racing committers one wins each round, so a commit
+	// may lose about k-1 times per turn it waits for. Default 64.
+	CommitAttempts int
+	// Now stamps turns whose UserAt or CommittedAt is zero. Default time.Now.
+	Now func() time.Time
+}
+
+func (c MongoConfig) withDefaults() MongoConfig {
+	if c.Conversations == "" {
+		c.Conversations = "conversations"
+	}
+	if c.Turns == "" {
+		c.Turns = "turns"
+	}
+	if c.Requests == "" {
+		c.Requests = "requests"
+	}
+	if c.ReadConcurrency == 0 {
+		c.ReadConcurrency = 8
+	}
+	if c.CommitAttempts == 0 {
+		c.CommitAttempts = 64
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports every problem of the configuration (after defaults).
+func (c MongoConfig) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.ReadConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("read concurrency %d: must be at least 1", c.ReadConcurrency))
+	}
+	if c.CommitAttempts < 1 {
+		errs = append(errs, fmt.Errorf("commit attempts %d: must be at least 1", c.CommitAttempts))
+	}
+	if c.Conversations == c.Turns || c.Conversations == c.Requests || c.Turns == c.Requests {
+		errs = append(errs, fmt.Errorf("collections %q, %q, %q: must be distinct", c.Conversations, c.Turns, c.Requests))
+	}
+	return errors.Join(errs...)
+}
+
+// MongoStore is the Store on MongoDB or FerretDB.
+//
+// Every hot read is a point lookup by _id (FerretDB's SQLite backend pushes
+// down nothing else) and every write relies only on single-document
+// atomicity and unique _ids (FerretDB has no transactions):
+//
+//   - turns/<key>#<n, 12 digits> is the commit point: one document holds
+//     both messages of turn n, so a turn is stored whole or not at all.
+//   - requests/<key>#r#<request id> records which turn a request id landed
+//     on, for idempotency and Lookup.
+//   - conversations/<key> holds turns, the highest turn number known
+//     committed. It is rolled forward monotonically after each commit and
+//     may lag behind the turns collection (a crash between the commit point
+//     and the roll-forward; FerretDB's non-atomic read-modify-write updates
+//     under concurrent commits). Readers therefore also probe the turns
+//     after it, which costs one extra point read done concurrently with the
+//     others.
+type MongoStore struct {
+	cfg   MongoConfig
+	convs *mongo.Collection
+	turns *mongo.Collection
+	reqs  *mongo.Collection
+}
+
+var _ Store = (*MongoStore)(nil)
+
+// NewMongoStore returns a store on db and creates its secondary indexes
+// (idempotent). The indexes serve real MongoDB; FerretDB ignores them on
+// the hot paths, which read by _id only.
+func NewMongoStore(ctx context.Context, db *mongo.Database, cfg MongoConfig) (*MongoStore, error) {
+	if db == nil {
+		return nil, errors.New("new mongo store: nil database")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("new mongo store: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	s := &MongoStore{
+		cfg:   cfg,
+		convs: db.Collection(cfg.Conversations),
+		turns: db.Collection(cfg.Turns),
+		reqs:  db.Collection(cfg.Requests),
+	}
+	if err := s.createIndexes(ctx); err != nil {
+		return nil, fmt.Errorf("new mongo store: %w", err)
+	}
+	return s, nil
+}
+
+func (s *MongoStore) createIndexes(ctx context.Context) error {
+	identity := func(last string) bson.D {
+		return bson.D{{Key: "tenant", Value: 1}, {Key: "user", Value: 1}, {Key: "conversation", Value: 1}, {Key: last, Value: 1}}
+	}
+	indexes := []struct {
+		coll  *mongo.Collection
+		model mongo.IndexModel
+	}{
+		{s.turns, mongo.IndexModel{Keys: identity("n"), Options: options.Index().SetName("identity_n").SetUnique(true)}},
+		// A request id lands on one turn only, even when two commits of it
+		// race with a third commit that moves the conversation on.
+		{s.turns, mongo.IndexModel{Keys: identity("request_id"), Options: options.Index().SetName("identity_request_id").SetUnique(true)}},
+		{s.convs, mongo.IndexModel{
+			Keys:    bson.D{{Key: "tenant", Value: 1}, {Key: "user", Value: 1}, {Key: "updated_at", Value: -1}},
+			Options: options.Index().SetName("tenant_user_updated_at"),
+		}},
+	}
+	// One index per command: FerretDB 1.24 panics when a createIndexes
+	// command re-creates more than one existing index.
+	for _, ix := range indexes {
+		if _, err := ix.coll.Indexes().CreateOne(ctx, ix.model); err != nil {
+			return fmt.Errorf("create index on %s: %w", ix.coll.Name(), err)
+		}
+	}
+	return nil
+}
+
+// Documents. Field names are part of the stored format.
+
+type convDoc struct {
+	ID           string    `bson:"_id"`
+	Tenant       string    `bson:"tenant"`
+	User         string    `bson:"user"`
+	Conversation string    `bson:"conversation"`
+	Turns        int64     `bson:"turns"`
+	CreatedAt    time.Time `bson:"created_at"`
+	UpdatedAt    time.Time `bson:"updated_at"`
+}
+
+type turnDoc struct {
+	ID           string `bson:"_id"`
+	Tenant       string `bson:"tenant"`
+	User         string `bson:"user"`
+	Conversation string `bson:"conversation"`
+	N            int64  `bson:"n"`
+	RequestID    string `bson:"request_id"`
+	// UserMessage is stored as "user_message": "user" is the identity field.
+	UserMessage userDoc      `bson:"user_message"`
+	Assistant   assistantDoc `bson:"assistant"`
+}
+
+type userDoc struct {
+	Content   string    `bson:"content"`
+	CreatedAt time.Time `bson:"created_at"`
+}
+
+type assistantDoc struct {
+	Content   string        `bson:"content"`
+	Agent     string        `bson:"agent"`
+	Status    events.Status `bson:"status"`
+	CreatedAt time.Time     `bson:"created_at"`
+}
+
+type requestDoc struct {
+	ID        string        `bson:"_id"`
+	N         int64         `bson:"n"`
+	Status    events.Status `bson:"status"`
+	CreatedAt time.Time     `bson:"created_at"`
+}
+
+func turnID(key string, n int64) string { return fmt.Sprintf("%s#%012d", key, n) }
+
+func requestDocID(key, requestID string) string { return key + "#r#" + requestID }
+
+// newTurnDoc is the document of turn n; t must be normalized.
+func newTurnDoc(id events.Identity, n int64, t Turn) turnDoc {
+	return turnDoc{
+		ID:           turnID(id.Key(), n),
+		Tenant:       id.Tenant,
+		User:         id.User,
+		Conversation: id.Conversation,
+		N:            n,
+		RequestID:    t.RequestID,
+		UserMessage:  userDoc{Content: t.User, CreatedAt: t.UserAt},
+		Assistant: assistantDoc{
+			Content:   t.Answer,
+			Agent:     t.Agent,
+			Status:    t.Status,
+			CreatedAt: t.CommittedAt,
+		},
+	}
+}
+
+func (d turnDoc) numbered() numbered {
+	return numbered{n: d.N, t: Turn{
+		RequestID:   d.RequestID,
+		User:        d.UserMessage.Content,
+		UserAt:      d.UserMessage.CreatedAt.UTC(),
+		Answer:      d.Assistant.Content,
+		Agent:       d.Assistant.Agent,
+		Status:      d.Assistant.Status,
+		CommittedAt: d.Assistant.CreatedAt.UTC(),
+	}}
+}
+
+// newRequestDoc is the request document of a committed turn: a function of
+// the turn alone, so every writer of it writes the same document.
+func newRequestDoc(key string, x numbered) requestDoc {
+	return requestDoc{
+		ID:        requestDocID(key, x.t.RequestID),
+		N:         x.n,
+		Status:    x.t.Status,
+		CreatedAt: x.t.CommittedAt,
+	}
+}
+
+// Commit implements Store. Protocol (each step is a single-document
+// operation; a crash or a retry at any point converges):
+//
+//  1. requests/_id exists: roll the conversation forward to its turn and
+//     report a duplicate.
+//  2. n := conversations.turns + 1 (missing document: 0).
+//  3. Insert turns/_id(n): the commit point. On a duplicate key, read turn
+//     n: the same request id means an earlier attempt got this far (go on
+//     with n, reporting a duplicate). Another request id means the
+//     conversation document lags: read on to the first free turn and
+//     insert there (bounded by CommitAttempts inserts). A free turn n
+//     means the request id's unique index refused it: the request landed
+//     at another turn, found by that index.
+//  4. Insert requests/_id (a duplicate key is fine).
+//  5. Roll the conversation forward to n.
+func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Committed, error) {
+	if err := id.Validate(); err != nil {
+		return Committed{}, fmt.Errorf("commit: %w", err)
+	}
+	if err := t.Validate(); err != nil {
+		return Committed{}, fmt.Errorf("commit: %w", err)
+	}
+	t = normalize(t, s.cfg.Now)
+	key := id.Key()
+
+	req, found, err := findByID[requestDoc](ctx, s.reqs, requestDocID(key, t.RequestID))
+	if err != nil {
+		return Committed{}, fmt.Errorf("commit: read request: %w", err)
+	}
+	if found {
+		if err := s.rollForward(ctx, id, req.N, req.CreatedAt); err != nil {
+			return Committed{}, fmt.Errorf("commit: %w", err)
+		}
+		return Committed{N: req.N, Status: req.Status, Duplicate: true}, nil
+	}
+
+	top, err := s.convTurns(ctx, key)
+	if err != nil {
+		return Committed{}, fmt.Errorf("commit: %w", err)
+	}
+	n := top + 1
+	for range s.cfg.CommitAttempts {
+		doc := newTurnDoc(id, n, t)
+		_, err := s.turns.InsertOne(ctx, doc)
+		switch {
+		case err == nil:
+			return s.finishCommit(ctx, id, doc.numbered(), false)
+		case !mongo.IsDuplicateKeyError(err):
+			return Committed{}, fmt.Errorf("commit: insert turn %d: %w", n, err)
+		}
+
+		have, found, err := findByID[turnDoc](ctx, s.turns, doc.ID)
+		if err != nil {
+			return Committed{}, fmt.Errorf("commit: read turn %d: %w", n, err)
+		}
+		if !found {
+			// The request id's unique index refused the insert: a
+			// concurrent attempt committed this request at another turn
+			// (rare; a collection scan on FerretDB, hence off the normal
+			// path).
+			have, found, err = s.turnOfRequest(ctx, id, t.RequestID)
+			if err != nil {
+				return Committed{}, fmt.Errorf("commit: %w", err)
+			}
+			if !found {
+				continue // it was there a moment ago; nothing is ever deleted
+			}
+		}
+		if have.RequestID == t.RequestID {
+			return s.finishCommit(ctx, id, have.numbered(), true)
+		}
+		// Another request holds turn n: the conversation document lags.
+		// Point reads of the turns after n find the first free one more
+		// cheaply than failed inserts would, and with a smaller window
+		// for another commit to take it first.
+		for {
+			n++
+			next, found, err := findByID[turnDoc](ctx, s.turns, turnID(key, n))
+			if err != nil {
+				return Committed{}, fmt.Errorf("commit: read turn %d: %w", n, err)
+			}
+			if !found {
+				break
+			}
+			if next.RequestID == t.RequestID {
+				return s.finishCommit(ctx, id, next.numbered(), true)
+			}
+		}
+	}
+	return Committed{}, fmt.Errorf("commit: gave up after %d inserts found their turn taken", s.cfg.CommitAttempts)
+}
+
+// finishCommit runs steps 4 and 5 for a turn that is committed.
+func (s *MongoStore) finishCommit(ctx context.Context, id events.Identity, x numbered, duplicate bool) (Committed, error) {
+	key := id.Key()
+	if _, err := s.reqs.InsertOne(ctx, newRequestDoc(key, x)); err != nil && !mongo.IsDuplicateKeyError(err) {
+		return Committed{}, fmt.Errorf("commit: record request: %w", err)
+	}
+	if err := s.rollForward(ctx, id, x.n, x.t.CommittedAt); err != nil {
+		return Committed{}, fmt.Errorf("commit: %w", err)
+	}
+	return Committed{N: x.n, Status: x.t.Status, Duplicate: duplicate}, nil
+}
+
+// rollForward raises the conversation's turn count to at least n, creating
+// the document if needed. Every operator is monotonic ($max, $min) so
+// concurrent and repeated roll-forwards commute. The filter is the _id alone
+// because FerretDB pushes down nothing else (a {turns: {$lt: n}} condition
+// would scan the whole collection on every commit); issue #4's fencing
+// condition is to be added to filter.
+func (s *MongoStore) rollForward(ctx context.Context, id events.Identity, n int64, at time.Time) error {
+	filter := bson.D{{Key: "_id", Value: id.Key()}}
+	update := bson.D{
+		{Key: "$max", Value: bson.D{{Key: "turns", Value: n}, {Key: "updated_at", Value: at}}},
+		{Key: "$min", Value: bson.D{{Key: "created_at", Value: at}}},
+		{Key: "$setOnInsert", Value: bson.D{
+			{Key: "tenant", Value: id.Tenant},
+			{Key: "user", Value: id.User},
+			{Key: "conversation", Value: id.Conversation},
+		}},
+	}
+	opts := options.UpdateOne().SetUpsert(true)
+	_, err := s.convs.UpdateOne(ctx, filter, update, opts)
+	if mongo.IsDuplicateKeyError(err) {
+		// Two first commits upserted at once and this one lost the insert:
+		// the document exists now, so the update matches it.
+		_, err = s.convs.UpdateOne(ctx, filter, update, opts)
+	}
+	if err != nil {
+		return fmt.Errorf("roll conversation forward to %d: %w", n, err)
+	}
+	return nil
+}
+
+// turnOfRequest finds the turn of a request id by a secondary-index query.
+func (s *MongoStore) turnOfRequest(ctx context.Context, id events.Identity, requestID string) (turnDoc, bool, error) {
+	var d turnDoc
+	err := s.turns.FindOne(ctx, bson.D{
+		{Key: "tenant", Value: id.Tenant},
+		{Key: "user", Value: id.User},
+		{Key: "conversation", Value: id.Conversation},
+		{Key: "request_id", Value: requestID},
+	}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return turnDoc{}, false, nil
+	}
+	if err != nil {
+		return turnDoc{}, false, fmt.Errorf("find turn of request: %w", err)
+	}
+	return d, true, nil
+}
+
+// Lookup implements Store.
+func (s *MongoStore) Lookup(ctx context.Context, id events.Identity, requestID string) (Committed, bool, error) {
+	if err := id.Validate(); err != nil {
+		return Committed{}, false, fmt.Errorf("lookup: %w", err)
+	}
+	if err := events.ValidateID("request_id", requestID); err != nil {
+		return Committed{}, false, fmt.Errorf("lookup: %w", err)
+	}
+	req, found, err := findByID[requestDoc](ctx, s.reqs, requestDocID(id.Key(), requestID))
+	if err != nil || !found {
+		return Committed{}, false, wrap("lookup", err)
+	}
+	return Committed{N: req.N, Status: req.Status}, true, nil
+}
+
+// Window implements Store: one read of the conversation document, then
+// point reads of the newest ceil(n/2) turns (and the probe past them).
+func (s *MongoStore) Window(ctx context.Context, id events.Identity, n int) ([]Message, error) {
+	if err := id.Validate(); err != nil {
+		return nil, fmt.Errorf("window: %w", err)
+	}
+	if n <= 0 {
+		return []Message{}, nil
+	}
+	key := id.Key()
+	top, err := s.convTurns(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("window: %w", err)
+	}
+	turns, err := s.newestTurns(ctx, key, top, windowTurns(n))
+	if err != nil {
+		return nil, fmt.Errorf("window: %w", err)
+	}
+	return windowMessages(turns, n), nil
+}
+
+// List implements Store. limit is clamped to 1..MaxListLimit.
+func (s *MongoStore) List(ctx context.Context, id events.Identity, before int64, limit int) (Page, error) {
+	if err := id.Validate(); err != nil {
+		return Page{}, fmt.Errorf("list: %w", err)
+	}
+	key := id.Key()
+	top, err := s.convTurns(ctx, key)
+	if err != nil {
+		return Page{}, fmt.Errorf("list: %w", err)
+	}
+	if top == 0 || before <= 0 || before > 2*top+1 {
+		// The page ends at the newest message, past what the conversation
+		// document may vouch for: probe.
+		turns, err := s.newestTurns(ctx, key, top, windowTurns(clampLimit(limit)))
+		if err != nil {
+			return Page{}, fmt.Errorf("list: %w", err)
+		}
+		if len(turns) == 0 {
+			return Page{}, fmt.Errorf("list %s: %w", id.Conversation, ErrNotFound)
+		}
+		newest := turns[len(turns)-1].n
+		if before <= 0 || before > 2*newest {
+			lo, hi := listRange(2*newest, before, limit)
+			return Page{Messages: flatten(turns, lo, hi), NextBefore: nextBefore(lo, hi)}, nil
+		}
+		top = newest // the document lagged and before lies within the turns probed
+	}
+	lo, hi := listRange(2*top, before, limit)
+	if lo > hi {
+		return Page{Messages: []Message{}}, nil
+	}
+	turns, err := s.turnRange(ctx, key, turnOf(lo), turnOf(hi))
+	if err != nil {
+		return Page{}, fmt.Errorf("list: %w", err)
+	}
+	return Page{Messages: flatten(turns, lo, hi), NextBefore: nextBefore(lo, hi)}, nil
+}
+
+// convTurns reads the conversation document's turn count (0 when missing).
+func (s *MongoStore) convTurns(ctx context.Context, key string) (int64, error) {
+	c, _, err := findByID[convDoc](ctx, s.convs, key)
+	if err != nil {
+		return 0, fmt.Errorf("read conversation: %w", err)
+	}
+	return c.Turns, nil
+}
+
+// newestTurns returns the newest k turns, oldest first, given top, the
+// conversation document's turn count. It reads turns top-k+1 … top+1 at
+// once; when turn top+1 exists (the document lags) it reads on while turns
+// exist.
+func (s *MongoStore) newestTurns(ctx context.Context, key string, top, k int64) ([]numbered, error) {
+	lo := max(1, top-k+1)
+	docs, found, err := s.fetchTurns(ctx, key, lo, top+1)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]numbered, 0, len(docs))
+	for i, d := range docs[:len(docs)-1] {
+		if !found[i] {
+			return nil, fmt.Errorf("turn %d of %d is missing", lo+int64(i), top)
+		}
+		out = append(out, d.numbered())
+	}
+	if found[len(docs)-1] {
+		out = append(out, docs[len(docs)-1].numbered())
+		for n := top + 2; ; n++ {
+			d, ok, err := findByID[turnDoc](ctx, s.turns, turnID(key, n))
+			if err != nil {
+				return nil, fmt.Errorf("read turn %d: %w", n, err)
+			}
+			if !ok {
+				break
+			}
+			out = append(out, d.numbered())
+		}
+	}
+	if int64(len(out)) > k {
+		out = out[int64(len(out))-k:]
+	}
+	return out, nil
+}
+
+// turnRange reads turns lo … hi, all of which must exist.
+func (s *MongoStore) turnRange(ctx context.Context, key string, lo, hi int64) ([]numbered, error) {
+	docs, found, err := s.fetchTurns(ctx, key, lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]numbered, len(docs))
+	for i, d := range docs {
+		if !found[i] {
+			return nil, fmt.Errorf("turn %d is missing", lo+int64(i))
+		}
+		out[i] = d.numbered()
+	}
+	return out, nil
+}
+
+// fetchTurns point-reads turns lo … hi with at most ReadConcurrency reads
+// in flight, and reports which exist. It returns when every read it started
+// has returned.
+func (s *MongoStore) fetchTurns(ctx context.Context, key string, lo, hi int64) ([]turnDoc, []bool, error) {
+	size := hi - lo + 1
+	docs := make([]turnDoc, size)
+	found := make([]bool, size)
+	readCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		next    atomic.Int64 // index of the next turn to read
+		errOnce sync.Once
+		first   error // the first read error; written once under errOnce
+		wg      sync.WaitGroup
+	)
+	for range min(int64(s.cfg.ReadConcurrency), size) {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < size && readCtx.Err() == nil; i = next.Add(1) - 1 {
+				n := lo + i
+				var err error
+				docs[i], found[i], err = findByID[turnDoc](readCtx, s.turns, turnID(key, n))
+				if err != nil {
+					errOnce.Do(func() { first = fmt.Errorf("read turn %d: %w", n, err) })
+					cancel()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, nil, first
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read turns: %w", err)
+	}
+	return docs, found, nil
+}
+
+// findByID point-reads the document with _id id; found is false when there
+// is none.
+func findByID[T any](ctx context.Context, c *mongo.Collection, id string) (doc T, found bool, err error) {
+	err = c.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return doc, false, nil
+	}
+	return doc, err == nil, err
+}
+
+// wrap adds context to err, keeping nil nil.
+func wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

@@ -1,0 +1,310 @@
+package history_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+	"github.com/turnpike-dev/turnpike/pkg/history/historytest"
+)
+
+func newMongoStore(t testing.TB, ctx context.Context, db *mongo.Database) *history.MongoStore {
+	t.Helper()
+	s, err := history.NewMongoStore(ctx, db, history.MongoConfig{})
+	if err != nil {
+		t.Fatalf("NewMongoStore: %v", err)
+	}
+	return s
+}
+
+// TestMongoStore runs the conformance suite on embedded FerretDB (or on
+// TURNPIKE_MONGO_URI). All subtests share one database; each makes its own
+// store on it, which also exercises idempotent index creation.
+func TestMongoStore(t *testing.T) {
+	t.Parallel()
+	db := testenv.MongoDB(t)
+	historytest.Run(t, func(t *testing.T) history.Store {
+		return newMongoStore(t, testenv.Context(t, 30*time.Second), db)
+	})
+}
+
+func testTurn(i int) history.Turn {
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC).Add(time.Duration(i) * time.Second)
+	return history.Turn{
+		RequestID: fmt.Sprintf("r%d", i), User: fmt.Sprintf("q%d", i), UserAt: at,
+		Answer: fmt.Sprintf("a%d", i), Agent: "echo", Status: events.StatusComplete, CommittedAt: at.Add(time.Millisecond),
+	}
+}
+
+func requestIDs(msgs []history.Message) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		fmt.Fprintf(&b, "%d:%s ", m.Seq, m.RequestID)
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// wantRequestIDs is requestIDs of turns lo … hi of testTurn.
+func wantRequestIDs(lo, hi int) string {
+	var b strings.Builder
+	for i := lo; i <= hi; i++ {
+		fmt.Fprintf(&b, "%d:r%d %d:r%d ", 2*i-1, i, 2*i, i)
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// TestMongoStoreConverges covers the states a crash or a lost update
+// leaves between the commit point and the conversation roll-forward.
+func TestMongoStoreConverges(t *testing.T) {
+	t.Parallel()
+	db := testenv.MongoDB(t)
+	tests := []struct {
+		name      string
+		committed int                                                                        // turns committed normally first
+		damage    func(ctx context.Context, s *history.MongoStore, id events.Identity) error // then
+		turns     int                                                                        // turns visible afterwards
+	}{
+		{
+			name:      "A first turn whose commit crashed after the commit point is visible.",
+			committed: 0,
+			damage: func(ctx context.Context, s *history.MongoStore, id events.Identity) error {
+				return history.InsertTurnOnly(ctx, s, id, 1, testTurn(1))
+			},
+			turns: 1,
+		},
+		{
+			name:      "A later turn whose commit crashed after the commit point is visible.",
+			committed: 3,
+			damage: func(ctx context.Context, s *history.MongoStore, id events.Identity) error {
+				return history.InsertTurnOnly(ctx, s, id, 4, testTurn(4))
+			},
+			turns: 4,
+		},
+		{
+			name:      "A conversation document lagging three turns behind hides none of them.",
+			committed: 5,
+			damage: func(ctx context.Context, s *history.MongoStore, id events.Identity) error {
+				return history.SetConversationTurns(ctx, s, id, 2)
+			},
+			turns: 5,
+		},
+		{
+			name:      "A turn covered by the conversation document but missing its request record is not committed twice.",
+			committed: 2,
+			damage: func(ctx context.Context, s *history.MongoStore, id events.Identity) error {
+				// Commit would now try turn 4; only the request id's unique
+				// index can tell that r3 already holds turn 3.
+				if err := history.InsertTurnOnly(ctx, s, id, 3, testTurn(3)); err != nil {
+					return err
+				}
+				return history.SetConversationTurns(ctx, s, id, 3)
+			},
+			turns: 3,
+		},
+		{
+			name:      "A conversation document lagging every turn hides none of them.",
+			committed: 3,
+			damage: func(ctx context.Context, s *history.MongoStore, id events.Identity) error {
+				return history.SetConversationTurns(ctx, s, id, 0)
+			},
+			turns: 3,
+		},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testenv.Context(t, 30*time.Second)
+			s := newMongoStore(t, ctx, db)
+			id := events.Identity{Tenant: "converge", User: "u", Conversation: fmt.Sprintf("c%d", i)}
+			for j := 1; j <= tc.committed; j++ {
+				if _, err := s.Commit(ctx, id, testTurn(j)); err != nil {
+					t.Fatalf("Commit(%d): %v", j, err)
+				}
+			}
+			if err := tc.damage(ctx, s, id); err != nil {
+				t.Fatalf("damage: %v", err)
+			}
+			n := tc.turns
+
+			w, err := s.Window(ctx, id, 100)
+			if got, want := requestIDs(w), wantRequestIDs(1, n); err != nil || got != want {
+				t.Errorf("Window = %q, %v; want %q", got, err, want)
+			}
+			p, err := s.List(ctx, id, 0, 3)
+			if got, want := requestIDs(p.Messages), wantRequestIDs(1, n); err != nil || !strings.HasSuffix(want, " "+got) && got != want || len(p.Messages) != min(3, 2*n) {
+				t.Errorf("List(0, 3) = %q, %v; want the newest 3 of %q", got, err, want)
+			}
+			p, err = s.List(ctx, id, int64(2*n), 2)
+			if got, want := requestIDs(p.Messages), fmt.Sprintf("%d:r%d %d:r%d", 2*n-2, n-1, 2*n-1, n); n > 1 && (err != nil || got != want) {
+				t.Errorf("List(%d, 2) = %q, %v; want %q", 2*n, got, err, want)
+			}
+
+			// A retry of the crashed request reports its turn; the next
+			// request lands after it.
+			c, err := s.Commit(ctx, id, testTurn(n))
+			if err != nil || c.N != int64(n) || !c.Duplicate {
+				t.Errorf("retried Commit(r%d) = %+v, %v; want turn %d, duplicate", n, c, err, n)
+			}
+			if c, found, err := s.Lookup(ctx, id, fmt.Sprintf("r%d", n)); err != nil || !found || c.N != int64(n) {
+				t.Errorf("Lookup(r%d) after the retry = %+v, %v, %v", n, c, found, err)
+			}
+			c, err = s.Commit(ctx, id, testTurn(n+1))
+			if err != nil || c.N != int64(n+1) || c.Duplicate {
+				t.Errorf("next Commit = %+v, %v; want turn %d", c, err, n+1)
+			}
+			w, err = s.Window(ctx, id, 100)
+			if got, want := requestIDs(w), wantRequestIDs(1, n+1); err != nil || got != want {
+				t.Errorf("final Window = %q, %v; want %q", got, err, want)
+			}
+		})
+	}
+}
+
+// TestSeedTurnsMatchesCommit guards the benchmark's bulk seeding: it must
+// store exactly what Commit stores.
+func TestSeedTurnsMatchesCommit(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	s := newMongoStore(t, ctx, testenv.MongoDB(t))
+	committed := events.Identity{Tenant: "seed", User: "u", Conversation: "committed"}
+	seeded := events.Identity{Tenant: "seed", User: "u", Conversation: "seeded"}
+	var turns []history.Turn
+	for i := 1; i <= 5; i++ {
+		tr := testTurn(i)
+		if i == 3 {
+			tr.Status = events.StatusCancelled
+		}
+		turns = append(turns, tr)
+		if _, err := s.Commit(ctx, committed, tr); err != nil {
+			t.Fatalf("Commit: %v", err)
+		}
+	}
+	if err := history.SeedTurns(ctx, s, seeded, 1, turns); err != nil {
+		t.Fatalf("SeedTurns: %v", err)
+	}
+	want, err := history.RawDocuments(ctx, s, committed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := history.RawDocuments(ctx, s, seeded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != 11 { // 1 conversation, 5 turns, 5 requests
+		t.Fatalf("committed conversation has %d documents, want 11: %v", len(want), want)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("seeded documents differ from committed ones:\n got %v\nwant %v", got, want)
+	}
+}
+
+func TestNewMongoStore(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	db := testenv.MongoDB(t)
+	cfg := history.MongoConfig{Conversations: "c", Turns: "t", Requests: "r"}
+	for range 2 {
+		if _, err := history.NewMongoStore(ctx, db, cfg); err != nil {
+			t.Fatalf("NewMongoStore (indexes must be idempotent): %v", err)
+		}
+	}
+	wantIndexes := map[string][]string{
+		"t": {"_id_", "identity_n", "identity_request_id"},
+		"c": {"_id_", "tenant_user_updated_at"},
+	}
+	for coll, want := range wantIndexes {
+		specs, err := db.Collection(coll).Indexes().ListSpecifications(ctx)
+		if err != nil {
+			t.Fatalf("list indexes of %s: %v", coll, err)
+		}
+		var got []string
+		for _, sp := range specs {
+			got = append(got, sp.Name)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("indexes of %s = %v, want %v", coll, got, want)
+		}
+	}
+	if _, err := history.NewMongoStore(ctx, nil, history.MongoConfig{}); err == nil {
+		t.Errorf("NewMongoStore(nil database) succeeded")
+	}
+}
+
+func TestMongoConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		cfg   history.MongoConfig
+		wants []string // substrings of the error; none: valid
+	}{
+		{"The zero config is valid.", history.MongoConfig{}, nil},
+		{"Custom collection names are valid.", history.MongoConfig{Conversations: "a", Turns: "b", Requests: "c"}, nil},
+		{"A collection named twice is invalid.", history.MongoConfig{Turns: "requests"}, []string{"distinct"}},
+		{"Every problem is reported at once.", history.MongoConfig{ReadConcurrency: -1, CommitAttempts: -2},
+			[]string{"read concurrency -1", "commit attempts -2"}},
+	}
+	for _, tc := range tests {
+		err := tc.cfg.Validate()
+		if (err == nil) != (len(tc.wants) == 0) {
+			t.Errorf("%s Validate() = %v", tc.name, err)
+			continue
+		}
+		for _, w := range tc.wants {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s Validate() = %v, want it to mention %q", tc.name, err, w)
+			}
+		}
+	}
+}
+
+// BenchmarkWindow reads a 20-message window of a short and of a very long
+// conversation, among 200,000 messages of other conversations, on embedded
+// FerretDB (issue #3: the two must cost the same; every read is by _id).
+func BenchmarkWindow(b *testing.B) {
+	ctx := testenv.Context(b, 30*time.Minute)
+	s := newMongoStore(b, ctx, testenv.MongoDB(b))
+	seed := func(id events.Identity, messages int) {
+		b.Helper()
+		turns := make([]history.Turn, messages/2)
+		for i := range turns {
+			turns[i] = testTurn(i + 1)
+			turns[i].User = fmt.Sprintf("user message %d of %s, of an ordinary length for a chat", i+1, id.Conversation)
+			turns[i].Answer = fmt.Sprintf("assistant answer %d of %s, a little longer than the question was", i+1, id.Conversation)
+		}
+		if err := history.SeedTurns(ctx, s, id, 1, turns); err != nil {
+			b.Fatalf("seed %s: %v", id, err)
+		}
+	}
+	start := time.Now()
+	for i := range 100 {
+		seed(events.Identity{Tenant: "bench", User: fmt.Sprintf("u%d", i), Conversation: "other"}, 2000)
+	}
+	sizes := []int{100, 100_000}
+	for _, n := range sizes {
+		seed(events.Identity{Tenant: "bench", User: "reader", Conversation: fmt.Sprintf("m%d", n)}, n)
+	}
+	b.Logf("seeded %d messages in %v", 200_000+100+100_000, time.Since(start).Round(time.Millisecond))
+
+	for _, n := range sizes {
+		id := events.Identity{Tenant: "bench", User: "reader", Conversation: fmt.Sprintf("m%d", n)}
+		b.Run(fmt.Sprintf("messages=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				msgs, err := s.Window(ctx, id, 20)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(msgs) != 20 || msgs[19].Seq != int64(n) {
+					b.Fatalf("window of %d messages ends at seq %d", len(msgs), msgs[len(msgs)-1].Seq)
+				}
+			}
+		})
+	}
+}
