@@ -183,4 +183,3 @@ func waitHistory(t *testing.T, ctx context.Context, c *client.Client, conv strin
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
