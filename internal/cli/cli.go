@@ -1,6 +1,3 @@
-// Package cli is the turnpike command-line client: send a message and watch
-// its answer stream, watch a conversation, read its history. It talks to a
-// running stack through the public API only (pkg/client).
 package cli
 
 import (
@@ -9,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,6 +21,8 @@ commands:
   send <conversation> <message>   post a message, stream the answer until it completes
   watch <conversation>            print the conversation's stream events as they come
   history <conversation>          print the conversation's history, oldest first
+  latency <conversation> <message> send the message -n times, one after another, and
+                                  report the time from POST to run.completed
 
 Common flags (or environment): -ingest (TURNPIKE_INGEST_URL), -stream
 (TURNPIKE_STREAM_URL), -token (TURNPIKE_TOKEN). Run "turnpike <command> -h"
@@ -56,6 +56,9 @@ func Run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		set.Duration(&timeout, "timeout", "", 5*time.Minute, "how long to wait for the answer")
 	case "watch":
 		set.String(&since, "since", "", "", `resume point: "earliest" or a cursor; default: live events only`)
+	case "latency":
+		set.Int(&limit, "n", "", 20, "how many sends")
+		set.Duration(&timeout, "timeout", "", 5*time.Minute, "how long to wait for all answers")
 	case "history":
 		set.Int(&limit, "limit", "", 50, "messages per page")
 		fs.Int64Var(&before, "before", 0, "only messages with a lower seq")
@@ -86,6 +89,10 @@ func Run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		err = send(ctx, &c, rest[0], strings.Join(rest[1:], " "), client.SendOptions{Strategy: strategy, IdempotencyKey: key}, stdout)
 	case cmd == "watch" && len(rest) == 1:
 		err = watch(ctx, &c, rest[0], since, stdout)
+	case cmd == "latency" && len(rest) >= 2 && limit > 0:
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		err = latency(ctx, &c, rest[0], strings.Join(rest[1:], " "), limit, stdout)
 	case cmd == "history" && len(rest) == 1:
 		err = printHistory(ctx, &c, rest[0], limit, before, stdout)
 	default:
@@ -202,5 +209,47 @@ func printHistory(ctx context.Context, c *client.Client, conv string, limit int,
 	if p.NextBefore != nil {
 		fmt.Fprintf(out, "older messages: -before %d\n", *p.NextBefore)
 	}
+	return nil
+}
+
+// latency sends content n times, each after the previous completed, and
+// prints the distribution of POST → run.completed times.
+func latency(ctx context.Context, c *client.Client, conv, content string, n int, out io.Writer) error {
+	conn, err := c.Dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := conn.Subscribe(conv, ""); err != nil {
+		return err
+	}
+	if f, err := conn.Next(ctx); err != nil || f.Type != "subscribed" {
+		return fmt.Errorf("subscribe: %+v %v", f, err)
+	}
+	took := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		acc, err := c.Send(ctx, conv, content, client.SendOptions{})
+		if err != nil {
+			return err
+		}
+		for {
+			f, err := conn.Next(ctx)
+			if err != nil {
+				return err
+			}
+			if done, ok := f.Event.(*events.RunCompletedEvent); ok && done.RequestID == acc.RequestID {
+				if done.Status != events.StatusComplete {
+					return fmt.Errorf("request %s completed %s", acc.RequestID, done.Status)
+				}
+				break
+			}
+		}
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	q := func(p float64) time.Duration { return took[int(p*float64(len(took)-1)+0.5)] }
+	fmt.Fprintf(out, "%d runs of %q, POST to run.completed: min %v  median %v  p90 %v  max %v\n",
+		n, content, took[0].Round(time.Microsecond), q(0.5).Round(time.Microsecond), q(0.9).Round(time.Microsecond), took[len(took)-1].Round(time.Microsecond))
 	return nil
 }

@@ -1,12 +1,3 @@
-// Package devstack runs the whole Turnpike pipeline in one process: an
-// embedded Kafka-protocol broker (kfake), an embedded MongoDB-compatible
-// store (FerretDB on SQLite), the ingest API, the worker and the push
-// gateway. Given TURNPIKE_KAFKA_BROKERS or TURNPIKE_MONGO_URI it uses those
-// instead of the embedded servers.
-//
-// Run owns every server and goroutine it starts and stops them in order:
-// ingest and worker first (no new requests; in-flight runs drain), then the
-// push gateway, then the embedded stores, which flush their files.
 package devstack
 
 import (
@@ -82,6 +73,23 @@ type Stack struct {
 	PushgwAddr string
 	AuthSecret string
 	DevToken   string
+}
+
+// IngestURL is the ingest API's base URL, with "localhost" for a wildcard host.
+func (s Stack) IngestURL() string { return "http://" + displayAddr(s.IngestAddr) }
+
+// StreamURL is the push gateway's WebSocket endpoint.
+func (s Stack) StreamURL() string { return "ws://" + displayAddr(s.PushgwAddr) + "/v1/stream" }
+
+func displayAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // Run starts everything and runs until ctx ends. Once all parts serve it
@@ -187,7 +195,7 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 		if ready != nil {
 			ready(st)
 		}
-		log.Info(ReadyLine, slog.String("ingest", "http://"+st.IngestAddr), slog.String("pushgw", "ws://"+st.PushgwAddr+"/v1/stream"),
+		log.Info(ReadyLine, slog.String("ingest", st.IngestURL()), slog.String("pushgw", st.StreamURL()),
 			slog.String("kafka", c.Brokers[0]), slog.String("data_dir", c.DataDir))
 		return nil
 	})

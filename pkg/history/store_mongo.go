@@ -50,7 +50,7 @@ func (c MongoConfig) withDefaults() MongoConfig {
 		c.Requests = "requests"
 	}
 	if c.ReadConcurrency == 0 {
-		c.ReadConcurrency = 8
+		c.ReadConcurrency = 1
 	}
 	if c.CommitAttempts == 0 {
 		c.CommitAttempts = 64

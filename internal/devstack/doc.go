@@ -1,0 +1,10 @@
+// Package devstack runs the whole Turnpike pipeline in one process: an
+// embedded Kafka-protocol broker (kfake), an embedded MongoDB-compatible
+// store (FerretDB on SQLite), the ingest API, the worker and the push
+// gateway. Given TURNPIKE_KAFKA_BROKERS or TURNPIKE_MONGO_URI it uses those
+// instead of the embedded servers.
+//
+// Run owns every server and goroutine it starts and stops them in order:
+// ingest and worker first (no new requests; in-flight runs drain), then the
+// push gateway, then the embedded stores, which flush their files.
+package devstack
