@@ -9,6 +9,11 @@
 // its answer, so a request that produces no assistant content leaves nothing
 // behind.
 //
+// Implementations: MongoStore (MongoDB and FerretDB; its doc comment
+// describes the storage layout and commit protocol) and MemoryStore (for
+// unit tests of other packages). Package historytest is the conformance
+// suite both pass.
+//
 // Store implementations are safe for concurrent use. A Pending belongs to
 // one request and is not.
 package history

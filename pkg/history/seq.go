@@ -51,8 +51,9 @@ func flatten(turns []numbered, lo, hi int64) []Message {
 	return out
 }
 
-// windowTurns is how many of the newest turns hold the last n messages.
-func windowTurns(n int) int64 { return int64(n+1) / 2 }
+// windowTurns is how many of the newest turns hold the last n messages
+// (without overflowing for n near math.MaxInt).
+func windowTurns(n int) int64 { return int64(n/2 + n%2) }
 
 // windowMessages flattens the newest turns and keeps the last n messages.
 func windowMessages(turns []numbered, n int) []Message {

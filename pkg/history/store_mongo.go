@@ -50,7 +50,7 @@ func (c MongoConfig) withDefaults() MongoConfig {
 		c.Requests = "requests"
 	}
 	if c.ReadConcurrency == 0 {
-		c.ReadConcurrency = 1
+		c.ReadConcurrency = 8
 	}
 	if c.CommitAttempts == 0 {
 		c.CommitAttempts = 64
@@ -94,6 +94,11 @@ func (c MongoConfig) Validate() error {
 //     under concurrent commits). Readers therefore also probe the turns
 //     after it, which costs one extra point read done concurrently with the
 //     others.
+//
+// FerretDB 1.24's SQLite backend does not use its _id index for the _id
+// filter it pushes down (the WHERE expression differs from the index
+// expression), so there a point read scans the table up to the document,
+// or all of it when the document is missing.
 type MongoStore struct {
 	cfg   MongoConfig
 	convs *mongo.Collection
@@ -104,8 +109,9 @@ type MongoStore struct {
 var _ Store = (*MongoStore)(nil)
 
 // NewMongoStore returns a store on db and creates its secondary indexes
-// (idempotent). The indexes serve real MongoDB; FerretDB ignores them on
-// the hot paths, which read by _id only.
+// (idempotent). They serve real MongoDB and the rare query by request id;
+// the hot paths read by _id only. The request id's unique index also
+// enforces, on both backends, that a request id lands on one turn.
 func NewMongoStore(ctx context.Context, db *mongo.Database, cfg MongoConfig) (*MongoStore, error) {
 	if db == nil {
 		return nil, errors.New("new mongo store: nil database")
@@ -348,10 +354,11 @@ func (s *MongoStore) finishCommit(ctx context.Context, id events.Identity, x num
 
 // rollForward raises the conversation's turn count to at least n, creating
 // the document if needed. Every operator is monotonic ($max, $min) so
-// concurrent and repeated roll-forwards commute. The filter is the _id alone
-// because FerretDB pushes down nothing else (a {turns: {$lt: n}} condition
-// would scan the whole collection on every commit); issue #4's fencing
-// condition is to be added to filter.
+// concurrent and repeated roll-forwards commute (atomically on MongoDB;
+// FerretDB's updates are read-modify-write, hence the readers' probe). The
+// filter is the _id alone because FerretDB pushes down nothing else: with
+// {turns: {$lt: n}} added it decodes every document of the collection on
+// every commit. Issue #4's fencing condition is to be added to filter.
 func (s *MongoStore) rollForward(ctx context.Context, id events.Identity, n int64, at time.Time) error {
 	filter := bson.D{{Key: "_id", Value: id.Key()}}
 	update := bson.D{
@@ -403,8 +410,11 @@ func (s *MongoStore) Lookup(ctx context.Context, id events.Identity, requestID s
 		return Committed{}, false, fmt.Errorf("lookup: %w", err)
 	}
 	req, found, err := findByID[requestDoc](ctx, s.reqs, requestDocID(id.Key(), requestID))
-	if err != nil || !found {
-		return Committed{}, false, wrap("lookup", err)
+	if err != nil {
+		return Committed{}, false, fmt.Errorf("lookup: %w", err)
+	}
+	if !found {
+		return Committed{}, false, nil
 	}
 	return Committed{N: req.N, Status: req.Status}, true, nil
 }
@@ -575,12 +585,4 @@ func findByID[T any](ctx context.Context, c *mongo.Collection, id string) (doc T
 		return doc, false, nil
 	}
 	return doc, err == nil, err
-}
-
-// wrap adds context to err, keeping nil nil.
-func wrap(what string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("%s: %w", what, err)
 }

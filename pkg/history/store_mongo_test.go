@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
@@ -200,6 +201,15 @@ func TestSeedTurnsMatchesCommit(t *testing.T) {
 	}
 	if len(want) != 11 { // 1 conversation, 5 turns, 5 requests
 		t.Fatalf("committed conversation has %d documents, want 11: %v", len(want), want)
+	}
+	conv := want["conversations/KEY"]
+	wantConv := bson.M{
+		"tenant": "IDENTITY", "user": "IDENTITY", "conversation": "IDENTITY", "turns": int64(5),
+		"created_at": bson.NewDateTimeFromTime(turns[0].CommittedAt),
+		"updated_at": bson.NewDateTimeFromTime(turns[4].CommittedAt),
+	}
+	if !reflect.DeepEqual(conv, wantConv) {
+		t.Errorf("conversation document = %v, want %v", conv, wantConv)
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("seeded documents differ from committed ones:\n got %v\nwant %v", got, want)

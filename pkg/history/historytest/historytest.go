@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -240,6 +241,7 @@ func testWindow(t *testing.T, ctx context.Context, s history.Store) {
 		{"A window as long as the history holds all of it.", 10, 1, 10},
 		{"An odd window one longer than the history holds all of it.", 11, 1, 10},
 		{"A window larger than the history holds all of it.", 50, 1, 10},
+		{"A window of the largest int holds all of it.", math.MaxInt, 1, 10},
 		{"A window of zero is empty.", 0, 1, 0},
 		{"A negative window is empty.", -3, 1, 0},
 	}
