@@ -100,3 +100,5 @@ require (
 	modernc.org/strutil v1.2.0 // indirect
 	modernc.org/token v1.1.0 // indirect
 )
+
+replace github.com/FerretDB/FerretDB => ./third_party/ferretdb

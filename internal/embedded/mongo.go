@@ -32,6 +32,10 @@ type Mongo struct {
 	once   sync.Once
 }
 
+// newFerretDB serialises ferretdb.New, which writes package-level state of
+// FerretDB's (its version info): two stores starting at once would race.
+var newFerretDB sync.Mutex
+
 // StartMongo starts FerretDB with the SQLite handler.
 func StartMongo(cfg MongoConfig) (*Mongo, error) {
 	if cfg.Addr == "" {
@@ -50,12 +54,14 @@ func StartMongo(cfg MongoConfig) (*Mongo, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start mongo: %w", err)
 	}
+	newFerretDB.Lock()
 	f, err := ferretdb.New(&ferretdb.Config{
 		Listener:  ferretdb.ListenerConfig{TCP: cfg.Addr},
 		Logger:    cfg.Logger,
 		Handler:   "sqlite",
 		SQLiteURL: "file:" + dir + "/",
 	})
+	newFerretDB.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("start mongo: %w", err)
 	}

@@ -1,0 +1,1 @@
+FROM citusdata/citus:13.0

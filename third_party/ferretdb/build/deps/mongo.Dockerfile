@@ -1,0 +1,1 @@
+FROM mongo:7.0.8

@@ -1,0 +1,1 @@
+FROM postgres:16.9

@@ -1,0 +1,2 @@
+FROM aquasec/trivy:0.62.1
+WORKDIR /workdir

@@ -1,0 +1,5 @@
+#!/bin/bash
+
+set -ex
+
+exec /usr/local/bin/docker-entrypoint.sh postgres
