@@ -126,13 +126,15 @@ func (s *Service) internal(w http.ResponseWriter, r *http.Request, id events.Ide
 	server.WriteError(w, http.StatusInternalServerError, server.CodeInternal, "internal error", 0)
 }
 
-// checkContentType accepts no Content-Type or application/json in UTF-8.
+// checkContentType accepts no Content-Type, application/json in UTF-8, and
+// application/x-www-form-urlencoded, which curl -d sends unless told
+// otherwise: the body is parsed as JSON in every case.
 func checkContentType(v string) error {
 	if v == "" {
 		return nil
 	}
 	mt, params, err := mime.ParseMediaType(v)
-	if err != nil || mt != "application/json" {
+	if err != nil || (mt != "application/json" && mt != "application/x-www-form-urlencoded") {
 		return errors.New("Content-Type must be application/json")
 	}
 	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {

@@ -140,6 +140,7 @@ func TestPostMessageAccepted(t *testing.T) {
 		{name: "Content of the limit in characters JSON may escape is accepted.", body: `{"content":"` + strings.Repeat("<", events.DefaultMaxContentBytes) + `"}`, wantContent: strings.Repeat("<", events.DefaultMaxContentBytes), wantStrategy: "enqueue"},
 		{name: "Content of line separators up to the limit is accepted.", body: `{"content":"` + strings.Repeat("\u2028", events.DefaultMaxContentBytes/3) + `"}`, wantContent: strings.Repeat("\u2028", events.DefaultMaxContentBytes/3), wantStrategy: "enqueue"},
 		{name: "A body of exactly the limit is accepted.", body: padTo(t, `{"content":"hi"}`, DefaultMaxBodyBytes), wantContent: "hi", wantStrategy: "enqueue"},
+		{name: "curl's default form Content-Type is accepted, the body still parsed as JSON.", body: `{"content":"hi"}`, header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, wantContent: "hi", wantStrategy: "enqueue"},
 		{name: "A JSON Content-Type with charset utf-8 is accepted.", body: `{"content":"hi"}`, header: map[string]string{"Content-Type": "Application/JSON; charset=UTF-8"}, wantContent: "hi", wantStrategy: "enqueue"},
 		{name: "Whitespace around the object is accepted.", body: "\n {\"content\" : \"hi\" } \n", wantContent: "hi", wantStrategy: "enqueue"},
 	}
