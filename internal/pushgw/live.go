@@ -8,16 +8,14 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/turnpike-dev/turnpike/internal/topic"
 )
 
 // liveMaxWait is the long-poll wait of a live reader's fetches. With
 // MinBytes 1 a fetch returns as soon as a record arrives; this only bounds
 // idle polls.
 const liveMaxWait = 500 * time.Millisecond
-
-// readerMaxBytes caps one fetch of a reader; a stream event is at most
-// events.MaxEventBytes.
-const readerMaxBytes = 1 << 20
 
 // Start-up retry delays while the stream topic is unreachable.
 const (
@@ -28,21 +26,9 @@ const (
 // newReader returns a reader of one partition of the stream topic, without
 // consumer group (nothing is committed).
 func (g *Gateway) newReader(partition int, maxWait time.Duration) (*kafka.Reader, error) {
-	cfg := kafka.ReaderConfig{
-		Brokers:   g.cfg.Brokers,
-		Topic:     g.cfg.Topic,
-		Partition: partition,
-		MinBytes:  1,
-		MaxBytes:  readerMaxBytes,
-		MaxWait:   maxWait,
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			g.log.Warn("kafka reader: "+fmt.Sprintf(msg, args...), "partition", partition)
-		}),
-	}
-	if err := cfg.Validate(); err != nil { // kafka.NewReader panics on a bad config
-		return nil, fmt.Errorf("kafka reader: %w", err)
-	}
-	return kafka.NewReader(cfg), nil
+	return topic.PartitionReader(g.cfg.Brokers, g.cfg.Topic, partition, maxWait, func(msg string, args ...any) {
+		g.log.Warn("kafka reader: "+fmt.Sprintf(msg, args...), "partition", partition)
+	})
 }
 
 // newLiveReader returns the live reader of partition, positioned at start.

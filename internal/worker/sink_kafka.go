@@ -8,6 +8,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
@@ -18,19 +19,9 @@ type kafkaSink struct {
 	bufs sync.Pool
 }
 
-func newKafkaSink(brokers []string, topic string, batchTimeout time.Duration) *kafkaSink {
+func newKafkaSink(brokers []string, streamTopic string, batchTimeout time.Duration) *kafkaSink {
 	return &kafkaSink{
-		w: &kafka.Writer{
-			Addr:     kafka.TCP(brokers...),
-			Topic:    topic,
-			Balancer: &kafka.Murmur2Balancer{},
-			// A token waits at most this long for company in a batch.
-			BatchTimeout: batchTimeout,
-			BatchSize:    1000,
-			RequiredAcks: kafka.RequireAll,
-			MaxAttempts:  5,
-			WriteTimeout: 10 * time.Second,
-		},
+		w:    topic.StreamWriter(brokers, streamTopic, batchTimeout),
 		bufs: sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }},
 	}
 }

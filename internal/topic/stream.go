@@ -1,0 +1,54 @@
+package topic
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// The stream topic's client settings live here so that the worker, the push
+// gateway and the load generator's raw-broker floor use exactly the same.
+
+// StreamWriter returns the writer of stream events: keyed by identity with
+// the Murmur2 balancer (one partition per conversation), acks=all, and a
+// short batch timeout because token latency matters more than batch size.
+// It is synchronous: WriteMessages returns once the batch is acknowledged.
+func StreamWriter(brokers []string, topic string, batchTimeout time.Duration) *kafka.Writer {
+	return &kafka.Writer{
+		Addr:         kafka.TCP(brokers...),
+		Topic:        topic,
+		Balancer:     &kafka.Murmur2Balancer{},
+		BatchTimeout: batchTimeout,
+		BatchSize:    1000,
+		RequiredAcks: kafka.RequireAll,
+		MaxAttempts:  5,
+		WriteTimeout: 10 * time.Second,
+	}
+}
+
+// PartitionReaderMaxBytes caps one fetch of a partition reader; a stream
+// event is at most 64 KiB.
+const PartitionReaderMaxBytes = 1 << 20
+
+// PartitionReader returns a reader of one partition without a consumer
+// group (nothing is committed). With MinBytes 1 a fetch returns as soon as a
+// record arrives; maxWait only bounds idle long polls. logf, if set,
+// receives the reader's error logs.
+func PartitionReader(brokers []string, topic string, partition int, maxWait time.Duration, logf func(msg string, args ...any)) (*kafka.Reader, error) {
+	cfg := kafka.ReaderConfig{
+		Brokers:   brokers,
+		Topic:     topic,
+		Partition: partition,
+		MinBytes:  1,
+		MaxBytes:  PartitionReaderMaxBytes,
+		MaxWait:   maxWait,
+	}
+	if logf != nil {
+		cfg.ErrorLogger = kafka.LoggerFunc(logf)
+	}
+	if err := cfg.Validate(); err != nil { // kafka.NewReader panics on a bad config
+		return nil, fmt.Errorf("kafka reader: %w", err)
+	}
+	return kafka.NewReader(cfg), nil
+}
