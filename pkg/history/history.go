@@ -51,6 +51,31 @@ type Turn struct {
 	// Status is complete, incomplete or cancelled.
 	Status      events.Status
 	CommittedAt time.Time
+	// Source, when set, is the request's record: Commit refuses a turn
+	// whose record is older than the one of the conversation's last turn
+	// (ErrFenced), so a worker that lost its partition (a zombie) cannot
+	// persist out of order.
+	Source *Source
+}
+
+// Source is the coordinates of a request record in the requests topic.
+type Source struct {
+	Topic     string
+	Partition int
+	Offset    int64
+	// Time is the record's timestamp. A record at a lower offset of the
+	// same partition but with a later time is from a recreated topic, whose
+	// offsets started again, and is not fenced.
+	Time time.Time
+}
+
+// Fences reports whether a turn from src may not follow a turn from last:
+// same topic and partition, a lower offset, and no later timestamp.
+func (src *Source) Fences(last *Source) bool {
+	if src == nil || last == nil || src.Topic != last.Topic || src.Partition != last.Partition {
+		return false
+	}
+	return src.Offset < last.Offset && !src.Time.After(last.Time)
 }
 
 // Validate checks that t can be persisted. Every error wraps
@@ -66,6 +91,9 @@ func (t Turn) Validate() error {
 	}
 	if t.Answer == "" {
 		errs = append(errs, fmt.Errorf("%w turn: %w", events.ErrInvalid, ErrEmptyAnswer))
+	}
+	if t.Source != nil && t.Source.Topic == "" {
+		errs = append(errs, fmt.Errorf("%w turn: source without topic", events.ErrInvalid))
 	}
 	if !t.Status.Persisted() {
 		errs = append(errs, fmt.Errorf("%w turn: status %q: must be complete, incomplete or cancelled", events.ErrInvalid, truncate(string(t.Status), 32)))
@@ -102,6 +130,12 @@ type Page struct {
 // given identity (including one that exists only for another identity).
 var ErrNotFound = errors.New("not found")
 
+// ErrFenced is returned by Commit for a turn whose request record is older
+// than the record of the conversation's last turn: a newer request was
+// committed meanwhile, by a worker that took the partition over. Nothing is
+// written.
+var ErrFenced = errors.New("fenced: a newer request of the conversation is already committed")
+
 // ErrEmptyAnswer is returned when a turn (or a Pending commit) has no
 // assistant content: nothing is persisted without it, not even the user
 // message.
@@ -118,9 +152,36 @@ type Store interface {
 	// idempotent per request id: committing the same request id again
 	// writes nothing and reports the existing turn with Duplicate set.
 	Commit(ctx context.Context, id events.Identity, t Turn) (Committed, error)
-	// Lookup reports the committed turn of a request id, if any.
+	// Lookup reports the committed turn or the recorded outcome of a
+	// request id, if any. For an outcome without a turn, N is 0.
 	Lookup(ctx context.Context, id events.Identity, requestID string) (Committed, bool, error)
+	// RecordOutcome durably records how a request ended without a turn
+	// (discarded, rejected, cancelled before it ran, failed), so that a
+	// re-delivery completes the same way without running again. The first
+	// decision wins: if the request id already has a turn or an outcome,
+	// that is reported with Duplicate set and nothing is written.
+	RecordOutcome(ctx context.Context, id events.Identity, requestID string, status events.Status) (Committed, error)
 	// List returns up to limit messages with seq < before (before <= 0:
 	// the newest), oldest first. ErrNotFound if the conversation does not exist.
 	List(ctx context.Context, id events.Identity, before int64, limit int) (Page, error)
+}
+
+// validateOutcome checks the arguments of RecordOutcome.
+func validateOutcome(id events.Identity, requestID string, status events.Status) error {
+	var errs []error
+	if err := id.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := events.ValidateID("request_id", requestID); err != nil {
+		errs = append(errs, err)
+	}
+	// cancelled is both: the outcome of a request cancelled while queued
+	// (nothing persisted) and the status of a cancelled run's partial answer.
+	if err := status.Validate(); err != nil || status == events.StatusComplete || status == events.StatusIncomplete {
+		errs = append(errs, fmt.Errorf("%w outcome: status %q: must be discarded, rejected, cancelled or failed", events.ErrInvalid, truncate(string(status), 32)))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("record outcome: %w", errors.Join(errs...))
+	}
+	return nil
 }

@@ -24,8 +24,13 @@ type Pending struct {
 	requestID string
 	content   string
 	at        time.Time
+	source    *Source
 	closed    bool // committed or discarded
 }
+
+// SetSource sets the request's record coordinates, which fence the commit
+// (see Turn.Source).
+func (p *Pending) SetSource(src Source) { p.source = &src }
 
 // Begin holds the user message content of request requestID, received at
 // at, for conversation id. Nothing is written.
@@ -79,6 +84,7 @@ func (p *Pending) Commit(ctx context.Context, answer, agent string, status event
 		Agent:       agent,
 		Status:      status,
 		CommittedAt: at,
+		Source:      p.source,
 	})
 	if err != nil {
 		return Committed{}, err

@@ -20,8 +20,9 @@ type MemoryStore struct {
 }
 
 type memConv struct {
-	turns    []numbered       // turns[i].n == i+1
-	requests map[string]int64 // request id -> turn number
+	turns    []numbered               // turns[i].n == i+1
+	requests map[string]int64         // request id -> turn number
+	outcomes map[string]events.Status // request id -> outcome without a turn
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -62,11 +63,17 @@ func (s *MemoryStore) Commit(_ context.Context, id events.Identity, t Turn) (Com
 	defer s.mu.Unlock()
 	c := s.convs[id.Key()]
 	if c == nil {
-		c = &memConv{requests: make(map[string]int64)}
+		c = &memConv{requests: make(map[string]int64), outcomes: make(map[string]events.Status)}
 		s.convs[id.Key()] = c
 	}
 	if n, ok := c.requests[t.RequestID]; ok {
 		return Committed{N: n, Status: c.turns[n-1].t.Status, Duplicate: true}, nil
+	}
+	if st, ok := c.outcomes[t.RequestID]; ok {
+		return Committed{Status: st, Duplicate: true}, nil
+	}
+	if len(c.turns) > 0 && t.Source.Fences(c.turns[len(c.turns)-1].t.Source) {
+		return Committed{}, fmt.Errorf("commit: %w", ErrFenced)
 	}
 	n := int64(len(c.turns)) + 1
 	c.turns = append(c.turns, numbered{n: n, t: t})
@@ -88,11 +95,35 @@ func (s *MemoryStore) Lookup(_ context.Context, id events.Identity, requestID st
 	if c == nil {
 		return Committed{}, false, nil
 	}
-	n, ok := c.requests[requestID]
-	if !ok {
-		return Committed{}, false, nil
+	if n, ok := c.requests[requestID]; ok {
+		return Committed{N: n, Status: c.turns[n-1].t.Status}, true, nil
 	}
-	return Committed{N: n, Status: c.turns[n-1].t.Status}, true, nil
+	if st, ok := c.outcomes[requestID]; ok {
+		return Committed{Status: st}, true, nil
+	}
+	return Committed{}, false, nil
+}
+
+// RecordOutcome implements Store.
+func (s *MemoryStore) RecordOutcome(_ context.Context, id events.Identity, requestID string, status events.Status) (Committed, error) {
+	if err := validateOutcome(id, requestID, status); err != nil {
+		return Committed{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.convs[id.Key()]
+	if c == nil {
+		c = &memConv{requests: make(map[string]int64), outcomes: make(map[string]events.Status)}
+		s.convs[id.Key()] = c
+	}
+	if n, ok := c.requests[requestID]; ok {
+		return Committed{N: n, Status: c.turns[n-1].t.Status, Duplicate: true}, nil
+	}
+	if st, ok := c.outcomes[requestID]; ok {
+		return Committed{Status: st, Duplicate: true}, nil
+	}
+	c.outcomes[requestID] = status
+	return Committed{Status: status}, nil
 }
 
 // List implements Store.

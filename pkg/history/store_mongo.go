@@ -181,6 +181,15 @@ type turnDoc struct {
 	// UserMessage is stored as "user_message": "user" is the identity field.
 	UserMessage userDoc      `bson:"user_message"`
 	Assistant   assistantDoc `bson:"assistant"`
+	// Source is the request's record (absent for turns committed without).
+	Source *sourceDoc `bson:"source,omitempty"`
+}
+
+type sourceDoc struct {
+	Topic     string    `bson:"topic"`
+	Partition int       `bson:"partition"`
+	Offset    int64     `bson:"offset"`
+	Time      time.Time `bson:"time"`
 }
 
 type userDoc struct {
@@ -196,7 +205,8 @@ type assistantDoc struct {
 }
 
 type requestDoc struct {
-	ID        string        `bson:"_id"`
+	ID string `bson:"_id"`
+	// N is the request's turn, or 0 for an outcome without a turn.
 	N         int64         `bson:"n"`
 	Status    events.Status `bson:"status"`
 	CreatedAt time.Time     `bson:"created_at"`
@@ -222,7 +232,22 @@ func newTurnDoc(id events.Identity, n int64, t Turn) turnDoc {
 			Status:    t.Status,
 			CreatedAt: t.CommittedAt,
 		},
+		Source: toSourceDoc(t.Source),
 	}
+}
+
+func toSourceDoc(src *Source) *sourceDoc {
+	if src == nil {
+		return nil
+	}
+	return &sourceDoc{Topic: src.Topic, Partition: src.Partition, Offset: src.Offset, Time: storedTime(src.Time, time.Now)}
+}
+
+func (d *sourceDoc) source() *Source {
+	if d == nil {
+		return nil
+	}
+	return &Source{Topic: d.Topic, Partition: d.Partition, Offset: d.Offset, Time: d.Time.UTC()}
 }
 
 func (d turnDoc) numbered() numbered {
@@ -234,6 +259,7 @@ func (d turnDoc) numbered() numbered {
 		Agent:       d.Assistant.Agent,
 		Status:      d.Assistant.Status,
 		CommittedAt: d.Assistant.CreatedAt.UTC(),
+		Source:      d.Source.source(),
 	}}
 }
 
@@ -278,6 +304,9 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 		return Committed{}, fmt.Errorf("commit: read request: %w", err)
 	}
 	if found {
+		if req.N == 0 { // an outcome without a turn was decided first
+			return Committed{Status: req.Status, Duplicate: true}, nil
+		}
 		if err := s.rollForward(ctx, id, req.N, req.CreatedAt); err != nil {
 			return Committed{}, fmt.Errorf("commit: %w", err)
 		}
@@ -289,6 +318,18 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 		return Committed{}, fmt.Errorf("commit: %w", err)
 	}
 	n := top + 1
+	if t.Source != nil && n > 1 {
+		// Fencing: the turn before the one we take must come from an older
+		// record. Every later candidate predecessor is checked below, as
+		// the slot it holds is found taken.
+		prev, found, err := findByID[turnDoc](ctx, s.turns, turnID(key, n-1))
+		if err != nil {
+			return Committed{}, fmt.Errorf("commit: read turn %d: %w", n-1, err)
+		}
+		if found && t.Source.Fences(prev.Source.source()) {
+			return Committed{}, fmt.Errorf("commit: %w", ErrFenced)
+		}
+	}
 	for range s.cfg.CommitAttempts {
 		doc := newTurnDoc(id, n, t)
 		_, err := s.turns.InsertOne(ctx, doc)
@@ -319,6 +360,9 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 		if have.RequestID == t.RequestID {
 			return s.finishCommit(ctx, id, have.numbered(), true)
 		}
+		if t.Source.Fences(have.Source.source()) {
+			return Committed{}, fmt.Errorf("commit: %w", ErrFenced)
+		}
 		// Another request holds turn n: the conversation document lags.
 		// Point reads of the turns after n find the first free one more
 		// cheaply than failed inserts would, and with a smaller window
@@ -334,6 +378,9 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 			}
 			if next.RequestID == t.RequestID {
 				return s.finishCommit(ctx, id, next.numbered(), true)
+			}
+			if t.Source.Fences(next.Source.source()) {
+				return Committed{}, fmt.Errorf("commit: %w", ErrFenced)
 			}
 		}
 	}
@@ -417,6 +464,27 @@ func (s *MongoStore) Lookup(ctx context.Context, id events.Identity, requestID s
 		return Committed{}, false, nil
 	}
 	return Committed{N: req.N, Status: req.Status}, true, nil
+}
+
+// RecordOutcome implements Store: the request document with turn 0 is the
+// decision; its unique _id makes the first decision win.
+func (s *MongoStore) RecordOutcome(ctx context.Context, id events.Identity, requestID string, status events.Status) (Committed, error) {
+	if err := validateOutcome(id, requestID, status); err != nil {
+		return Committed{}, err
+	}
+	doc := requestDoc{ID: requestDocID(id.Key(), requestID), Status: status, CreatedAt: storedTime(time.Time{}, s.cfg.Now)}
+	_, err := s.reqs.InsertOne(ctx, doc)
+	if err == nil {
+		return Committed{Status: status}, nil
+	}
+	if !mongo.IsDuplicateKeyError(err) {
+		return Committed{}, fmt.Errorf("record outcome: %w", err)
+	}
+	have, found, err := findByID[requestDoc](ctx, s.reqs, doc.ID)
+	if err != nil || !found {
+		return Committed{}, fmt.Errorf("record outcome: read request: %v (found %v)", err, found)
+	}
+	return Committed{N: have.N, Status: have.Status, Duplicate: true}, nil
 }
 
 // Window implements Store: one read of the conversation document, then

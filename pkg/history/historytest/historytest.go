@@ -48,6 +48,9 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"A discarded pending request writes nothing and cannot commit", testPendingDiscard},
 		{"A committed pending request cannot commit again", testPendingTwice},
 		{"A pending commit with an empty answer fails and writes nothing", testPendingEmpty},
+		{"A turn from an older record than the last turn's is fenced and writes nothing", testFencing},
+		{"Concurrent commits from a zombie and the new owner never persist out of order", testFencingRace},
+		{"An outcome without a turn is recorded once and answers later commits and lookups", testOutcome},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -775,4 +778,125 @@ func testPendingEmpty(t *testing.T, ctx context.Context, s history.Store) {
 		t.Errorf("Commit after Discard: error %v, want ErrClosed", err)
 	}
 	expectNotFound(t, ctx, s, id)
+}
+
+func sourced(i int, src history.Source) history.Turn {
+	tr := turn(i)
+	tr.Source = &src
+	return tr
+}
+
+func testFencing(t *testing.T, ctx context.Context, s history.Store) {
+	id := newIdentity(t, "fenced")
+	at := base
+	src := func(partition int, offset int64, d time.Duration) history.Source {
+		return history.Source{Topic: "requests", Partition: partition, Offset: offset, Time: at.Add(d)}
+	}
+	commit(t, ctx, s, id, sourced(1, src(3, 10, 0)))
+	tests := []struct {
+		name   string
+		turn   history.Turn
+		fenced bool
+	}{
+		{"an older offset of the same partition is fenced", sourced(2, src(3, 9, 0)), true},
+		{"an older offset with an earlier time is fenced", sourced(2, src(3, 5, -time.Hour)), true},
+		{"a turn without source is not fenced", turn(2), false},
+		{"a newer offset is not fenced", sourced(3, src(3, 11, time.Second)), false},
+		{"an older offset of another partition is not fenced (the topic was repartitioned)", sourced(4, src(5, 1, 2*time.Second)), false},
+		{"an older offset with a later time is not fenced (the topic was recreated)", sourced(5, src(5, 0, time.Hour)), false},
+		{"an older offset of another topic is not fenced", sourced(6, history.Source{Topic: "other", Partition: 5, Offset: 0, Time: at}), false},
+	}
+	n := int64(1)
+	for _, tt := range tests {
+		c, err := s.Commit(ctx, id, tt.turn)
+		if tt.fenced {
+			if !errors.Is(err, history.ErrFenced) {
+				t.Fatalf("%s: Commit = %+v, %v; want ErrFenced", tt.name, c, err)
+			}
+			if _, found, err := s.Lookup(ctx, id, tt.turn.RequestID); err != nil || found {
+				t.Fatalf("%s: a fenced request was recorded (%v, %v)", tt.name, found, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: Commit: %v", tt.name, err)
+		}
+		n++
+		if c.N != n {
+			t.Fatalf("%s: committed as turn %d, want %d", tt.name, c.N, n)
+		}
+	}
+	if got := len(window(t, ctx, s, id, 100)); got != int(2*n) {
+		t.Fatalf("window holds %d messages, want %d", got, 2*n)
+	}
+}
+
+// testFencingRace commits offsets 1..N of one partition twice, from two
+// "workers" going in order, concurrently: whichever wins each slot, the
+// turns must come out in offset order, each request once.
+func testFencingRace(t *testing.T, ctx context.Context, s history.Store) {
+	id := newIdentity(t, "race")
+	const n = 12
+	var wg sync.WaitGroup
+	for w := 0; w < 2; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 1; i <= n; i++ {
+				_, err := s.Commit(ctx, id, sourced(i, history.Source{Topic: "requests", Partition: 0, Offset: int64(i), Time: base.Add(time.Duration(i) * time.Second)}))
+				if err != nil && !errors.Is(err, history.ErrFenced) {
+					t.Errorf("worker %d, offset %d: %v", w, i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	msgs := window(t, ctx, s, id, 4*n)
+	var last int
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		if m.Role != history.RoleUser {
+			continue
+		}
+		var i int
+		if _, err := fmt.Sscanf(m.Content, "question %d", &i); err != nil {
+			t.Fatalf("unexpected message %q", m.Content)
+		}
+		if i <= last || seen[m.RequestID] {
+			t.Fatalf("turns out of order or duplicated: %d after %d in %v", i, last, msgs)
+		}
+		last = i
+		seen[m.RequestID] = true
+	}
+	if last != n {
+		t.Fatalf("the newest turn is %d, want %d", last, n)
+	}
+}
+
+func testOutcome(t *testing.T, ctx context.Context, s history.Store) {
+	id := newIdentity(t, "outcome")
+	if _, err := s.RecordOutcome(ctx, id, "r1", events.StatusComplete); !errors.Is(err, events.ErrInvalid) {
+		t.Fatalf("RecordOutcome(complete) = %v, want ErrInvalid", err)
+	}
+	c, err := s.RecordOutcome(ctx, id, "r1", events.StatusDiscarded)
+	if err != nil || c != (history.Committed{Status: events.StatusDiscarded}) {
+		t.Fatalf("RecordOutcome = %+v, %v", c, err)
+	}
+	if c, err := s.RecordOutcome(ctx, id, "r1", events.StatusRejected); err != nil || c != (history.Committed{Status: events.StatusDiscarded, Duplicate: true}) {
+		t.Fatalf("second RecordOutcome = %+v, %v; want the first decision", c, err)
+	}
+	if c, found, err := s.Lookup(ctx, id, "r1"); err != nil || !found || c != (history.Committed{Status: events.StatusDiscarded}) {
+		t.Fatalf("Lookup = %+v %v %v", c, found, err)
+	}
+	if c := commit(t, ctx, s, id, turn(1)); c != (history.Committed{Status: events.StatusDiscarded, Duplicate: true}) {
+		t.Fatalf("Commit after an outcome = %+v, want the outcome as a duplicate", c)
+	}
+	if _, err := s.List(ctx, id, 0, 10); !errors.Is(err, history.ErrNotFound) {
+		t.Fatalf("a conversation with outcomes only must not exist: %v", err)
+	}
+	commit(t, ctx, s, id, turn(2))
+	if c, err := s.RecordOutcome(ctx, id, "r2", events.StatusCancelled); err != nil || c != (history.Committed{N: 1, Status: events.StatusComplete, Duplicate: true}) {
+		t.Fatalf("RecordOutcome of a committed request = %+v, %v; want its turn", c, err)
+	}
 }
