@@ -47,7 +47,32 @@ type Config struct {
 	RetryBackoffMin, RetryBackoffMax time.Duration
 	// SessionTimeout of the consumer group. Default 10s.
 	SessionTimeout time.Duration
+	// Ordering is "key" (default): within a partition, requests of
+	// different conversations run concurrently and those of one
+	// conversation strictly in topic order; or "partition": one record at
+	// a time per partition (the benchmark baseline).
+	Ordering string
+	// MaxInflight bounds the records fetched and not yet done, across all
+	// partitions of this worker. Default 1024.
+	MaxInflight int
+	// ReadAhead bounds the records fetched and not yet done per partition.
+	// Default 512.
+	ReadAhead int
+	// MaxAttempts bounds the runs of one record that fail transiently in
+	// the model (rate limits, an unreachable model server); the record is
+	// then dead-lettered and completes failed. Store and Kafka outages are
+	// retried for as long as they last. Default 5.
+	MaxAttempts int
+	// CommitInterval is how often each partition commits its highest
+	// contiguous completed offset, when it moved. Default 200ms.
+	CommitInterval time.Duration
 }
+
+// Orderings.
+const (
+	OrderingKey       = "key"
+	OrderingPartition = "partition"
+)
 
 func (c *Config) setDefaults() {
 	if c.Topics == (topic.Names{}) {
@@ -69,6 +94,13 @@ func (c *Config) setDefaults() {
 	if c.AgentName == "" {
 		c.AgentName = "assistant"
 	}
+	if c.Ordering == "" {
+		c.Ordering = OrderingKey
+	}
+	def(&c.MaxInflight, 1024)
+	def(&c.ReadAhead, 512)
+	def(&c.MaxAttempts, 5)
+	defDur(&c.CommitInterval, 200*time.Millisecond)
 	def(&c.Partitions, topic.DefaultPartitions)
 	def(&c.WindowMessages, 20)
 	def(&c.MaxContentBytes, events.DefaultMaxContentBytes)
@@ -104,6 +136,17 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("worker: %s %v < 0", name, d))
 		}
 	}
+	if c.Ordering != OrderingKey && c.Ordering != OrderingPartition {
+		errs = append(errs, fmt.Errorf("worker: Ordering %q: want key or partition", c.Ordering))
+	}
+	for name, v := range map[string]int{"MaxInflight": c.MaxInflight, "ReadAhead": c.ReadAhead, "MaxAttempts": c.MaxAttempts} {
+		if v < 1 {
+			errs = append(errs, fmt.Errorf("worker: %s %d < 1", name, v))
+		}
+	}
+	if c.CommitInterval < 0 {
+		errs = append(errs, fmt.Errorf("worker: CommitInterval %v < 0", c.CommitInterval))
+	}
 	if c.RetryBackoffMax < c.RetryBackoffMin {
 		errs = append(errs, fmt.Errorf("worker: RetryBackoffMax %v < RetryBackoffMin %v", c.RetryBackoffMax, c.RetryBackoffMin))
 	}
@@ -121,4 +164,8 @@ func (c *Config) BindFlags(set *flagenv.Set) {
 	set.Duration(&c.StreamBatchTimeout, "stream-batch-timeout", "TURNPIKE_STREAM_BATCH_TIMEOUT", 2*time.Millisecond, "longest a stream event waits for a batch")
 	set.Duration(&c.RunTimeout, "run-timeout", "TURNPIKE_RUN_TIMEOUT", 10*time.Minute, "longest one generation may run")
 	set.Duration(&c.DrainTimeout, "drain-timeout", "TURNPIKE_DRAIN_TIMEOUT", 30*time.Second, "how long in-flight runs may finish on shutdown or revoke")
+	set.String(&c.Ordering, "ordering", "TURNPIKE_ORDERING", OrderingKey, "key: conversations of a partition run concurrently, each in order; partition: one record at a time per partition")
+	set.Int(&c.MaxInflight, "max-inflight", "TURNPIKE_MAX_INFLIGHT", 1024, "records fetched and not yet done, across partitions")
+	set.Int(&c.ReadAhead, "read-ahead", "TURNPIKE_READ_AHEAD", 512, "records fetched and not yet done, per partition")
+	set.Int(&c.MaxAttempts, "max-attempts", "TURNPIKE_MAX_ATTEMPTS", 5, "runs of a record failing transiently in the model before it is dead-lettered")
 }

@@ -15,6 +15,9 @@ const (
 	HeaderSourceTopic     = "turnpike-source-topic"
 	HeaderSourcePartition = "turnpike-source-partition"
 	HeaderSourceOffset    = "turnpike-source-offset"
+	// HeaderDLQAttempts is how many times the record was run before it was
+	// dead-lettered (1 for a record that failed validation).
+	HeaderDLQAttempts = "turnpike-dlq-attempts"
 )
 
 // deadLetters writes records that cannot be processed to the DLQ topic with
@@ -36,7 +39,7 @@ func newDeadLetters(brokers []string, topic string) *deadLetters {
 	}}
 }
 
-func (d *deadLetters) send(ctx context.Context, m kafka.Message, reason string) error {
+func (d *deadLetters) send(ctx context.Context, m kafka.Message, reason string, attempts int) error {
 	const maxReason = 1024
 	if len(reason) > maxReason {
 		reason = reason[:maxReason]
@@ -44,7 +47,7 @@ func (d *deadLetters) send(ctx context.Context, m kafka.Message, reason string) 
 	headers := make([]kafka.Header, 0, len(m.Headers)+4)
 	for _, h := range m.Headers {
 		switch h.Key {
-		case HeaderDLQReason, HeaderSourceTopic, HeaderSourcePartition, HeaderSourceOffset:
+		case HeaderDLQReason, HeaderSourceTopic, HeaderSourcePartition, HeaderSourceOffset, HeaderDLQAttempts:
 			continue // a redriven record's old coordinates are replaced
 		}
 		headers = append(headers, h)
@@ -54,6 +57,7 @@ func (d *deadLetters) send(ctx context.Context, m kafka.Message, reason string) 
 		kafka.Header{Key: HeaderSourceTopic, Value: []byte(m.Topic)},
 		kafka.Header{Key: HeaderSourcePartition, Value: []byte(strconv.Itoa(m.Partition))},
 		kafka.Header{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
+		kafka.Header{Key: HeaderDLQAttempts, Value: []byte(strconv.Itoa(attempts))},
 	)
 	err := d.w.WriteMessages(ctx, kafka.Message{Key: m.Key, Value: m.Value, Headers: headers, Time: m.Time})
 	if err != nil {

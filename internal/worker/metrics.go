@@ -7,6 +7,10 @@ import (
 )
 
 type metrics struct {
+	fenced       prometheus.Counter
+	committed    prometheus.Counter
+	running      prometheus.Gauge
+	peakInflight prometheus.Gauge
 	records      prometheus.Counter
 	deadLettered prometheus.Counter
 	duplicates   prometheus.Counter
@@ -18,6 +22,18 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnpike_worker_fenced_total", Help: "Records dropped because a newer request of their conversation was committed (this worker had lost the partition).",
+		}),
+		committed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnpike_worker_offset_commits_total", Help: "Offset commits of partitions' contiguous completed records.",
+		}),
+		running: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "turnpike_worker_running_runs", Help: "Model runs in progress.",
+		}),
+		peakInflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "turnpike_worker_inflight_records_peak", Help: "The most records fetched and not yet done at once since start.",
+		}),
 		records: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "turnpike_worker_records_total", Help: "Request records fetched.",
 		}),
@@ -31,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "turnpike_worker_retries_total", Help: "Attempts at a record that failed for a retriable reason.",
 		}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "turnpike_worker_inflight_runs", Help: "Runs in progress.",
+			Name: "turnpike_worker_inflight_records", Help: "Records fetched and not yet done (running or queued behind their conversation).",
 		}),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "turnpike_worker_runs_total", Help: "Runs ended, by status.",
@@ -42,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds} {
+	for _, c := range []prometheus.Collector{m.fenced, m.committed, m.running, m.peakInflight, m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

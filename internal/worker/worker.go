@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cloudwego/eino/adk"
@@ -41,6 +42,11 @@ type Worker struct {
 	log     *slog.Logger
 	now     func() time.Time
 	metrics *metrics
+	// inflight bounds the records fetched and not yet done (MaxInflight).
+	inflight chan struct{}
+
+	peakMu sync.Mutex // guards peak
+	peak   int
 
 	// set by Run
 	sink   *kafkaSink
@@ -88,13 +94,32 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		return nil, fmt.Errorf("worker: build agent: %w", err)
 	}
 	return &Worker{
-		cfg:     cfg,
-		store:   d.Store,
-		runner:  adk.NewRunner(ctx, adk.RunnerConfig{Agent: agent, EnableStreaming: true}),
-		log:     d.Logger,
-		now:     d.Now,
-		metrics: m,
+		cfg:      cfg,
+		store:    d.Store,
+		runner:   adk.NewRunner(ctx, adk.RunnerConfig{Agent: agent, EnableStreaming: true}),
+		log:      d.Logger,
+		now:      d.Now,
+		metrics:  m,
+		inflight: make(chan struct{}, cfg.MaxInflight),
 	}, nil
+}
+
+// notePeak records the in-flight high-water mark.
+func (w *Worker) notePeak() {
+	n := len(w.inflight)
+	w.peakMu.Lock()
+	if n > w.peak {
+		w.peak = n
+		w.metrics.peakInflight.Set(float64(n))
+	}
+	w.peakMu.Unlock()
+}
+
+// PeakInflight is the most records fetched and not yet done at once.
+func (w *Worker) PeakInflight() int {
+	w.peakMu.Lock()
+	defer w.peakMu.Unlock()
+	return w.peak
 }
 
 // Run consumes until ctx ends, then stops fetching, lets in-flight runs
@@ -106,7 +131,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.sink = newKafkaSink(w.cfg.Brokers, w.cfg.Topics.Stream, w.cfg.StreamBatchTimeout)
 	w.dlq = newDeadLetters(w.cfg.Brokers, w.cfg.Topics.DLQ)
-	b, err := bridge.New(bridge.Config{Sink: w.sink, Logger: w.log, Now: w.now})
+	b, err := bridge.New(bridge.Config{Sink: w.sink, Logger: w.log, Now: w.now, RetryModelError: transientModelError})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

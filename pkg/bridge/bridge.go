@@ -27,6 +27,13 @@ const DefaultNotice = "The model stopped with an error; the answer is incomplete
 // ErrAborted is returned by Handle.Wait after Handle.Abort.
 var ErrAborted = errors.New("run aborted")
 
+// ErrModelRetry is returned by Handle.Wait, wrapping the model's error, when
+// the model failed before producing anything and Config.RetryModelError
+// deemed the error worth retrying: nothing was persisted and no
+// run.completed was emitted, so the caller may run the request again (with
+// a new run id).
+var ErrModelRetry = errors.New("model failed before any content; retry")
+
 // Turn is the pending turn a run commits or discards; *history.Pending
 // implements it.
 type Turn interface {
@@ -59,6 +66,11 @@ type Config struct {
 	// OnError maps a model error to the notice streamed to clients. Default:
 	// DefaultNotice. Notices are never persisted.
 	OnError func(error) string
+	// RetryModelError, if set, says whether a model error that happens
+	// before any content is transient (a rate limit, an unreachable model
+	// server): then the run ends with ErrModelRetry instead of completing
+	// discarded. Default: never.
+	RetryModelError func(error) bool
 	// BufferSize bounds the buffer between the agent's event reader and the
 	// streaming/persisting half. When it is full the reader waits: the
 	// sink's pace bounds memory. Default DefaultBufferSize.
@@ -417,6 +429,7 @@ func (r *runner) coordinate() (Result, error) {
 		curMsg     = -1
 		sinkErr    error
 		incomplete bool
+		retry      bool // a transient model error before any content
 		cancelled  bool
 		pending    []item // a batch drained from the buffer
 	)
@@ -498,6 +511,12 @@ loop:
 			case itemErr, itemCutOff:
 				flush()
 				incomplete = true
+				if it.kind == itemErr && res.Tokens == 0 && res.ModelErr == nil &&
+					r.cfg.RetryModelError != nil && r.cfg.RetryModelError(it.err) {
+					retry = true
+					res.ModelErr = it.err
+					continue
+				}
 				if res.ModelErr != nil {
 					// eino reports a failed stream twice: from Recv and as
 					// an event error. One notice per run is enough.
@@ -515,6 +534,11 @@ loop:
 		flush()
 	}
 
+	if retry && res.Tokens == 0 && !cancelled {
+		r.run.Turn.Discard()
+		res.Events = int(r.emit.Seq())
+		return res, errors.Join(fmt.Errorf("%w: %w", ErrModelRetry, res.ModelErr), sinkErr)
+	}
 	switch {
 	case len(answer) == 0:
 		r.run.Turn.Discard()

@@ -489,3 +489,49 @@ func TestConfigValidateJoinsProblems(t *testing.T) {
 		t.Fatalf("Validate: %v", err)
 	}
 }
+
+func TestATransientModelErrorBeforeAnyContentAsksForARetry(t *testing.T) {
+	t.Parallel()
+	transient := errors.New("429 too many requests")
+	tests := []struct {
+		name      string
+		steps     []step
+		wantRetry bool
+		want      events.Status
+	}{
+		{name: "an error the hook deems transient, before content, is a retry", steps: []step{{agent: "a", err: transient}}, wantRetry: true},
+		{name: "an error the hook deems permanent completes discarded", steps: []step{{agent: "a", err: errors.New("bad request")}}, want: events.StatusDiscarded},
+		{name: "a transient error after content persists the answer as incomplete", steps: []step{{agent: "a", chunks: []*schema.Message{text("so far")}}, {agent: "a", err: transient}}, want: events.StatusIncomplete},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			sink := &recordingSink{}
+			turn := &fakeTurn{}
+			b := newBridge(t, sink, func(c *bridge.Config) {
+				c.RetryModelError = func(err error) bool { return errors.Is(err, transient) }
+			})
+			iter, done := script(ctx, tt.steps...)
+			res, err := b.Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+			<-done
+			if tt.wantRetry {
+				if !errors.Is(err, bridge.ErrModelRetry) || !errors.Is(err, transient) {
+					t.Fatalf("Wait: %v, want ErrModelRetry wrapping the model error", err)
+				}
+				for _, e := range sink.snapshot() {
+					if e.Type() == events.TypeRunCompleted || e.Type() == events.TypeNotice {
+						t.Fatalf("a run to be retried emitted %s", e.Type())
+					}
+				}
+				if turn.discarded != 1 || len(turn.committed) != 0 {
+					t.Fatal("a run to be retried must persist nothing")
+				}
+				return
+			}
+			if err != nil || res.Status != tt.want {
+				t.Fatalf("got %s, %v; want %s", res.Status, err, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,63 @@
+package worker
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+func TestOffsetTrackerCommitsOnlyTheContiguousDonePrefix(t *testing.T) {
+	t.Parallel()
+	tr := newOffsetTracker()
+	for _, o := range []int64{5, 6, 8, 9} { // 7 was a transaction marker: never fetched
+		tr.add(o)
+	}
+	if _, ok := tr.advance(); ok {
+		t.Fatal("advanced with nothing done")
+	}
+	tr.done(6)
+	tr.done(9)
+	if _, ok := tr.advance(); ok {
+		t.Fatal("advanced past 5, which is not done")
+	}
+	tr.done(5)
+	if next, ok := tr.advance(); !ok || next != 7 {
+		t.Fatalf("advance = %d %v, want 7", next, ok)
+	}
+	tr.done(8)
+	if next, ok := tr.advance(); !ok || next != 10 || tr.outstanding() != 0 {
+		t.Fatalf("advance = %d %v (outstanding %d), want 10", next, ok, tr.outstanding())
+	}
+}
+
+func TestOffsetTrackerNeverCommitsAnUnfinishedRecordUnderRandomCompletion(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(1, 2))
+	tr := newOffsetTracker()
+	const n = 2000
+	done := make([]bool, n)
+	var order []int64
+	for o := int64(0); o < n; o++ {
+		tr.add(o)
+		order = append(order, o)
+	}
+	r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	committed := int64(-1)
+	for _, o := range order {
+		done[o] = true
+		tr.done(o)
+		if next, ok := tr.advance(); ok {
+			for x := committed + 1; x < next; x++ {
+				if x >= 0 && !done[x] {
+					t.Fatalf("committed %d past unfinished %d", next, x)
+				}
+			}
+			if next <= committed {
+				t.Fatalf("commit went back from %d to %d", committed, next)
+			}
+			committed = next
+		}
+	}
+	if committed != n {
+		t.Fatalf("final commit %d, want %d", committed, n)
+	}
+}

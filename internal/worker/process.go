@@ -1,0 +1,224 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/schema"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+)
+
+// errAbandoned means a record was left unfinished because its partition
+// was revoked or the worker is stopping; it is not committed, so its next
+// owner re-runs it.
+var errAbandoned = errors.New("abandoned: partition revoked or worker stopping")
+
+// handle takes one record to a durable end: dead-lettered, or run and
+// committed (or recognised as a duplicate). What a failure means is
+// classify's decision: infrastructure failures are retried for as long as
+// the partition is ours, transient model failures up to MaxAttempts, and
+// permanent ones dead-letter the record. It returns nil when the record is
+// done (its offset may be committed), and an error classified abandoned or
+// fenced otherwise.
+func (w *Worker) handle(genCtx context.Context, m kafka.Message) error {
+	w.metrics.records.Inc()
+	ctx := context.WithoutCancel(genCtx)
+	req, err := w.decode(m)
+	if err != nil {
+		return w.deadLetter(genCtx, m, nil, err, 1)
+	}
+	backoff := w.cfg.RetryBackoffMin
+	for attempt, recordAttempts := 1, 1; ; attempt++ {
+		err := w.run(genCtx, ctx, m, req)
+		if err == nil {
+			return nil
+		}
+		switch classify(err) {
+		case classAbandoned:
+			return err
+		case classFenced:
+			w.metrics.fenced.Inc()
+			w.log.Warn("fenced: a newer request of the conversation is committed; this worker lost the partition",
+				slog.String("request_id", req.RequestID), slog.Int("partition", m.Partition), slog.Int64("offset", m.Offset))
+			return nil
+		case classPermanent:
+			return w.deadLetter(genCtx, m, &req, err, recordAttempts)
+		case classRetryRecord:
+			if recordAttempts >= w.cfg.MaxAttempts {
+				return w.deadLetter(genCtx, m, &req, err, recordAttempts)
+			}
+			recordAttempts++
+		}
+		w.metrics.retries.Inc()
+		w.log.Warn("attempt failed, retrying", slog.String("request_id", req.RequestID), slog.Int("attempt", attempt),
+			slog.Duration("backoff", backoff), slog.Any("error", err))
+		if !sleep(genCtx, backoff) {
+			return errAbandoned
+		}
+		backoff = min(2*backoff, w.cfg.RetryBackoffMax)
+	}
+}
+
+// deadLetter sends m to the DLQ, then — for a record that decoded — records
+// its outcome as failed and completes it failed on the stream. A DLQ write
+// that fails is retried like any infrastructure failure; a crash before the
+// outcome is recorded re-delivers the record, which may then be
+// dead-lettered twice (at least once, never lost).
+func (w *Worker) deadLetter(genCtx context.Context, m kafka.Message, req *events.Request, cause error, attempts int) error {
+	w.metrics.deadLettered.Inc()
+	w.log.Warn("dead-letter record", slog.Int("partition", m.Partition), slog.Int64("offset", m.Offset),
+		slog.Int("attempts", attempts), slog.Any("reason", cause))
+	return w.retryInfra(genCtx, func(ctx context.Context) error {
+		if err := w.dlq.send(ctx, m, cause.Error(), attempts); err != nil {
+			return err
+		}
+		if req == nil {
+			return nil
+		}
+		id := req.Identity()
+		c, err := w.store.RecordOutcome(ctx, id, req.RequestID, events.StatusFailed)
+		if err != nil {
+			return fmt.Errorf("record outcome: %w", err)
+		}
+		return bridge.NewEmitter(w.sink, id, req.RequestID, newRunID(), w.now).Completed(ctx, c.Status)
+	})
+}
+
+// retryInfra runs f until it succeeds, with capped exponential backoff, for
+// as long as genCtx lives.
+func (w *Worker) retryInfra(genCtx context.Context, f func(ctx context.Context) error) error {
+	ctx := context.WithoutCancel(genCtx)
+	backoff := w.cfg.RetryBackoffMin
+	for attempt := 1; ; attempt++ {
+		err := f(ctx)
+		if err == nil {
+			return nil
+		}
+		w.metrics.retries.Inc()
+		w.log.Warn("attempt failed, retrying", slog.Int("attempt", attempt), slog.Duration("backoff", backoff), slog.Any("error", err))
+		if !sleep(genCtx, backoff) {
+			return errAbandoned
+		}
+		backoff = min(2*backoff, w.cfg.RetryBackoffMax)
+	}
+}
+
+// decode validates a record. Every error it returns is permanent.
+func (w *Worker) decode(m kafka.Message) (events.Request, error) {
+	req, err := events.DecodeRequest(m.Value, w.cfg.MaxContentBytes)
+	if err != nil {
+		return events.Request{}, err
+	}
+	if key := req.Identity().Key(); string(m.Key) != key {
+		return events.Request{}, fmt.Errorf("%w key: %q does not match the record's identity %q", events.ErrInvalid, truncateKey(m.Key), key)
+	}
+	if req.RequestID == "" {
+		req.RequestID = events.DerivedRequestID(m.Partition, m.Offset, m.Time)
+	}
+	if req.CreatedAt.IsZero() {
+		req.CreatedAt = m.Time
+	}
+	if req.Strategy == "" {
+		req.Strategy = events.StrategyEnqueue
+	}
+	return req, nil
+}
+
+func truncateKey(k []byte) string {
+	if len(k) > 64 {
+		return string(k[:64]) + "…"
+	}
+	return string(k)
+}
+
+// run runs one request once. genCtx says whether the partition is still
+// ours; ctx (detached from it) carries the work.
+func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Request) error {
+	id := req.Identity()
+	log := w.log.With(slog.String("request_id", req.RequestID), slog.String("tenant", id.Tenant), slog.String("conversation", id.Conversation))
+
+	// A request already decided (a redelivery, a duplicate record) is
+	// completed as it was the first time, without running the model again.
+	if c, ok, err := w.store.Lookup(ctx, id, req.RequestID); err != nil {
+		return fmt.Errorf("lookup request: %w", err)
+	} else if ok {
+		log.Info("duplicate request", slog.Int64("turn", c.N), slog.String("status", string(c.Status)))
+		w.metrics.duplicates.Inc()
+		return bridge.NewEmitter(w.sink, id, req.RequestID, newRunID(), w.now).Completed(ctx, c.Status)
+	}
+
+	runID := newRunID()
+	log = log.With(slog.String("run_id", runID))
+	start := w.now()
+	runCtx, stopGeneration := context.WithTimeout(ctx, w.cfg.RunTimeout)
+	defer stopGeneration()
+	pending := history.Begin(w.store, id, req.RequestID, req.Content, req.CreatedAt)
+	pending.SetSource(history.Source{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Time: m.Time})
+	window, err := pending.Window(ctx, w.cfg.WindowMessages)
+	if err != nil {
+		return fmt.Errorf("load window: %w", err)
+	}
+	w.metrics.running.Inc()
+	defer w.metrics.running.Dec()
+	iter := w.runner.Run(runCtx, toMessages(window))
+	h := w.bridge.Start(ctx, bridge.Run{
+		Identity:       id,
+		RequestID:      req.RequestID,
+		RunID:          runID,
+		Turn:           pending,
+		StopGeneration: stopGeneration,
+	}, iter)
+	select {
+	case <-h.Done():
+	case <-genCtx.Done():
+		// The partition is going away: let the run finish within the drain
+		// deadline, else abort it (its record will be re-run elsewhere).
+		t := time.NewTimer(w.cfg.DrainTimeout)
+		select {
+		case <-h.Done():
+		case <-t.C:
+			h.Abort()
+		}
+		t.Stop()
+	}
+	res, err := h.Wait()
+	if err != nil {
+		return fmt.Errorf("run %s: %w", runID, err)
+	}
+	if res.Status == events.StatusDiscarded {
+		// Nothing persisted: record the outcome so a redelivery does not
+		// run the model again. A failure here is retried as a whole and the
+		// retry finds nothing recorded: the model runs once more, which is
+		// harmless for a discarded run.
+		if _, err := w.store.RecordOutcome(ctx, id, req.RequestID, events.StatusDiscarded); err != nil {
+			log.Warn("record discarded outcome", slog.Any("error", err))
+		}
+	}
+	w.metrics.runs.WithLabelValues(string(res.Status)).Inc()
+	w.metrics.runSeconds.Observe(w.now().Sub(start).Seconds())
+	log.Info("run completed", slog.String("status", string(res.Status)), slog.Int64("turn", res.Committed.N),
+		slog.Int("tokens", res.Tokens), slog.Duration("took", w.now().Sub(start)))
+	return nil
+}
+
+// toMessages converts the history window to the model's input.
+func toMessages(window []history.Message) []adk.Message {
+	out := make([]adk.Message, 0, len(window))
+	for _, m := range window {
+		switch m.Role {
+		case history.RoleUser:
+			out = append(out, schema.UserMessage(m.Content))
+		case history.RoleAssistant:
+			out = append(out, schema.AssistantMessage(m.Content, nil))
+		}
+	}
+	return out
+}
