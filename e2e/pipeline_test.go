@@ -109,7 +109,7 @@ func send(t *testing.T, ctx context.Context, c *client.Client, conv, content str
 	return a.RequestID
 }
 
-func history(t *testing.T, ctx context.Context, c *client.Client, conv string) []client.Message {
+func historyOf(t *testing.T, ctx context.Context, c *client.Client, conv string) []client.Message {
 	t.Helper()
 	p, err := c.History(ctx, conv, 200, 0)
 	if err != nil {
@@ -137,7 +137,7 @@ func TestPipeline(t *testing.T) {
 			}
 		}
 		// run.completed comes after the turn is durable.
-		h := history(t, ctx, ann, "happy")
+		h := historyOf(t, ctx, ann, "happy")
 		if len(h) != 2 || h[0].Role != "user" || h[0].Content != "hello there" || h[1].Content != "echo #1: hello there" ||
 			h[1].Status != "complete" || h[1].Incomplete || h[1].RequestID != id || h[0].Seq != 1 || h[1].Seq != 2 {
 			t.Fatalf("history %+v", h)
@@ -158,7 +158,7 @@ func TestPipeline(t *testing.T) {
 				t.Fatalf("answer %d: %+v, want %q", i+1, r, want)
 			}
 		}
-		h := history(t, ctx, ann, "five")
+		h := historyOf(t, ctx, ann, "five")
 		if len(h) != 10 {
 			t.Fatalf("history has %d messages, want 10", len(h))
 		}
@@ -178,7 +178,7 @@ func TestPipeline(t *testing.T) {
 		if r.text != "echo #1: one " || r.status != events.StatusIncomplete || r.notices != 1 {
 			t.Fatalf("streamed %+v", r)
 		}
-		h := history(t, ctx, ann, "fails")
+		h := historyOf(t, ctx, ann, "fails")
 		if len(h) != 2 || h[0].Content != "one two three four [[fail-after:3]]" || h[1].Content != "echo #1: one " ||
 			h[1].Status != "incomplete" || !h[1].Incomplete {
 			t.Fatalf("history %+v", h)
@@ -240,7 +240,7 @@ func TestPipeline(t *testing.T) {
 			c    *client.Client
 			want string
 		}{{ann, "from ann"}, {bob, "from bob"}, {eve, "from eve"}} {
-			if h := history(t, ctx, c.c, "shared"); len(h) != 2 || h[0].Content != c.want {
+			if h := historyOf(t, ctx, c.c, "shared"); len(h) != 2 || h[0].Content != c.want {
 				t.Fatalf("history %+v, want only %q", h, c.want)
 			}
 		}
@@ -331,7 +331,7 @@ func TestPipeline(t *testing.T) {
 		if started != 1 {
 			t.Fatalf("the model ran %d times", started)
 		}
-		if h := history(t, ctx, ann, "idem"); len(h) != 2 {
+		if h := historyOf(t, ctx, ann, "idem"); len(h) != 2 {
 			t.Fatalf("history %+v: want one turn", h)
 		}
 	})

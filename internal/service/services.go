@@ -18,6 +18,7 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/pushgw"
 	"github.com/turnpike-dev/turnpike/internal/server"
 	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/internal/webui"
 	"github.com/turnpike-dev/turnpike/internal/worker"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 )
@@ -34,6 +35,17 @@ type Env struct {
 	Ready func()
 }
 
+// withDefaults fills a nil Logger (discard) and Registry (a fresh one).
+func (e Env) withDefaults() Env {
+	if e.Logger == nil {
+		e.Logger = slog.New(slog.DiscardHandler)
+	}
+	if e.Registry == nil {
+		e.Registry = prometheus.NewRegistry()
+	}
+	return e
+}
+
 func (e Env) ready() {
 	if e.Ready != nil {
 		e.Ready()
@@ -43,24 +55,38 @@ func (e Env) ready() {
 // IngestConfig configures cmd/ingest.
 type IngestConfig struct {
 	Shared
-	Addr   string // TURNPIKE_INGEST_ADDR, default ":8080"
-	Ingest ingest.Config
+	Addr string // TURNPIKE_INGEST_ADDR, default ":8080"
+	// PublicStreamURL is the push gateway's WebSocket URL as browsers reach
+	// it, for the demo page; "{host}" stands for the page's host name.
+	// TURNPIKE_PUBLIC_STREAM_URL, default webui.DefaultStreamURL.
+	PublicStreamURL string
+	Ingest          ingest.Config
 }
+
+// devTokenTTL is the lifetime of the tokens of POST /v1/dev/token.
+const devTokenTTL = 7 * 24 * time.Hour
 
 // Bind registers the ingest flags.
 func (c *IngestConfig) Bind(set *flagenv.Set) {
 	c.Shared.Bind(set)
 	set.String(&c.Addr, "addr", "TURNPIKE_INGEST_ADDR", ":8080", "listen address of the HTTP API")
 	set.Int(&c.Ingest.MaxContentBytes, "max-content-bytes", "TURNPIKE_MAX_CONTENT_BYTES", 32768, "largest user message in bytes")
+	set.String(&c.PublicStreamURL, "public-stream-url", "TURNPIKE_PUBLIC_STREAM_URL", webui.DefaultStreamURL,
+		"push gateway WebSocket URL for the demo page at /; {host} is the page's host name")
 }
 
 // Validate reports every problem.
 func (c IngestConfig) Validate() error {
-	return errors.Join(c.Shared.validate(true, true, true), c.Ingest.Validate())
+	return errors.Join(c.Shared.validate(true, true, true), c.Ingest.Validate(), c.page().Validate())
+}
+
+func (c IngestConfig) page() webui.Config {
+	return webui.Config{StreamURL: c.PublicStreamURL, DevTokens: c.Ingest.DevTokens}
 }
 
 // RunIngest serves the ingest API on ln (or c.Addr when ln is nil) until ctx ends.
 func RunIngest(ctx context.Context, c IngestConfig, env Env, ln net.Listener) error {
+	env = env.withDefaults()
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -78,15 +104,25 @@ func RunIngest(ctx context.Context, c IngestConfig, env Env, ln net.Listener) er
 		return err
 	}
 	defer producer.Close() // after the server stopped: flushes nothing in flight
-	svc, err := ingest.New(c.Ingest, ingest.Deps{
-		Verifier: verifier, Producer: producer, History: store, Registerer: env.Registry, Logger: env.Logger,
-	})
+	page, err := webui.New(c.page())
+	if err != nil {
+		return err
+	}
+	deps := ingest.Deps{
+		Verifier: verifier, Producer: producer, History: store, Page: page, Registerer: env.Registry, Logger: env.Logger,
+	}
+	if c.Ingest.DevTokens {
+		deps.MintToken = func(user string) (string, error) {
+			return auth.Mint(c.AuthSecret, auth.DefaultTenant, user, devTokenTTL, time.Now())
+		}
+	}
+	svc, err := ingest.New(c.Ingest, deps)
 	if err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
-	// The API answers every path the ops endpoints don't, so an unknown
-	// route gets the JSON error shape too.
+	// The API (and the demo page at /) answers every path the ops endpoints
+	// don't, so an unknown route gets the JSON error shape too.
 	mux.Handle("/", svc.Handler())
 	server.HandleOps(mux, env.Registry, kafkaCheck(c.Brokers), server.Check{Name: "mongo", Fn: pingMongo})
 	if ln == nil {
@@ -124,6 +160,7 @@ func (c WorkerConfig) Validate() error {
 // serves the ops endpoints there (or on c.Addr when ln is nil and c.Addr
 // is set).
 func RunWorker(ctx context.Context, c WorkerConfig, env Env, ln net.Listener) error {
+	env = env.withDefaults()
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -186,6 +223,7 @@ func (c PushgwConfig) Validate() error {
 
 // RunPushgw serves the push gateway on ln (or c.Addr) until ctx ends.
 func RunPushgw(ctx context.Context, c PushgwConfig, env Env, ln net.Listener) error {
+	env = env.withDefaults()
 	if err := c.Validate(); err != nil {
 		return err
 	}

@@ -167,5 +167,6 @@ func (c *Config) BindFlags(set *flagenv.Set) {
 	set.String(&c.Ordering, "ordering", "TURNPIKE_ORDERING", OrderingKey, "key: conversations of a partition run concurrently, each in order; partition: one record at a time per partition")
 	set.Int(&c.MaxInflight, "max-inflight", "TURNPIKE_MAX_INFLIGHT", 1024, "records fetched and not yet done, across partitions")
 	set.Int(&c.ReadAhead, "read-ahead", "TURNPIKE_READ_AHEAD", 512, "records fetched and not yet done, per partition")
+	set.Duration(&c.SessionTimeout, "session-timeout", "TURNPIKE_SESSION_TIMEOUT", 10*time.Second, "consumer group session timeout: how long a crashed worker's partitions wait")
 	set.Int(&c.MaxAttempts, "max-attempts", "TURNPIKE_MAX_ATTEMPTS", 5, "runs of a record failing transiently in the model before it is dead-lettered")
 }

@@ -1,0 +1,421 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/turnpike-dev/turnpike/internal/embedded"
+	"github.com/turnpike-dev/turnpike/internal/flagenv"
+	"github.com/turnpike-dev/turnpike/internal/service"
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+)
+
+// TestMain lets the test binary stand in for cmd/worker, so fault tests can
+// run workers as processes and kill them with SIGKILL.
+func TestMain(m *testing.M) {
+	if os.Getenv("TURNPIKE_TEST_RUN_WORKER") == "1" {
+		os.Exit(runWorkerProcess())
+	}
+	os.Exit(m.Run())
+}
+
+func runWorkerProcess() int {
+	var cfg service.WorkerConfig
+	set := flagenv.New(flag.NewFlagSet("worker", flag.ContinueOnError), os.LookupEnv)
+	cfg.Bind(set)
+	if err := set.Parse(nil); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := service.RunWorker(ctx, cfg, service.Env{Logger: cfg.NewLogger(os.Stderr), Registry: nil}, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	return 0
+}
+
+// faultStack is a broker and a store in this process, and workers in
+// this process or in child processes, all on one set of topics.
+type faultStack struct {
+	t        *testing.T
+	kafka    *embedded.Kafka
+	mongo    *embedded.Mongo
+	mongoDir string
+	mongoAdr string
+	prefix   string
+	db       string
+	env      []string
+
+	mu    sync.Mutex
+	procs map[int]*exec.Cmd
+}
+
+func newFaultStack(t *testing.T) *faultStack {
+	t.Helper()
+	f := &faultStack{t: t, procs: map[int]*exec.Cmd{}, mongoDir: t.TempDir(), prefix: testenv.Name(t, "f") + ".", db: "faults"}
+	f.kafka = testenv.EmbeddedKafka(t, embedded.KafkaConfig{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mongoAdr = ln.Addr().String()
+	ln.Close()
+	f.startMongo()
+	t.Cleanup(func() { f.mongo.Close() })
+	f.env = []string{
+		"TURNPIKE_KAFKA_BROKERS=" + f.kafka.Addr(),
+		"TURNPIKE_MONGO_URI=mongodb://" + f.mongoAdr + "/",
+		"TURNPIKE_MONGO_DB=" + f.db,
+		"TURNPIKE_TOPIC_PREFIX=" + f.prefix,
+		"TURNPIKE_MODEL=echo", "TURNPIKE_ECHO_DELAY=0",
+		"TURNPIKE_WORKER_ADDR=", "TURNPIKE_LOG_LEVEL=error",
+		"TURNPIKE_PARTITIONS=4", "TURNPIKE_WORKER_GROUP=" + testenv.Name(t, "g"),
+		"TURNPIKE_SESSION_TIMEOUT=6s", "TURNPIKE_DRAIN_TIMEOUT=2s",
+	}
+	if err := topic.Ensure(testenv.Context(t, 10*time.Second), []string{f.kafka.Addr()}, 4, topic.NewNames(f.prefix).All()...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.killAll)
+	return f
+}
+
+func (f *faultStack) startMongo() {
+	f.t.Helper()
+	m, err := embedded.StartMongo(embedded.MongoConfig{Addr: f.mongoAdr, DataDir: f.mongoDir})
+	if err != nil {
+		f.t.Fatalf("start mongo: %v", err)
+	}
+	f.mongo = m
+}
+
+func (f *faultStack) store() history.Store {
+	f.t.Helper()
+	s, err := history.NewMongoStore(testenv.Context(f.t, 10*time.Second), testenv.MongoClient(f.t, "mongodb://"+f.mongoAdr+"/").Database(f.db), history.MongoConfig{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return s
+}
+
+// spawn starts worker process i (replacing a dead one).
+func (f *faultStack) spawn(i int) {
+	f.t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(append(os.Environ(), "TURNPIKE_TEST_RUN_WORKER=1"), f.env...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		f.t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.procs[i] = cmd
+	f.mu.Unlock()
+}
+
+// kill sends SIGKILL to worker i and reaps it.
+func (f *faultStack) kill(i int) {
+	f.mu.Lock()
+	cmd := f.procs[i]
+	delete(f.procs, i)
+	f.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+}
+
+func (f *faultStack) killAll() {
+	f.mu.Lock()
+	ids := make([]int, 0, len(f.procs))
+	for i := range f.procs {
+		ids = append(ids, i)
+	}
+	f.mu.Unlock()
+	for _, i := range ids {
+		f.kill(i)
+	}
+}
+
+// load is C conversations × M messages, each reply 5 filler words.
+type load struct {
+	convs, msgs int
+	user        string
+}
+
+func (l load) id(i int) events.Identity {
+	return events.Identity{Tenant: "acme", User: l.user, Conversation: fmt.Sprintf("c%d", i)}
+}
+
+func (l load) content(j int) string { return fmt.Sprintf("m%d [[tokens:5]]", j) }
+
+// produce writes the load to the requests topic, message by message (all
+// conversations' message 1, then message 2, …), pausing between rounds.
+func (f *faultStack) produce(ctx context.Context, l load, pause time.Duration) error {
+	w := &kafka.Writer{Addr: kafka.TCP(f.kafka.Addr()), Topic: topic.NewNames(f.prefix).Requests, Balancer: &kafka.Murmur2Balancer{},
+		BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, MaxAttempts: 20, WriteBackoffMax: 100 * time.Millisecond}
+	defer w.Close()
+	for j := 1; j <= l.msgs; j++ {
+		var batch []kafka.Message
+		for i := 1; i <= l.convs; i++ {
+			id := l.id(i)
+			b, _ := events.EncodeRequest(events.Request{V: 1, RequestID: fmt.Sprintf("c%d-m%d", i, j), Tenant: id.Tenant, User: id.User,
+				Conversation: id.Conversation, Content: l.content(j), CreatedAt: time.Now().UTC()})
+			batch = append(batch, kafka.Message{Key: []byte(id.Key()), Value: b})
+		}
+		for {
+			err := w.WriteMessages(ctx, batch...)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return err
+			}
+			time.Sleep(50 * time.Millisecond) // a fault-injected broker: try again
+		}
+		time.Sleep(pause)
+	}
+	return nil
+}
+
+// verdict counts invariant violations over the whole load.
+type verdict struct {
+	lost, duplicate, dangling, outOfOrder, wrong int
+	detail                                        []string
+}
+
+func (v *verdict) String() string {
+	return fmt.Sprintf("lost %d, duplicate %d, dangling %d, out of order %d, wrong text %d; %s",
+		v.lost, v.duplicate, v.dangling, v.outOfOrder, v.wrong, strings.Join(v.detail, "; "))
+}
+
+func (v *verdict) ok() bool {
+	return v.lost+v.duplicate+v.dangling+v.outOfOrder+v.wrong == 0
+}
+
+// check reads every conversation's history and counts violations.
+func check(ctx context.Context, store history.Store, l load) (*verdict, error) {
+	v := &verdict{}
+	note := func(s string, args ...any) {
+		if len(v.detail) < 5 {
+			v.detail = append(v.detail, fmt.Sprintf(s, args...))
+		}
+	}
+	for i := 1; i <= l.convs; i++ {
+		id := l.id(i)
+		page, err := store.List(ctx, id, 0, 200)
+		if errors.Is(err, history.ErrNotFound) {
+			v.lost += l.msgs
+			note("%s: nothing persisted", id)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		seen := map[string]int{}
+		last := 0
+		for k := 0; k < len(page.Messages); k++ {
+			u := page.Messages[k]
+			if u.Role != history.RoleUser {
+				v.dangling++
+				note("%s: message %d is an answer without its question", id, u.Seq)
+				continue
+			}
+			if k+1 >= len(page.Messages) || page.Messages[k+1].Role != history.RoleAssistant || page.Messages[k+1].RequestID != u.RequestID {
+				v.dangling++
+				note("%s: question %d has no answer", id, u.Seq)
+				continue
+			}
+			a := page.Messages[k+1]
+			k++
+			var j int
+			if _, err := fmt.Sscanf(u.Content, "m%d", &j); err != nil {
+				v.wrong++
+				continue
+			}
+			seen[u.RequestID]++
+			if seen[u.RequestID] > 1 {
+				v.duplicate++
+				note("%s: %s persisted twice", id, u.RequestID)
+			}
+			if j <= last {
+				v.outOfOrder++
+				note("%s: m%d after m%d", id, j, last)
+			}
+			last = j
+			if a.Content != "w1 w2 w3 w4 w5" || a.Status != events.StatusComplete {
+				v.wrong++
+				note("%s: m%d answered %q (%s)", id, j, a.Content, a.Status)
+			}
+		}
+		for j := 1; j <= l.msgs; j++ {
+			if seen[fmt.Sprintf("c%d-m%d", i, j)] == 0 {
+				v.lost++
+				note("%s: m%d lost", id, j)
+			}
+		}
+	}
+	return v, nil
+}
+
+// waitDone polls the store until the load is fully persisted or ctx ends,
+// then returns the verdict.
+func waitDone(t *testing.T, ctx context.Context, store history.Store, l load) *verdict {
+	t.Helper()
+	for {
+		v, err := check(ctx, store, l)
+		if err == nil && v.lost == 0 {
+			return v
+		}
+		if ctx.Err() != nil {
+			if v == nil {
+				t.Fatalf("history unreadable: %v", err)
+			}
+			return v
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func TestWorkersKilledWithSIGKILLUnderLoadLoseAndDuplicateNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills worker processes for about 20 seconds")
+	}
+	ctx := testenv.Context(t, 4*time.Minute)
+	f := newFaultStack(t)
+	l := load{convs: 24, msgs: 6, user: "kill"}
+	for i := range 3 {
+		f.spawn(i)
+	}
+	produced := make(chan error, 1)
+	go func() { produced <- f.produce(ctx, l, 300*time.Millisecond) }()
+	r := rand.New(rand.NewPCG(7, 11))
+	for k := range 6 {
+		time.Sleep(time.Duration(500+r.IntN(700)) * time.Millisecond)
+		victim := r.IntN(3)
+		f.kill(victim)
+		t.Logf("kill -9 worker %d (%d/6)", victim, k+1)
+		f.spawn(victim)
+	}
+	if err := <-produced; err != nil {
+		t.Fatal(err)
+	}
+	v := waitDone(t, ctx, f.store(), l)
+	t.Logf("verdict: %s", v)
+	if !v.ok() {
+		t.Fatalf("invariants violated: %s", v)
+	}
+}
+
+func TestTheStoreStoppingAndRestartingMidLoadLosesAndDuplicatesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops the store mid-load")
+	}
+	ctx := testenv.Context(t, 3*time.Minute)
+	f := newFaultStack(t)
+	l := load{convs: 16, msgs: 5, user: "mongo"}
+	f.spawn(0)
+	f.spawn(1)
+	produced := make(chan error, 1)
+	go func() { produced <- f.produce(ctx, l, 250*time.Millisecond) }()
+	time.Sleep(600 * time.Millisecond)
+	f.mongo.Close()
+	t.Log("store stopped")
+	time.Sleep(2 * time.Second)
+	f.startMongo()
+	t.Log("store restarted")
+	if err := <-produced; err != nil {
+		t.Fatal(err)
+	}
+	v := waitDone(t, ctx, f.store(), l)
+	t.Logf("verdict: %s", v)
+	if !v.ok() {
+		t.Fatalf("invariants violated: %s", v)
+	}
+}
+
+func TestBrokerFaultsOnProduceFetchAndOffsetCommitLoseAndDuplicateNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("injects broker faults for a while")
+	}
+	ctx := testenv.Context(t, 3*time.Minute)
+	f := newFaultStack(t)
+	l := load{convs: 16, msgs: 5, user: "broker"}
+	var injected [3]atomic.Int64
+	var active atomic.Bool
+	active.Store(true)
+	for i, key := range []kmsg.Key{kmsg.Produce, kmsg.Fetch, kmsg.OffsetCommit} {
+		every := []int64{4, 7, 2}[i]
+		var n atomic.Int64
+		f.kafka.Cluster().ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
+			f.kafka.Cluster().KeepControl()
+			if !active.Load() || n.Add(1)%every != 0 {
+				return nil, nil, false
+			}
+			injected[i].Add(1)
+			// Returning an error closes the client's connection mid-request.
+			return nil, errors.New("injected fault"), true
+		})
+	}
+	f.spawn(0)
+	f.spawn(1)
+	if err := f.produce(ctx, l, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	active.Store(false)
+	t.Logf("faults injected: produce %d, fetch %d, offset commit %d", injected[0].Load(), injected[1].Load(), injected[2].Load())
+	for i, name := range []string{"produce", "fetch", "offset commit"} {
+		if injected[i].Load() == 0 {
+			t.Errorf("no %s fault was injected: the test did not test it", name)
+		}
+	}
+	v := waitDone(t, ctx, f.store(), l)
+	t.Logf("verdict: %s", v)
+	if !v.ok() {
+		t.Fatalf("invariants violated: %s", v)
+	}
+}
+
+// The checker itself must be able to fail.
+func TestTheInvariantCheckerCountsViolations(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 10*time.Second)
+	store := history.NewMemoryStore()
+	l := load{convs: 2, msgs: 3, user: "check"}
+	turn := func(j int, answer string) history.Turn {
+		return history.Turn{RequestID: fmt.Sprintf("c1-m%d", j), User: l.content(j), Answer: answer, Status: events.StatusComplete}
+	}
+	for _, tr := range []history.Turn{turn(2, "w1 w2 w3 w4 w5"), turn(1, "w1 w2 w3 w4 w5"), turn(3, "not it")} {
+		if _, err := store.Commit(ctx, l.id(1), tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := check(ctx, store, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// c1: m1 after m2 is out of order, m3's text is wrong; c2: all 3 lost.
+	if v.outOfOrder != 1 || v.wrong != 1 || v.lost != 3 || v.duplicate != 0 || v.ok() {
+		t.Fatalf("verdict %s", v)
+	}
+}
