@@ -45,9 +45,10 @@ func BenchmarkOrdering(b *testing.B) {
 						}
 						store = s
 					}
-					rate, peak := runOrdering(b, store, ordering, partitions, convs, content)
+					rate, peak, running := runOrdering(b, store, ordering, partitions, convs, content)
 					b.ReportMetric(rate, "turns/s")
 					b.ReportMetric(float64(peak), "peak-inflight")
+					b.ReportMetric(float64(running), "peak-running")
 					if ordering == worker.OrderingKey {
 						keyRate = rate
 					} else if keyRate > 0 {
@@ -60,9 +61,9 @@ func BenchmarkOrdering(b *testing.B) {
 }
 
 // runOrdering runs one worker over convs requests and returns its turns/s
-// and peak in-flight. Partition ordering is slow by design: it is measured
+// peak records in flight and peak runs at once. Partition ordering is slow by design: it is measured
 // over a fixed 30 s instead of to the end.
-func runOrdering(b *testing.B, store history.Store, ordering string, partitions, convs int, content string) (float64, int) {
+func runOrdering(b *testing.B, store history.Store, ordering string, partitions, convs int, content string) (rate float64, peakInflight, peakRunning int) {
 	b.Helper()
 	ctx := testenv.Context(b, 20*time.Minute)
 	brokers := testenv.Kafka(b)
@@ -116,8 +117,8 @@ func runOrdering(b *testing.B, store history.Store, ordering string, partitions,
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("%s ordering: %.0f turns in %v, peak in flight %d", ordering, turns, elapsed.Round(time.Millisecond), wk.PeakInflight())
-	return turns / elapsed.Seconds(), wk.PeakInflight()
+	b.Logf("%s ordering: %.0f turns in %v, peak %d records in flight, %d runs at once", ordering, turns, elapsed.Round(time.Millisecond), wk.PeakInflight(), wk.PeakRunning())
+	return turns / elapsed.Seconds(), wk.PeakInflight(), wk.PeakRunning()
 }
 
 // counter sums a counter family in reg.

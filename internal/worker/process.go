@@ -166,8 +166,8 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 	if err != nil {
 		return fmt.Errorf("load window: %w", err)
 	}
-	w.metrics.running.Inc()
-	defer w.metrics.running.Dec()
+	w.runStarted()
+	defer w.runEnded()
 	iter := w.runner.Run(runCtx, toMessages(window))
 	h := w.bridge.Start(ctx, bridge.Run{
 		Identity:       id,

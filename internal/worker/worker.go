@@ -45,8 +45,10 @@ type Worker struct {
 	// inflight bounds the records fetched and not yet done (MaxInflight).
 	inflight chan struct{}
 
-	peakMu sync.Mutex // guards peak
-	peak   int
+	peakMu      sync.Mutex // guards peak, running, peakRunning
+	peak        int
+	running     int
+	peakRunning int
 
 	// set by Run
 	sink   *kafkaSink
@@ -120,6 +122,29 @@ func (w *Worker) PeakInflight() int {
 	w.peakMu.Lock()
 	defer w.peakMu.Unlock()
 	return w.peak
+}
+
+// PeakRunning is the most model runs in progress at once.
+func (w *Worker) PeakRunning() int {
+	w.peakMu.Lock()
+	defer w.peakMu.Unlock()
+	return w.peakRunning
+}
+
+// runStarted and runEnded count model runs in progress.
+func (w *Worker) runStarted() {
+	w.metrics.running.Inc()
+	w.peakMu.Lock()
+	w.running++
+	w.peakRunning = max(w.peakRunning, w.running)
+	w.peakMu.Unlock()
+}
+
+func (w *Worker) runEnded() {
+	w.metrics.running.Dec()
+	w.peakMu.Lock()
+	w.running--
+	w.peakMu.Unlock()
 }
 
 // Run consumes until ctx ends, then stops fetching, lets in-flight runs

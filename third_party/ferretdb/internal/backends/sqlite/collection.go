@@ -113,6 +113,7 @@ func (c *collection) InsertAll(ctx context.Context, params *backends.InsertAllPa
 	db := c.r.DatabaseGetExisting(ctx, c.dbName)
 	meta := c.r.CollectionGet(ctx, c.dbName, c.name)
 
+	db.WriteMu.Lock() // Turnpike patch: see fsql.DB.WriteMu
 	err := db.InTransaction(ctx, func(tx *fsql.Tx) error {
 		batchSize := c.r.BatchSize
 		if batchSize < 1 {
@@ -143,6 +144,7 @@ func (c *collection) InsertAll(ctx context.Context, params *backends.InsertAllPa
 
 		return nil
 	})
+	db.WriteMu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -165,6 +167,7 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 
 	q := fmt.Sprintf(`UPDATE %q SET %s = ? WHERE %s = ?`, meta.TableName, metadata.DefaultColumn, metadata.IDColumn)
 
+	db.WriteMu.Lock() // Turnpike patch: see fsql.DB.WriteMu
 	err := db.InTransaction(ctx, func(tx *fsql.Tx) error {
 		for _, doc := range params.Docs {
 			b, err := sjson.Marshal(doc)
@@ -192,6 +195,7 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 
 		return nil
 	})
+	db.WriteMu.Unlock()
 	if err != nil {
 		return nil, lazyerrors.Error(err)
 	}

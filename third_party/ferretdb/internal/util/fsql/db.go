@@ -20,6 +20,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,11 @@ import (
 // It also exposes additional methods.
 type DB struct {
 	*metricsCollector
+
+	// WriteMu serialises SQLite write transactions in Go (Turnpike patch):
+	// SQLite admits one writer at a time, and a contended writer waits in
+	// SQLite's busy handler, which sleeps for milliseconds at a time.
+	WriteMu sync.Mutex
 
 	sqlDB     *sql.DB
 	l         *slog.Logger
