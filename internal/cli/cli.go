@@ -23,6 +23,8 @@ commands:
   history <conversation>          print the conversation's history, oldest first
   latency <conversation> <message> send the message -n times, one after another, and
                                   report the time from POST to run.completed
+  topics                          create the Turnpike topics that do not exist yet
+                                  (TURNPIKE_KAFKA_BROKERS, -partitions)
 
 Common flags (or environment): -ingest (TURNPIKE_INGEST_URL), -stream
 (TURNPIKE_STREAM_URL), -token (TURNPIKE_TOKEN). Run "turnpike <command> -h"
@@ -36,6 +38,9 @@ func Run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		return 2
 	}
 	cmd, args := args[0], args[1:]
+	if cmd == "topics" { // talks to Kafka, not to a running stack
+		return runTopics(ctx, args, lookup, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("turnpike "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	set := flagenv.New(fs, lookup)
