@@ -1,0 +1,220 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// ErrCursorExpired is returned by Subscription.Next when the stream topic
+// no longer holds the events after the last cursor: reload the
+// conversation's history over HTTP, then subscribe again without since.
+var ErrCursorExpired = errors.New("turnpike: cursor expired")
+
+// SubscribeOptions are the optional parts of Subscribe.
+type SubscribeOptions struct {
+	// Since is where to start: "" for live events, "earliest", or a cursor.
+	Since string
+	// MaxBackoff caps the wait between reconnection attempts. Default 5s.
+	MaxBackoff time.Duration
+	// OnReconnect, if set, is called after each successful reconnection.
+	OnReconnect func(cursor string)
+}
+
+// Subscription streams the events of one conversation and survives
+// dropped connections: it reconnects with backoff and resumes after the
+// last event it delivered, so the caller sees every event once, in order.
+// Its methods must be called from one goroutine.
+type Subscription struct {
+	c      *Client
+	conv   string
+	opts   SubscribeOptions
+	conn   *Conn
+	cursor string
+}
+
+// Subscribe opens a subscription to conversation.
+func (c *Client) Subscribe(ctx context.Context, conversation string, o SubscribeOptions) (*Subscription, error) {
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 5 * time.Second
+	}
+	s := &Subscription{c: c, conv: conversation, opts: o, cursor: o.Since}
+	if err := s.connect(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// connect dials, subscribes since the last cursor and waits for subscribed.
+func (s *Subscription) connect(ctx context.Context) error {
+	conn, err := s.c.Dial(ctx)
+	if err != nil {
+		return err
+	}
+	if err := conn.Subscribe(s.conv, s.cursor); err != nil {
+		conn.Close()
+		return err
+	}
+	for {
+		f, err := conn.Next(ctx)
+		if err != nil {
+			conn.Close()
+			return err
+		}
+		switch f.Type {
+		case FrameSubscribed:
+			s.conn = conn
+			return nil
+		case FrameError:
+			conn.Close()
+			if f.Code == "cursor_expired" {
+				return ErrCursorExpired
+			}
+			return &SubscribeError{Conversation: s.conv, Code: f.Code, Message: f.Message}
+		}
+	}
+}
+
+// Cursor is the cursor of the last event delivered ("" before the first).
+func (s *Subscription) Cursor() string { return s.cursor }
+
+// Next returns the next event of the conversation, reconnecting as needed.
+// It fails only when ctx ends, when the cursor expired, or when the
+// gateway refuses the subscription.
+func (s *Subscription) Next(ctx context.Context) (events.Event, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		if s.conn == nil {
+			if err := s.connect(ctx); err != nil {
+				if ctx.Err() != nil || errors.Is(err, ErrCursorExpired) || isRefusal(err) {
+					return nil, err
+				}
+				if !sleepCtx(ctx, backoff) {
+					return nil, ctx.Err()
+				}
+				backoff = min(2*backoff, s.opts.MaxBackoff)
+				continue
+			}
+			backoff = 50 * time.Millisecond
+			if s.opts.OnReconnect != nil {
+				s.opts.OnReconnect(s.cursor)
+			}
+		}
+		f, err := s.conn.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			s.conn.Close()
+			s.conn = nil
+			continue
+		}
+		if f.Event == nil || f.Event.Header().Conversation != s.conv {
+			continue
+		}
+		s.cursor = f.Event.Header().Cursor
+		return f.Event, nil
+	}
+}
+
+// Close ends the subscription.
+func (s *Subscription) Close() error {
+	if s.conn == nil {
+		return nil
+	}
+	err := s.conn.Close()
+	s.conn = nil
+	return err
+}
+
+// SubscribeError is the gateway's error frame in answer to a subscribe.
+type SubscribeError struct {
+	Conversation, Code, Message string
+}
+
+func (e *SubscribeError) Error() string {
+	return fmt.Sprintf("turnpike: subscribe %s: %s: %s", e.Conversation, e.Code, e.Message)
+}
+
+// isRefusal reports a subscription the gateway refused for a reason a
+// reconnection cannot fix: an error frame, or an HTTP 4xx answer to the
+// upgrade (a bad token) other than 429.
+func isRefusal(err error) bool {
+	var se *SubscribeError
+	if errors.As(err, &se) {
+		return se.Code != "rate_limited"
+	}
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Status/100 == 4 && ae.Status != 429
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Transcript folds a conversation's events into the text of each request,
+// handling re-runs: when a request is re-run after a worker failure its
+// events carry a new run id, and the partial text of the older run is
+// dropped. It is not safe for concurrent use.
+type Transcript struct {
+	runs  map[string]*RunState
+	order []string
+}
+
+// RunState is what the stream showed of one request.
+type RunState struct {
+	RequestID string
+	RunID     string
+	Text      string
+	// Status is set once run.completed arrived.
+	Status events.Status
+	// Notices are the ephemeral notices of the current run.
+	Notices []string
+}
+
+// Apply folds e in and returns the state of its request.
+func (t *Transcript) Apply(e events.Event) *RunState {
+	if t.runs == nil {
+		t.runs = map[string]*RunState{}
+	}
+	m := e.Header()
+	r := t.runs[m.RequestID]
+	if r == nil {
+		r = &RunState{RequestID: m.RequestID}
+		t.runs[m.RequestID] = r
+		t.order = append(t.order, m.RequestID)
+	}
+	if m.RunID != r.RunID {
+		// A new run of the request (or its first event): drop what an older
+		// run showed.
+		r.RunID, r.Text, r.Notices, r.Status = m.RunID, "", nil, ""
+	}
+	switch e := e.(type) {
+	case *events.TokenEvent:
+		r.Text += e.Delta
+	case *events.NoticeEvent:
+		r.Notices = append(r.Notices, e.Message)
+	case *events.RunCompletedEvent:
+		r.Status = e.Status
+	}
+	return r
+}
+
+// Runs returns the requests in the order their first event arrived.
+func (t *Transcript) Runs() []*RunState {
+	out := make([]*RunState, 0, len(t.order))
+	for _, id := range t.order {
+		out = append(out, t.runs[id])
+	}
+	return out
+}
