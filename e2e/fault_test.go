@@ -200,7 +200,7 @@ func (f *faultStack) produce(ctx context.Context, l load, pause time.Duration) e
 // verdict counts invariant violations over the whole load.
 type verdict struct {
 	lost, duplicate, dangling, outOfOrder, wrong int
-	detail                                        []string
+	detail                                       []string
 }
 
 func (v *verdict) String() string {

@@ -1,6 +1,7 @@
 package devstack
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -20,6 +21,7 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
 	"github.com/turnpike-dev/turnpike/internal/service"
+	"github.com/turnpike-dev/turnpike/internal/webui"
 )
 
 // ReadyLine is logged once every part serves.
@@ -39,6 +41,11 @@ type Config struct {
 	IngestAddr, PushgwAddr string
 	// DevUser is the user of the printed dev token. Default "dev".
 	DevUser string
+	// PublicStreamURL is the push gateway's WebSocket URL for the demo
+	// page; "{host}" stands for the page's host name. Default: the push
+	// gateway's port, on the page's host name when the gateway listens on
+	// every interface or on loopback, else on the gateway's address.
+	PublicStreamURL string
 
 	Ingest service.IngestConfig
 	Worker service.WorkerConfig
@@ -55,6 +62,8 @@ func (c *Config) Bind(set *flagenv.Set) {
 	set.String(&c.IngestAddr, "ingest-addr", "TURNPIKE_INGEST_ADDR", ":8080", "listen address of the ingest API")
 	set.String(&c.PushgwAddr, "pushgw-addr", "TURNPIKE_PUSHGW_ADDR", ":8081", "listen address of the push gateway")
 	set.String(&c.DevUser, "dev-user", "TURNPIKE_DEV_USER", "dev", "user of the printed dev token")
+	set.String(&c.PublicStreamURL, "public-stream-url", "TURNPIKE_PUBLIC_STREAM_URL", "",
+		"push gateway WebSocket URL for the demo page; {host} is the page's host name (default: the gateway's listener)")
 	c.Worker.Worker.BindFlags(set)
 }
 
@@ -80,6 +89,22 @@ func (s Stack) IngestURL() string { return "http://" + displayAddr(s.IngestAddr)
 
 // StreamURL is the push gateway's WebSocket endpoint.
 func (s Stack) StreamURL() string { return "ws://" + displayAddr(s.PushgwAddr) + "/v1/stream" }
+
+// pageStreamURL is the push gateway's URL for the demo page. When the
+// gateway listens on every interface, or on loopback, the page finds it on
+// its own host name: that works from other machines in the first case, and
+// keeps the WebSocket's Origin on the gateway's host name (which the
+// gateway accepts) whether the page was opened as localhost or 127.0.0.1.
+func pageStreamURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "ws://" + addr + "/v1/stream"
+	}
+	if ip := net.ParseIP(host); host == "" || host == "localhost" || (ip != nil && (ip.IsUnspecified() || ip.IsLoopback())) {
+		host = webui.HostPlaceholder
+	}
+	return "ws://" + net.JoinHostPort(host, port) + "/v1/stream"
+}
 
 func displayAddr(addr string) string {
 	host, port, err := net.SplitHostPort(addr)
@@ -165,6 +190,9 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 	}
 	ic, wc, pc := c.Ingest, c.Worker, c.Pushgw
 	ic.Shared, wc.Shared, pc.Shared = c.Shared, c.Shared, c.Shared
+	// The demo page signs in by picking a user: the devstack mints tokens.
+	ic.Ingest.DevTokens = true
+	ic.PublicStreamURL = cmp.Or(c.PublicStreamURL, pageStreamURL(st.PushgwAddr))
 	wc.Addr = "" // the ingest port serves the devstack's /metrics and /readyz
 
 	// The push gateway outlives ingest and worker so that the events of
@@ -195,7 +223,7 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 		if ready != nil {
 			ready(st)
 		}
-		log.Info(ReadyLine, slog.String("ingest", st.IngestURL()), slog.String("pushgw", st.StreamURL()),
+		log.Info(ReadyLine, slog.String("page", st.IngestURL()+"/"), slog.String("ingest", st.IngestURL()), slog.String("pushgw", st.StreamURL()),
 			slog.String("kafka", c.Brokers[0]), slog.String("data_dir", c.DataDir))
 		return nil
 	})

@@ -4,6 +4,10 @@
 // gateway. Given TURNPIKE_KAFKA_BROKERS or TURNPIKE_MONGO_URI it uses those
 // instead of the embedded servers.
 //
+// Its ingest serves the demo chat page at / with dev tokens on: POST
+// /v1/dev/token mints a token for any user, so the page can offer a user
+// picker. Nothing but the devstack turns that route on.
+//
 // Run owns every server and goroutine it starts and stops them in order:
 // ingest and worker first (no new requests; in-flight runs drain), then the
 // push gateway, then the embedded stores, which flush their files.

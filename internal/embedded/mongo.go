@@ -56,9 +56,9 @@ func StartMongo(cfg MongoConfig) (*Mongo, error) {
 	}
 	newFerretDB.Lock()
 	f, err := ferretdb.New(&ferretdb.Config{
-		Listener:  ferretdb.ListenerConfig{TCP: cfg.Addr},
-		Logger:    cfg.Logger,
-		Handler:   "sqlite",
+		Listener: ferretdb.ListenerConfig{TCP: cfg.Addr},
+		Logger:   cfg.Logger,
+		Handler:  "sqlite",
 		// WAL with synchronous=NORMAL: a commit survives a crash of the
 		// process (kill -9), not of the machine; the default FULL syncs
 		// every commit and caps the devstack at about 100 turns/s.

@@ -26,11 +26,16 @@ type Config struct {
 	// ProduceTimeout bounds writing one request record to Kafka; a write
 	// that does not finish in time is answered 503. Default 10s.
 	ProduceTimeout time.Duration
-	// HistoryDefaultLimit is the page size of GET …/messages without
-	// ?limit. Default 50.
+	// HistoryDefaultLimit is the page size of GET …/messages and GET
+	// /v1/conversations without ?limit. Default 50.
 	HistoryDefaultLimit int
-	// HistoryMaxLimit is the largest ?limit accepted. Default 200.
+	// HistoryMaxLimit is the largest ?limit those accept. Default 200.
 	HistoryMaxLimit int
+	// DevTokens enables POST /v1/dev/token, which mints a bearer token of
+	// tenant "default" for any user, without authentication: for the
+	// devstack's demo page only. Default false, and then that path is a
+	// 404 like any unknown one. cmd/ingest has no flag for it.
+	DevTokens bool
 }
 
 func (c Config) withDefaults() Config {

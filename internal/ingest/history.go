@@ -14,12 +14,16 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/history"
 )
 
-// HistoryReader reads one page of a conversation (history.Store has it).
+// HistoryReader reads pages of a conversation and of a user's conversation
+// listing (history.Store has both).
 type HistoryReader interface {
 	// List returns up to limit messages with seq < before (before <= 0:
 	// the newest), oldest first; history.ErrNotFound if the conversation
 	// does not exist for id.
 	List(ctx context.Context, id events.Identity, before int64, limit int) (history.Page, error)
+	// Conversations returns up to limit conversations of tenant/user after
+	// before (zero: from the newest), newest first.
+	Conversations(ctx context.Context, tenant, user string, before history.ConversationCursor, limit int) (history.ConversationPage, error)
 }
 
 // history.Store is what cmd/ingest passes as the HistoryReader.

@@ -18,8 +18,12 @@ import (
 // retryAfter is the Retry-After of a 503.
 const retryAfter = time.Second
 
-// messagesPath is the pattern of the messages resource.
-const messagesPath = "/v1/conversations/{conversation}/messages"
+// Patterns of the API's resources.
+const (
+	messagesPath      = "/v1/conversations/{conversation}/messages"
+	conversationsPath = "/v1/conversations"
+	devTokenPath      = "/v1/dev/token"
+)
 
 // Deps are the Service's collaborators.
 type Deps struct {
@@ -29,6 +33,13 @@ type Deps struct {
 	Producer Producer
 	// History reads conversations. Required.
 	History HistoryReader
+	// MintToken signs a bearer token of tenant "default" for user: POST
+	// /v1/dev/token's. Required when Config.DevTokens is set, unused
+	// otherwise.
+	MintToken func(user string) (string, error)
+	// Page serves the demo chat page: GET / and GET /ui/…. Default none:
+	// those paths are 404 like any unknown one.
+	Page http.Handler
 	// Registerer receives the service's metrics. Default: not registered.
 	Registerer prometheus.Registerer
 	// Logger logs 5xx answers. Default: discard.
@@ -46,6 +57,8 @@ type Service struct {
 	verifier *auth.Verifier
 	producer Producer
 	history  HistoryReader
+	mint     func(user string) (string, error)
+	page     http.Handler
 	log      *slog.Logger
 	now      func() time.Time
 	random   io.Reader
@@ -69,6 +82,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.History == nil {
 		errs = append(errs, errors.New("no history reader"))
 	}
+	if cfg.DevTokens && d.MintToken == nil {
+		errs = append(errs, errors.New("dev tokens enabled without a token minter"))
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("new ingest service: %w", errors.Join(errs...))
 	}
@@ -81,6 +97,8 @@ func New(cfg Config, d Deps) (*Service, error) {
 		verifier: d.Verifier,
 		producer: d.Producer,
 		history:  d.History,
+		mint:     d.MintToken,
+		page:     d.Page,
 		log:      d.Logger,
 		now:      d.Now,
 		random:   d.Random,
@@ -99,26 +117,39 @@ func New(cfg Config, d Deps) (*Service, error) {
 	return s, nil
 }
 
-// Handler serves the API routes, and a JSON 404 for any other path. Mount it
-// at "/" next to server.HandleOps (its more specific patterns win), or use
-// Register to mount it under /v1/ only.
+// Handler serves the API routes, the demo page if Deps.Page is set, and a
+// JSON 404 for any other path. Mount it at "/" next to server.HandleOps (its
+// more specific patterns win), or use Register to mount it under /v1/ only.
 func (s *Service) Handler() http.Handler { return s.handler }
 
-// Register mounts the API on mux under /v1/, leaving every other path to
-// the caller (the devstack serves its demo page at "/").
+// Register mounts the API on mux under /v1/, leaving every other path
+// (the demo page's too) to the caller.
 func (s *Service) Register(mux *http.ServeMux) { mux.Handle("/v1/", s.handler) }
 
 // routes is the route table. Each row runs metrics → auth → handler; the
 // pattern without a method answers the methods the others do not serve.
 func (s *Service) routes() http.Handler {
-	table := []struct {
+	type route struct {
 		pattern string
 		h       http.Handler
-	}{
+	}
+	table := []route{
 		{"POST " + messagesPath, s.authed(s.postMessage)},
 		{"GET " + messagesPath, s.authed(s.listMessages)},
 		{messagesPath, methodNotAllowed("GET, HEAD, POST")},
+		{"GET " + conversationsPath, s.authed(s.listConversations)},
+		{conversationsPath, methodNotAllowed("GET, HEAD")},
 		{"/", http.HandlerFunc(notFound)},
+	}
+	if s.cfg.DevTokens {
+		table = append(table,
+			route{"POST " + devTokenPath, http.HandlerFunc(s.devToken)},
+			route{devTokenPath, methodNotAllowed("POST")},
+		)
+	}
+	if s.page != nil {
+		// The page is static: no auth (it asks for a token itself).
+		table = append(table, route{"GET /{$}", s.page}, route{"GET /ui/", s.page})
 	}
 	mux := http.NewServeMux()
 	for _, r := range table {

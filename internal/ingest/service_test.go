@@ -80,13 +80,43 @@ type listCall struct {
 	limit  int
 }
 
-// fakeHistory serves pages by identity; an identity without a page is not found.
-type fakeHistory struct {
-	pages map[events.Identity]history.Page
-	err   error
+// convCall is one Conversations call seen by fakeHistory.
+type convCall struct {
+	tenant, user string
+	before       history.ConversationCursor
+	limit        int
+}
 
-	mu    sync.Mutex // guards calls
-	calls []listCall
+// fakeHistory serves pages by identity; an identity without a page is not
+// found. Conversations answers convPage (or err) to everyone.
+type fakeHistory struct {
+	pages    map[events.Identity]history.Page
+	convPage history.ConversationPage
+	err      error
+
+	mu        sync.Mutex // guards calls and convCalls
+	calls     []listCall
+	convCalls []convCall
+}
+
+func (h *fakeHistory) Conversations(_ context.Context, tenant, user string, before history.ConversationCursor, limit int) (history.ConversationPage, error) {
+	h.mu.Lock()
+	h.convCalls = append(h.convCalls, convCall{tenant, user, before, limit})
+	h.mu.Unlock()
+	if h.err != nil {
+		return history.ConversationPage{}, h.err
+	}
+	return h.convPage, nil
+}
+
+func (h *fakeHistory) lastConvCall(t *testing.T) (convCall, int) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.convCalls) == 0 {
+		t.Fatal("Conversations was not called")
+	}
+	return h.convCalls[len(h.convCalls)-1], len(h.convCalls)
 }
 
 func (h *fakeHistory) List(_ context.Context, id events.Identity, before int64, limit int) (history.Page, error) {
@@ -150,6 +180,12 @@ func (b *lockedBuffer) String() string {
 // p defaults to a new fakeProducer, h to an empty fakeHistory.
 func newTestService(t testing.TB, cfg Config, p Producer, h *fakeHistory, random io.Reader) *testService {
 	t.Helper()
+	return newTestServiceWith(t, cfg, p, h, random, nil)
+}
+
+// newTestServiceWith is newTestService with more dependencies set by deps.
+func newTestServiceWith(t testing.TB, cfg Config, p Producer, h *fakeHistory, random io.Reader, deps func(*Deps)) *testService {
+	t.Helper()
 	if p == nil {
 		p = &fakeProducer{}
 	}
@@ -163,7 +199,7 @@ func newTestService(t testing.TB, cfg Config, p Producer, h *fakeHistory, random
 	}
 	reg := prometheus.NewRegistry()
 	logs := &lockedBuffer{}
-	s, err := New(cfg, Deps{
+	d := Deps{
 		Verifier:   v,
 		Producer:   p,
 		History:    h,
@@ -171,7 +207,11 @@ func newTestService(t testing.TB, cfg Config, p Producer, h *fakeHistory, random
 		Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Now:        func() time.Time { return testNow },
 		Random:     random,
-	})
+	}
+	if deps != nil {
+		deps(&d)
+	}
+	s, err := New(cfg, d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -164,6 +164,11 @@ type Store interface {
 	// List returns up to limit messages with seq < before (before <= 0:
 	// the newest), oldest first. ErrNotFound if the conversation does not exist.
 	List(ctx context.Context, id events.Identity, before int64, limit int) (Page, error)
+	// Conversations lists the conversations of tenant/user that have a
+	// committed turn, newest first (ordered as ConversationCursor says):
+	// up to limit (clamped to 1..MaxListLimit) of those after before (the
+	// zero cursor: from the newest).
+	Conversations(ctx context.Context, tenant, user string, before ConversationCursor, limit int) (ConversationPage, error)
 }
 
 // validateOutcome checks the arguments of RecordOutcome.

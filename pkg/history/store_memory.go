@@ -3,6 +3,7 @@ package history
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -144,4 +145,31 @@ func (s *MemoryStore) List(_ context.Context, id events.Identity, before int64, 
 	}
 	s.mu.Unlock()
 	return Page{Messages: flatten(turns, lo, hi), NextBefore: nextBefore(lo, hi)}, nil
+}
+
+// Conversations implements Store.
+func (s *MemoryStore) Conversations(_ context.Context, tenant, user string, before ConversationCursor, limit int) (ConversationPage, error) {
+	if err := validateOwner(tenant, user, before); err != nil {
+		return ConversationPage{}, fmt.Errorf("conversations: %w", err)
+	}
+	prefix := events.Identity{Tenant: tenant, User: user}.Key() // "tenant/user/"
+	var found []Conversation
+	s.mu.Lock()
+	for key, c := range s.convs {
+		name, ok := strings.CutPrefix(key, prefix)
+		if !ok || len(c.turns) == 0 {
+			continue
+		}
+		conv := Conversation{Conversation: name, Messages: 2 * int64(len(c.turns))}
+		for _, x := range c.turns {
+			if x.t.CommittedAt.After(conv.UpdatedAt) {
+				conv.UpdatedAt = x.t.CommittedAt
+			}
+		}
+		if before.after(conv) {
+			found = append(found, conv)
+		}
+	}
+	s.mu.Unlock()
+	return conversationPage(found, clampLimit(limit)), nil
 }

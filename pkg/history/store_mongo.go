@@ -654,3 +654,84 @@ func findByID[T any](ctx context.Context, c *mongo.Collection, id string) (doc T
 	}
 	return doc, err == nil, err
 }
+
+// Conversations implements Store. limit is clamped to 1..MaxListLimit.
+//
+// On MongoDB every query runs on the tenant_user_updated_at index, reading
+// about limit documents: the conversations of the cursor's millisecond that
+// follow it (by name), then the older ones by time. That index does not
+// order conversations of the same millisecond by name, so the read of the
+// older ones is cut at a whole millisecond: when the page ends within one,
+// the conversations read at that millisecond are replaced by its first ones
+// by name (an equality query on the index).
+//
+// On FerretDB's SQLite backend only _id equality is pushed down, so each of
+// these queries scans the whole conversations collection: acceptable for
+// the devstack and tests, not for production.
+func (s *MongoStore) Conversations(ctx context.Context, tenant, user string, before ConversationCursor, limit int) (ConversationPage, error) {
+	if err := validateOwner(tenant, user, before); err != nil {
+		return ConversationPage{}, fmt.Errorf("conversations: %w", err)
+	}
+	limit = clampLimit(limit)
+	want := limit + 1 // one more than the page tells whether another follows
+	owner := func(more ...bson.E) bson.D {
+		return append(bson.D{{Key: "tenant", Value: tenant}, {Key: "user", Value: user}}, more...)
+	}
+	byName := bson.D{{Key: "conversation", Value: -1}}
+
+	var found []Conversation
+	older := owner()
+	if !before.IsZero() {
+		at := before.UpdatedAt.UTC()
+		ties, err := s.findConversations(ctx, owner(
+			bson.E{Key: "updated_at", Value: at},
+			bson.E{Key: "conversation", Value: bson.D{{Key: "$lt", Value: before.Conversation}}},
+		), byName, want)
+		if err != nil {
+			return ConversationPage{}, err
+		}
+		found = ties
+		older = owner(bson.E{Key: "updated_at", Value: bson.D{{Key: "$lt", Value: at}}})
+	}
+	if n := want - len(found); n > 0 {
+		docs, err := s.findConversations(ctx, older, bson.D{{Key: "updated_at", Value: -1}}, n)
+		if err != nil {
+			return ConversationPage{}, err
+		}
+		if len(docs) == n {
+			// The read may have stopped within the last millisecond it
+			// reached, having taken any of its conversations: take that
+			// millisecond's first ones by name instead.
+			last := docs[n-1].UpdatedAt
+			k := 0
+			for k < n && docs[n-1-k].UpdatedAt.Equal(last) {
+				k++
+			}
+			ties, err := s.findConversations(ctx, owner(bson.E{Key: "updated_at", Value: last}), byName, k)
+			if err != nil {
+				return ConversationPage{}, err
+			}
+			docs = append(docs[:n-k], ties...)
+		}
+		found = append(found, docs...)
+	}
+	return conversationPage(found, limit), nil
+}
+
+// findConversations reads up to limit conversation documents matching
+// filter, in sort order.
+func (s *MongoStore) findConversations(ctx context.Context, filter, sort bson.D, limit int) ([]Conversation, error) {
+	cur, err := s.convs.Find(ctx, filter, options.Find().SetSort(sort).SetLimit(int64(limit)))
+	if err != nil {
+		return nil, fmt.Errorf("conversations: %w", err)
+	}
+	var docs []convDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("conversations: %w", err)
+	}
+	out := make([]Conversation, len(docs))
+	for i, d := range docs {
+		out[i] = Conversation{Conversation: d.Conversation, UpdatedAt: d.UpdatedAt.UTC(), Messages: 2 * d.Turns}
+	}
+	return out, nil
+}

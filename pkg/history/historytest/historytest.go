@@ -51,6 +51,11 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"A turn from an older record than the last turn's is fenced and writes nothing", testFencing},
 		{"Concurrent commits from a zombie and the new owner never persist out of order", testFencingRace},
 		{"An outcome without a turn is recorded once and answers later commits and lookups", testOutcome},
+		{"Conversations lists only the user's conversations with turns, newest first, with message counts", testConversationsList},
+		{"Paging conversations at any page size visits each once in order, across ties of the same millisecond", testConversationsPaging},
+		{"A new turn moves its conversation to the top of the listing", testConversationsReorder},
+		{"A user without conversations gets an empty listing", testConversationsEmpty},
+		{"Conversations rejects invalid owners and cursors", testConversationsInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,508 @@
+package webui_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/devstack"
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/pkg/client"
+)
+
+// The browser test drives the demo page in Debian's headless Chromium
+// against an in-process devstack: sign in as a picked user, chat with
+// streamed tokens, reload into history, survive a dropped WebSocket without
+// duplicated text, and fit a 360 px screen. It saves screenshots to
+// $TURNPIKE_ARTIFACTS (or a temp dir, named in the log).
+
+// instrument runs in every document before the page's scripts. It records
+// the page's WebSockets and the frames it sends (so the test can drop one
+// as a network failure would), every text an assistant message shows, and
+// the connection states shown.
+const instrument = `(() => {
+  if (window.__tp) return;
+  const tp = window.__tp = { sockets: [], sent: [], seen: {}, states: [] };
+  const Native = window.WebSocket;
+  window.WebSocket = class extends Native {
+    constructor(...args) { super(...args); tp.sockets.push(this); }
+    send(data) { tp.sent.push(String(data)); return super.send(data); }
+  };
+  const record = () => {
+    for (const m of document.querySelectorAll('.turn[data-request-id] .msg-assistant .msg-text')) {
+      const id = m.closest('.turn').dataset.requestId;
+      const texts = tp.seen[id] ??= [];
+      if (texts.at(-1) !== m.textContent) texts.push(m.textContent);
+    }
+    const conn = document.getElementById('conn');
+    if (conn && tp.states.at(-1) !== conn.dataset.state) tp.states.push(conn.dataset.state);
+  };
+  new MutationObserver(record).observe(document, { subtree: true, childList: true, characterData: true, attributes: true });
+})()`
+
+func TestBrowserChat(t *testing.T) {
+	t.Parallel()
+	st := startStack(t)
+	checkDevstackServesThePage(t, st)
+	chromium := findChromium(t)
+	artifacts := artifactsDir(t)
+	ctx := newBrowser(t, chromium)
+	base := st.IngestURL() + "/"
+	conv := testenv.Name(t, "chat")
+
+	run(t, ctx, "instrument the page",
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: instrument})
+			return err
+		}),
+		chromedp.EmulateViewport(1100, 720),
+		chromedp.Navigate(base),
+	)
+
+	// Pick a user: the devstack mints the token.
+	run(t, ctx, "sign in as a picked user",
+		chromedp.WaitVisible(chromedp.CSS("#dev-user")),
+		chromedp.SetValue(chromedp.CSS("#dev-user"), "alice"),
+		chromedp.Click(chromedp.CSS("#dev-form button[type=submit]")),
+		chromedp.WaitVisible(chromedp.CSS("#app")),
+	)
+	if who := text(t, ctx, "#who-name"); !strings.Contains(who, "alice") {
+		t.Errorf("signed in as %q, want alice", who)
+	}
+
+	// Start a conversation and type a message: tokens stream in.
+	run(t, ctx, "start a conversation",
+		chromedp.SendKeys(chromedp.CSS("#new-name"), conv+kb.Enter),
+		chromedp.WaitEnabled(chromedp.CSS("#message")),
+		waitJS(`document.getElementById('conn').dataset.state === 'open'`),
+	)
+	const first = "hello from a real browser, one word at a time"
+	id1 := sendMessage(t, ctx, first)
+	want1 := "echo #1: " + first
+	waitAnswer(t, ctx, id1, "complete")
+	seen := seenTexts(t, ctx, id1)
+	if got := seen[len(seen)-1]; got != want1 {
+		t.Fatalf("answer %q, want %q", got, want1)
+	}
+	partial := 0
+	for _, s := range seen {
+		if !strings.HasPrefix(want1, s) {
+			t.Errorf("the answer showed %q, which is not a prefix of %q", s, want1)
+		}
+		if s != "" && s != want1 {
+			partial++
+		}
+	}
+	if partial < 2 {
+		t.Errorf("saw %d partial texts before the full answer (%q): want the tokens to stream in", partial, seen)
+	}
+	screenshot(t, ctx, artifacts, "chat-first-answer.png")
+
+	// Reload: the conversation comes back from history.
+	run(t, ctx, "reload into history",
+		chromedp.Reload(),
+		chromedp.WaitVisible(chromedp.CSS("#app")),
+		waitJS(`document.querySelectorAll('.turn .msg-assistant[data-status="complete"]').length === 1`),
+	)
+	if got := text(t, ctx, ".turn .msg-user .msg-text"); got != first {
+		t.Errorf("after reload the user message is %q, want %q", got, first)
+	}
+	if got := text(t, ctx, ".turn .msg-assistant .msg-text"); got != want1 {
+		t.Errorf("after reload the answer is %q, want %q", got, want1)
+	}
+	if got := text(t, ctx, `#conv-list a[aria-current="page"]`); !strings.Contains(got, conv) || !strings.Contains(got, "2 messages") {
+		t.Errorf("the conversation list shows %q, want %s with 2 messages", got, conv)
+	}
+
+	// Drop the WebSocket mid-answer: the page resumes from its last cursor
+	// and shows every word exactly once.
+	run(t, ctx, "wait for the stream", waitJS(`document.getElementById('conn').dataset.state === 'open'`))
+	id2 := sendMessage(t, ctx, "[[tokens:40]]")
+	run(t, ctx, "wait for a partial answer", waitJS(fmt.Sprintf(
+		`(document.querySelector('.turn[data-request-id=%q] .msg-assistant .msg-text')?.textContent ?? '').split(' ').length >= 6`, id2)))
+	sockets := evalJS[int](t, ctx, `(() => { const s = window.__tp.sockets; s.at(-1).close(); return s.length; })()`)
+	waitAnswer(t, ctx, id2, "complete")
+	if n := evalJS[int](t, ctx, `window.__tp.sockets.length`); n <= sockets {
+		t.Errorf("%d WebSockets after the drop, want a new one (had %d)", n, sockets)
+	}
+	resume := evalJS[string](t, ctx, `window.__tp.sent.filter((f) => f.includes('"subscribe"')).at(-1)`)
+	if !strings.Contains(resume, `"since":"`) || strings.Contains(resume, `"since":"earliest"`) {
+		t.Errorf("the resubscribe frame %s: want since the last cursor", resume)
+	}
+	if states := evalJS[[]string](t, ctx, `window.__tp.states`); !contains(states, "reconnecting") {
+		t.Errorf("connection states shown %q: want reconnecting among them", states)
+	}
+	words := make([]string, 40)
+	for i := range words {
+		words[i] = fmt.Sprintf("w%d", i+1)
+	}
+	want2 := strings.Join(words, " ")
+	seen = seenTexts(t, ctx, id2)
+	if got := strings.TrimSpace(seen[len(seen)-1]); got != want2 {
+		t.Fatalf("after the drop the answer is\n%q\nwant\n%q", got, want2)
+	}
+	for _, s := range seen {
+		if !strings.HasPrefix(want2, s) && !strings.HasPrefix(want2+" ", s) {
+			t.Errorf("the answer showed %q at some point: duplicated or out-of-order text", s)
+		}
+	}
+	stored := history(t, st, conv)
+	if got := stored[len(stored)-1]; strings.TrimSpace(got) != want2 {
+		t.Errorf("history holds %q, want the text the page showed", got)
+	}
+
+	// An answer that breaks off is marked incomplete and its notice shown;
+	// a request with no reply says that nothing was kept.
+	id3 := sendMessage(t, ctx, "[[fail-after:3]] this reply breaks off")
+	waitAnswer(t, ctx, id3, "incomplete")
+	if got := text(t, ctx, turnSel(id3)+" .msg-assistant .mark"); got != "incomplete" {
+		t.Errorf("the broken-off answer is marked %q, want incomplete", got)
+	}
+	if n := evalJS[int](t, ctx, fmt.Sprintf(`document.querySelectorAll('%s .notice').length`, turnSel(id3))); n < 1 {
+		t.Error("the notice of the failed run is not shown")
+	}
+	id4 := sendMessage(t, ctx, "[[empty]]")
+	run(t, ctx, "wait for the discarded request", waitJS(fmt.Sprintf(`!!document.querySelector('%s .system')`, turnSel(id4))))
+	if got := text(t, ctx, turnSel(id4)+" .system"); !strings.Contains(got, "Nothing was kept") {
+		t.Errorf("the discarded request says %q, want that nothing was kept", got)
+	}
+	if got := evalJS[string](t, ctx, fmt.Sprintf(`document.querySelector('%s .msg-user').dataset.kept`, turnSel(id4))); got != "false" {
+		t.Errorf("the discarded user message has data-kept %q, want false", got)
+	}
+	run(t, ctx, "let the conversation list catch up", waitJS(`document.querySelector('#conv-list a[aria-current="page"]').textContent.includes('6 messages')`))
+	screenshot(t, ctx, artifacts, "chat-desktop.png")
+
+	// Phone width: nothing overflows, the conversation list folds away.
+	// After the reload, notices and requests that kept nothing are gone;
+	// the incomplete mark stays.
+	run(t, ctx, "narrow the viewport",
+		chromedp.EmulateViewport(360, 740, chromedp.EmulateMobile),
+		chromedp.Reload(),
+		waitJS(`document.querySelectorAll('.turn .msg-assistant[data-status]').length === 3`),
+	)
+	if n := evalJS[int](t, ctx, `document.querySelectorAll('.notice, .system, [data-kept="false"]').length`); n != 0 {
+		t.Errorf("%d notices or unkept messages after the reload, want none: they are not persisted", n)
+	}
+	if got := text(t, ctx, turnSel(id3)+" .msg-assistant .mark"); got != "incomplete" {
+		t.Errorf("after the reload the broken-off answer is marked %q, want incomplete", got)
+	}
+	if w := evalJS[int](t, ctx, `document.documentElement.scrollWidth`); w > 360 {
+		t.Errorf("the page is %d px wide at a 360 px viewport", w)
+	}
+	if !evalJS[bool](t, ctx, `getComputedStyle(document.getElementById('nav-toggle')).display !== 'none' && getComputedStyle(document.getElementById('sidebar')).display === 'none'`) {
+		t.Error("at 360 px the conversation list should fold behind its button")
+	}
+	screenshot(t, ctx, artifacts, "chat-phone.png")
+
+	// turnpike.js on its own, against a fake socket and fetch.
+	script, err := os.ReadFile(filepath.Join("testdata", "turnpike_test.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failures := evalJS[[]string](t, ctx, string(script), chromedp.EvalAwaitPromise); len(failures) > 0 {
+		t.Errorf("turnpike.js checks failed:\n  %s", strings.Join(failures, "\n  "))
+	}
+}
+
+// checkDevstackServesThePage checks over plain HTTP (so also without a
+// browser) what the page relies on in the devstack: its settings, dev
+// tokens, and the conversation listing.
+func checkDevstackServesThePage(t *testing.T, st devstack.Stack) {
+	t.Helper()
+	ctx := testenv.Context(t, 20*time.Second)
+	do := func(method, path, token, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, st.IngestURL()+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.StatusCode, string(b)
+	}
+	code, index := do(http.MethodGet, "/", "", "")
+	_, port, _ := net.SplitHostPort(st.PushgwAddr)
+	wantStream := fmt.Sprintf(`content="ws://{host}:%s/v1/stream"`, port)
+	if code != http.StatusOK || !strings.Contains(index, wantStream) || !strings.Contains(index, `name="turnpike-dev-tokens" content="on"`) {
+		t.Fatalf("GET / = %d; want the page with %s and dev tokens on:\n%s", code, wantStream, index)
+	}
+	code, body := do(http.MethodPost, "/v1/dev/token", "", `{"user":"zoe"}`)
+	var tok struct{ Token, Tenant, User string }
+	if err := json.Unmarshal([]byte(body), &tok); err != nil || code != http.StatusOK || tok.User != "zoe" || tok.Tenant != "default" {
+		t.Fatalf("POST /v1/dev/token = %d %s", code, body)
+	}
+	if code, body := do(http.MethodGet, "/v1/conversations", tok.Token, ""); code != http.StatusOK || strings.TrimSpace(body) != `{"conversations":[],"next_before":null}` {
+		t.Errorf("GET /v1/conversations of a new user = %d %s, want an empty list", code, body)
+	}
+	if code, body := do(http.MethodGet, "/nope", "", ""); code != http.StatusNotFound || !strings.Contains(body, `"not_found"`) {
+		t.Errorf("GET /nope = %d %s, want the JSON 404", code, body)
+	}
+}
+
+// findChromium returns Chromium's path, or skips the test loudly.
+func findChromium(t *testing.T) string {
+	t.Helper()
+	candidates := []string{"chromium", "/usr/bin/chromium", "chromium-browser"}
+	if p := os.Getenv("TURNPIKE_CHROMIUM"); p != "" {
+		candidates = []string{p} // the one to use, or none
+	}
+	for _, p := range candidates {
+		if path, err := exec.LookPath(p); err == nil {
+			return path
+		}
+	}
+	msg := fmt.Sprintf("!!! SKIPPING THE BROWSER TEST: no Chromium at %q (install Debian's chromium package, e.g. with .ci/chromium, or set TURNPIKE_CHROMIUM)", candidates)
+	t.Log(msg)
+	fmt.Fprintln(os.Stderr, msg)
+	t.Skip(msg)
+	return ""
+}
+
+func artifactsDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("TURNPIKE_ARTIFACTS")
+	if dir == "" {
+		return t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// newBrowser starts headless Chromium with a fresh profile. The page's
+// console errors and uncaught exceptions fail the test.
+func newBrowser(t *testing.T, path string) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(path),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true), // containers have a small /dev/shm
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelBrowser)
+	if err := chromedp.Do(bctx); err != nil { // starts the browser
+		t.Fatalf("start chromium: %v", err)
+	}
+	var mu sync.Mutex
+	var problems []string
+	go func() {
+		for m, err := range chromedp.Console(bctx) {
+			if err != nil {
+				return
+			}
+			t.Logf("console %s: %s", m.Type, m.Text)
+			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleException {
+				mu.Lock()
+				problems = append(problems, string(m.Type)+": "+m.Text)
+				mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range problems {
+			// The dropped socket is logged by the browser itself; nothing
+			// else may be.
+			if !strings.Contains(p, "WebSocket") {
+				t.Errorf("the page logged %s", p)
+			}
+		}
+	})
+	return bctx
+}
+
+func run(t *testing.T, ctx context.Context, step string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", step, err)
+	}
+}
+
+func waitJS(cond string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(20*time.Second), chromedp.WithPollingInterval(10*time.Millisecond))
+}
+
+func evalJS[T any](t *testing.T, ctx context.Context, expr string, opts ...chromedp.EvaluateOption) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, opts...))
+	if err != nil {
+		t.Fatalf("evaluate %.80s: %v", expr, err)
+	}
+	return v
+}
+
+func text(t *testing.T, ctx context.Context, css string) string {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS(css)))
+	if err != nil {
+		t.Fatalf("text of %s: %v", css, err)
+	}
+	return v
+}
+
+// sendMessage types content and presses Enter; it returns the request id
+// the page got for it.
+func sendMessage(t *testing.T, ctx context.Context, content string) string {
+	t.Helper()
+	before := evalJS[int](t, ctx, `document.querySelectorAll('.turn[data-request-id]').length`)
+	run(t, ctx, "send "+content,
+		chromedp.SendKeys(chromedp.CSS("#message"), content+kb.Enter),
+		waitJS(fmt.Sprintf(`document.querySelectorAll('.turn[data-request-id]').length > %d`, before)),
+	)
+	return evalJS[string](t, ctx, `[...document.querySelectorAll('.turn[data-request-id]')].at(-1).dataset.requestId`)
+}
+
+// turnSel selects the turn of a request.
+func turnSel(requestID string) string { return fmt.Sprintf(`.turn[data-request-id="%s"]`, requestID) }
+
+func waitAnswer(t *testing.T, ctx context.Context, requestID, status string) {
+	t.Helper()
+	run(t, ctx, "wait for the answer of "+requestID,
+		waitJS(fmt.Sprintf(`document.querySelector('.turn[data-request-id=%q] .msg-assistant')?.dataset.status === %q`, requestID, status)))
+}
+
+func seenTexts(t *testing.T, ctx context.Context, requestID string) []string {
+	t.Helper()
+	seen := evalJS[[]string](t, ctx, fmt.Sprintf(`window.__tp.seen[%q] ?? []`, requestID))
+	if len(seen) == 0 {
+		t.Fatalf("no answer text seen for %s", requestID)
+	}
+	return seen
+}
+
+func screenshot(t *testing.T, ctx context.Context, dir, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// history returns the contents of alice's conversation conv, oldest first.
+func history(t *testing.T, st devstack.Stack, conv string) []string {
+	t.Helper()
+	tok, err := auth.Mint(st.AuthSecret, auth.DefaultTenant, "alice", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &client.Client{BaseURL: st.IngestURL(), Token: tok}
+	p, err := c.History(testenv.Context(t, 10*time.Second), conv, 0, 0)
+	if err != nil {
+		t.Fatalf("history of %s: %v", conv, err)
+	}
+	out := make([]string, len(p.Messages))
+	for i, m := range p.Messages {
+		out[i] = m.Content
+	}
+	return out
+}
+
+// startStack runs the devstack on random loopback ports with a 30 ms
+// per-token echo delay, and returns once it is ready.
+func startStack(t *testing.T) devstack.Stack {
+	t.Helper()
+	var cfg devstack.Config
+	cfg.KafkaAddr, cfg.MongoAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
+	cfg.MongoDB, cfg.TopicPrefix, cfg.Model, cfg.LogLevel = "turnpike", "turnpike.", "echo", "warn"
+	cfg.EchoDelay = 30 * time.Millisecond
+	if v := os.Getenv("TURNPIKE_KAFKA_BROKERS"); v != "" {
+		cfg.Brokers = strings.Split(v, ",")
+		cfg.TopicPrefix = testenv.Name(t, "webui") + "."
+	}
+	if v := os.Getenv("TURNPIKE_MONGO_URI"); v != "" {
+		cfg.MongoURI, cfg.MongoDB = v, testenv.Name(t, "webui")
+	}
+	cfg.Worker.Worker.Partitions = 2
+	lns := devstack.Listeners{Ingest: listen(t), Pushgw: listen(t)}
+	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, cancel := context.WithCancel(context.Background())
+	readyc := make(chan devstack.Stack, 1)
+	done := make(chan error, 1)
+	go func() { done <- devstack.Run(ctx, cfg, lns, log, func(st devstack.Stack) { readyc <- st }) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("devstack: %v", err)
+		}
+	})
+	select {
+	case st := <-readyc:
+		return st
+	case err := <-done:
+		done <- err
+		t.Fatalf("devstack stopped before ready: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("devstack not ready within 60s")
+	}
+	return devstack.Stack{}
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}

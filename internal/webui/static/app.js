@@ -1,0 +1,760 @@
+// The demo chat page. It uses only turnpike.js and the DOM.
+//
+// Flow: sign in (a devstack token for a picked user, or a pasted token),
+// list the user's conversations, open one: subscribe to its stream first,
+// then read its history, so nothing falls between the two. Live events of
+// requests already in that history are ignored; events that arrive before
+// the history is drawn wait for it. A message sent here shows at once and
+// is matched to its stream by the request id of the 202; events of a
+// request id not yet known wait while a send is in flight.
+import { connect, Answers, TurnpikeError } from './turnpike.js';
+
+const ID_RULE = /^[A-Za-z0-9._:@-]{1,128}$/;
+const TOKEN_KEY = 'turnpike.token';
+const STREAM_KEY = 'turnpike.streamURL';
+const HISTORY_PAGE = 50;
+
+const $ = (id) => document.getElementById(id);
+const meta = (name) => document.querySelector(`meta[name="${name}"]`)?.content ?? '';
+
+const config = {
+  streamTemplate: meta('turnpike-stream-url') || 'ws://{host}:8081/v1/stream',
+  devTokens: meta('turnpike-dev-tokens') === 'on',
+};
+
+// The page's state. One conversation is open at a time; epoch changes with
+// it, so answers to requests made for another conversation are dropped.
+const state = {
+  client: null,
+  user: '',
+  conversation: null,
+  epoch: 0,
+  sub: null,
+  answers: new Answers(),
+  turns: new Map(), // request_id -> Turn
+  fromHistory: new Set(), // request ids whose persisted turn is shown
+  loading: false, // history is being (re)loaded: events wait in buffered
+  buffered: [],
+  sending: 0, // POSTs in flight
+  orphans: new Map(), // request_id -> events that came before their POST's 202
+  nextBefore: null,
+  convNext: null,
+  tokenChecked: false,
+};
+
+// ---------- Turns: one user message and its answer ----------
+
+class Turn {
+  constructor(requestId) {
+    this.requestId = requestId;
+    this.el = el('div', { class: 'turn' });
+    if (requestId) this.el.dataset.requestId = requestId;
+    this.user = null;
+    this.assistant = null;
+  }
+
+  setRequestId(id) {
+    this.requestId = id;
+    this.el.dataset.requestId = id;
+  }
+
+  setUser(text, { pending = false } = {}) {
+    if (!this.user) {
+      this.user = message('user', 'You');
+      this.el.prepend(this.user.el);
+    }
+    this.user.text.textContent = text;
+    this.user.status.textContent = pending ? 'sending…' : '';
+  }
+
+  // setAnswer shows the assistant's text; status null while it streams.
+  setAnswer(text, status, { agent = '' } = {}) {
+    if (!this.assistant) {
+      this.assistant = message('assistant', 'Assistant');
+      const after = this.user?.el ?? null;
+      if (after) after.after(this.assistant.el);
+      else this.el.prepend(this.assistant.el);
+    }
+    const a = this.assistant;
+    a.who.textContent = agent && agent !== 'assistant' ? `Assistant (${agent})` : 'Assistant';
+    a.text.textContent = text;
+    a.el.setAttribute('aria-busy', status ? 'false' : 'true');
+    a.el.dataset.status = status ?? 'streaming';
+    a.status.textContent = status === 'incomplete' || status === 'cancelled' ? status : '';
+    a.status.hidden = a.status.textContent === '';
+  }
+
+  removeAnswer() {
+    this.assistant?.el.remove();
+    this.assistant = null;
+  }
+
+  // notKept marks the user message as not persisted, with a short reason.
+  notKept(reason) {
+    if (this.user) {
+      this.user.el.dataset.kept = 'false';
+      this.user.status.textContent = 'not kept';
+    }
+    this.line('system', reason);
+  }
+
+  line(kind, text) {
+    const p = el('p', { class: kind }, text);
+    if (kind === 'notice') p.setAttribute('role', 'note');
+    this.el.append(p);
+  }
+
+  clearLines() {
+    for (const p of this.el.querySelectorAll('.notice, .system')) p.remove();
+  }
+}
+
+function message(role, who) {
+  const m = { el: el('div', { class: `msg msg-${role}`, 'data-role': role }) };
+  const head = el('div', { class: 'msg-meta' });
+  m.who = el('span', {}, who);
+  m.status = el('span', { class: role === 'assistant' ? 'mark' : '' });
+  m.status.hidden = role === 'assistant';
+  head.append(m.who, m.status);
+  m.text = el('p', { class: 'msg-text' });
+  m.el.append(head, m.text);
+  return m;
+}
+
+function el(tag, attrs = {}, text) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) if (v !== '') e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+// ---------- Rendering the log ----------
+
+const log = $('log');
+
+function atBottom() {
+  return log.scrollHeight - log.scrollTop - log.clientHeight < 40;
+}
+
+function keepBottom(wasAtBottom) {
+  if (wasAtBottom) log.scrollTop = log.scrollHeight;
+}
+
+// turnsOf groups history messages (oldest first) by request id.
+function turnsOf(messages) {
+  const groups = [];
+  for (const m of messages) {
+    const last = groups.at(-1);
+    if (last && last.requestId === m.request_id) last.messages.push(m);
+    else groups.push({ requestId: m.request_id, messages: [m] });
+  }
+  return groups;
+}
+
+function fillFromHistory(turn, messages) {
+  for (const m of messages) {
+    if (m.role === 'user') turn.setUser(m.content);
+    else turn.setAnswer(m.content, m.status ?? 'complete', { agent: m.agent });
+  }
+}
+
+// drawHistory replaces the log with a history page; turns shown live and
+// not in the page (still running, or sending) stay after it.
+function drawHistory(page) {
+  const inPage = new Set(page.messages.map((m) => m.request_id));
+  const live = [...log.children].filter((e) => {
+    const id = e.dataset.requestId;
+    return !id || (!state.fromHistory.has(id) && !inPage.has(id));
+  });
+  const turns = new Map();
+  for (const e of live) {
+    const t = state.turns.get(e.dataset.requestId);
+    if (t) turns.set(t.requestId, t);
+  }
+  log.replaceChildren();
+  state.turns = turns;
+  state.fromHistory.clear();
+  for (const g of turnsOf(page.messages)) {
+    const t = new Turn(g.requestId);
+    fillFromHistory(t, g.messages);
+    state.turns.set(g.requestId, t);
+    state.fromHistory.add(g.requestId);
+    log.append(t.el);
+  }
+  log.append(...live);
+  state.nextBefore = page.next_before;
+  $('older').hidden = state.nextBefore == null;
+  log.scrollTop = log.scrollHeight;
+}
+
+// drawOlder puts an older history page above the log.
+function drawOlder(page) {
+  const height = log.scrollHeight;
+  const groups = turnsOf(page.messages);
+  const first = log.firstElementChild;
+  const firstTurn = first && state.turns.get(first.dataset.requestId);
+  // A page boundary may split a turn: its user message is on the older page.
+  if (firstTurn && groups.at(-1)?.requestId === firstTurn.requestId) {
+    const g = groups.pop();
+    for (const m of g.messages) if (m.role === 'user') firstTurn.setUser(m.content);
+  }
+  const frag = document.createDocumentFragment();
+  for (const g of groups) {
+    if (state.turns.has(g.requestId)) continue;
+    const t = new Turn(g.requestId);
+    fillFromHistory(t, g.messages);
+    state.turns.set(g.requestId, t);
+    state.fromHistory.add(g.requestId);
+    frag.append(t.el);
+  }
+  log.prepend(frag);
+  log.scrollTop += log.scrollHeight - height;
+  state.nextBefore = page.next_before;
+  $('older').hidden = state.nextBefore == null;
+}
+
+// ---------- Stream events ----------
+
+function onEvent(epoch, ev) {
+  if (epoch !== state.epoch) return;
+  if (state.loading) {
+    state.buffered.push(ev);
+    return;
+  }
+  applyEvent(ev);
+}
+
+function applyEvent(ev) {
+  if (state.fromHistory.has(ev.request_id)) return; // persisted, shown from history
+  let turn = state.turns.get(ev.request_id);
+  if (!turn) {
+    if (state.sending > 0) {
+      // Perhaps the answer to a POST whose 202 is still on its way.
+      const q = state.orphans.get(ev.request_id) ?? [];
+      q.push(ev);
+      state.orphans.set(ev.request_id, q);
+      return;
+    }
+    // A request sent elsewhere (another tab, the CLI): its user message
+    // comes from history once it completes.
+    turn = new Turn(ev.request_id);
+    state.turns.set(ev.request_id, turn);
+    log.append(turn.el);
+  }
+  const bottom = atBottom();
+  const a = state.answers.apply(ev);
+  if (!a) return;
+  if (ev.type === 'notice') {
+    turn.line('notice', ev.message); // shown, never persisted
+  } else if (ev.rerun) {
+    turn.clearLines();
+  }
+  if (!a.done) {
+    if (ev.type !== 'notice') turn.setAnswer(a.text, null, { agent: a.agent });
+  } else if (a.persisted) {
+    turn.setAnswer(a.text, a.status, { agent: a.agent });
+    if (a.needsReload || !turn.user) reloadTurn(state.epoch, turn, a.status);
+    refreshConversations();
+  } else {
+    turn.removeAnswer();
+    turn.notKept(outcomeText(a.status));
+    refreshConversations();
+  }
+  keepBottom(bottom);
+}
+
+function outcomeText(status) {
+  switch (status) {
+    case 'rejected': return 'Rejected: another request of this conversation was running or queued. Nothing was kept.';
+    case 'discarded': return 'No reply: the model produced no content. Nothing was kept.';
+    case 'failed': return 'Failed: the request could not be processed. Nothing was kept.';
+    case 'cancelled': return 'Cancelled before it ran. Nothing was kept.';
+    default: return `Ended ${status}. Nothing was kept.`;
+  }
+}
+
+// reloadTurn shows a completed turn as persisted: for an answer joined
+// mid-way, a re-run's duplicate completion, or a request sent elsewhere.
+async function reloadTurn(epoch, turn, status) {
+  let page;
+  try {
+    page = await state.client.history(state.conversation, { limit: HISTORY_PAGE });
+  } catch (err) {
+    if (!handleAuthError(err)) console.warn('turnpike: reload turn', err);
+    return;
+  }
+  if (epoch !== state.epoch) return;
+  const messages = page.messages.filter((m) => m.request_id === turn.requestId);
+  const bottom = atBottom();
+  if (messages.length === 0) {
+    turn.removeAnswer();
+    turn.notKept(outcomeText(status));
+  } else {
+    fillFromHistory(turn, messages);
+  }
+  keepBottom(bottom);
+}
+
+// ---------- Opening a conversation ----------
+
+// openConversation shows conversation name. A fresh one (just started here,
+// not listed) has no history to read yet.
+async function openConversation(name, { fresh = false } = {}) {
+  if (state.sub) state.sub.close();
+  const epoch = ++state.epoch;
+  Object.assign(state, {
+    conversation: name, sub: null, answers: new Answers(), loading: true, buffered: [],
+    sending: 0, nextBefore: null,
+  });
+  state.turns.clear();
+  state.fromHistory.clear();
+  state.orphans.clear();
+  log.replaceChildren();
+  $('older').hidden = true;
+  $('chat-title').textContent = name;
+  document.title = `${name} · Turnpike chat`;
+  setComposer(true);
+  markCurrent();
+  closeNav();
+
+  const sub = state.client.subscribe(name, {
+    onEvent: (ev) => onEvent(epoch, ev),
+    onGap: () => reloadHistory(epoch),
+    onError: (err) => showComposerError(`The stream refused this conversation: ${err.message}`),
+  });
+  state.sub = sub;
+  // History is read once the subscription stands, so no event falls between
+  // the two. If the stream is slow to come, show history anyway, and read it
+  // again when the subscription stands.
+  const ready = await Promise.race([sub.ready.then(() => true, () => true), sleep(3000).then(() => false)]);
+  if (epoch !== state.epoch) return;
+  if (fresh) {
+    drawHistory({ messages: [], next_before: null });
+    flushBuffered();
+    return;
+  }
+  await reloadHistory(epoch);
+  if (!ready) sub.ready.then(() => reloadHistory(epoch), () => {});
+}
+
+function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+// reloadHistory draws the newest history page, then the events that came
+// meanwhile.
+async function reloadHistory(epoch) {
+  if (epoch !== state.epoch) return;
+  state.loading = true;
+  let page = null;
+  try {
+    page = await state.client.history(state.conversation, { limit: HISTORY_PAGE });
+  } catch (err) {
+    if (epoch !== state.epoch || handleAuthError(err)) return;
+    if (err instanceof TurnpikeError && err.code === 'not_found') page = { messages: [], next_before: null };
+    else showComposerError(`Could not load the history: ${err.message}`);
+  }
+  if (epoch !== state.epoch) return;
+  if (page) drawHistory(page);
+  flushBuffered();
+}
+
+function flushBuffered() {
+  state.loading = false;
+  const events = state.buffered;
+  state.buffered = [];
+  for (const ev of events) applyEvent(ev);
+}
+
+async function loadOlder() {
+  if (state.nextBefore == null) return;
+  const epoch = state.epoch;
+  const button = $('older');
+  button.disabled = true;
+  try {
+    const page = await state.client.history(state.conversation, { limit: HISTORY_PAGE, before: state.nextBefore });
+    if (epoch === state.epoch) drawOlder(page);
+  } catch (err) {
+    if (!handleAuthError(err)) showComposerError(`Could not load older messages: ${err.message}`);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// ---------- Sending ----------
+
+async function send(event) {
+  event.preventDefault();
+  const input = $('message');
+  const content = input.value.trim(); // as chat boxes do: no leading or trailing blank lines
+  if (!state.conversation || content === '') return;
+  showComposerError('');
+  const epoch = state.epoch;
+  const turn = new Turn(null);
+  turn.setUser(content, { pending: true });
+  log.append(turn.el);
+  log.scrollTop = log.scrollHeight;
+  input.value = '';
+  state.sending++;
+  try {
+    const res = await state.client.send(state.conversation, content, {
+      strategy: $('strategy').value,
+      idempotencyKey: randomKey(),
+    });
+    if (epoch !== state.epoch) return;
+    if (state.fromHistory.has(res.request_id)) {
+      turn.el.remove(); // a history reload has shown it already
+      return;
+    }
+    turn.setRequestId(res.request_id);
+    turn.setUser(content);
+    state.turns.set(res.request_id, turn);
+  } catch (err) {
+    if (epoch !== state.epoch) return;
+    if (handleAuthError(err)) return;
+    turn.user.status.textContent = 'not sent';
+    turn.user.el.dataset.kept = 'false';
+    turn.line('system', `Not sent: ${err.message}`);
+    if (input.value === '') input.value = content;
+  } finally {
+    if (epoch === state.epoch) {
+      state.sending--;
+      flushOrphans();
+    }
+  }
+}
+
+// flushOrphans applies events that waited for their POST's 202: those of
+// known requests now, and, once no POST is in flight, the others as
+// requests sent elsewhere.
+function flushOrphans() {
+  for (const [id, events] of [...state.orphans]) {
+    if (state.turns.has(id) || state.sending === 0) {
+      state.orphans.delete(id);
+      for (const ev of events) applyEvent(ev);
+    }
+  }
+}
+
+function randomKey() {
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  return 'k-' + [...b].map((x) => x.toString(16).padStart(2, '0')).join('');
+}
+
+function setComposer(enabled) {
+  for (const id of ['message', 'strategy', 'send']) $(id).disabled = !enabled;
+}
+
+function showComposerError(text) {
+  $('composer-error').textContent = text;
+}
+
+// ---------- Conversations list ----------
+
+let refreshTimer = 0;
+function refreshConversations() {
+  clearTimeout(refreshTimer);
+  refreshTimer = setTimeout(() => loadConversations(false), 300);
+}
+
+const timeFormat = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit' });
+const dateFormat = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric' });
+
+function when(iso) {
+  const d = new Date(iso);
+  return d.toDateString() === new Date().toDateString() ? timeFormat.format(d) : dateFormat.format(d);
+}
+
+let listed = []; // the conversations shown, newest first
+
+async function loadConversations(more) {
+  if (!state.client) return;
+  let page;
+  try {
+    page = await state.client.conversations({ before: more ? state.convNext : undefined });
+  } catch (err) {
+    if (!handleAuthError(err)) console.warn('turnpike: conversations', err);
+    return;
+  }
+  listed = more ? listed.concat(page.conversations) : page.conversations;
+  state.convNext = page.next_before;
+  drawConversations();
+}
+
+function drawConversations() {
+  const list = $('conv-list');
+  const items = [...listed];
+  if (state.conversation && !items.some((c) => c.conversation === state.conversation)) {
+    items.unshift({ conversation: state.conversation, updated_at: null, messages: 0 });
+  }
+  list.replaceChildren(...items.map((c) => {
+    const a = el('a', { href: `#c=${encodeURIComponent(c.conversation)}` });
+    a.append(el('span', { class: 'conv-name' }, c.conversation));
+    const n = c.messages === 1 ? '1 message' : `${c.messages} messages`;
+    a.append(el('span', { class: 'conv-meta' }, c.updated_at ? `${n} · ${when(c.updated_at)}` : 'new'));
+    const li = el('li');
+    li.append(a);
+    return li;
+  }));
+  markCurrent();
+  $('conv-empty').hidden = items.length > 0;
+  $('conv-more').hidden = state.convNext == null;
+}
+
+function markCurrent() {
+  for (const a of $('conv-list').querySelectorAll('a')) {
+    const name = decodeURIComponent(a.getAttribute('href').slice(3));
+    if (name === state.conversation) a.setAttribute('aria-current', 'page');
+    else a.removeAttribute('aria-current');
+  }
+}
+
+function conversationFromHash() {
+  const m = /^#c=(.+)$/.exec(location.hash);
+  if (!m) return null;
+  try {
+    const name = decodeURIComponent(m[1]);
+    return ID_RULE.test(name) ? name : null;
+  } catch {
+    return null;
+  }
+}
+
+function route() {
+  const name = conversationFromHash();
+  if (name && name !== state.conversation && state.client) {
+    // Not in a complete listing: it has no turn yet.
+    const fresh = state.convNext == null && !listed.some((c) => c.conversation === name);
+    openConversation(name, { fresh: fresh && routingFresh === name }).then(drawConversations);
+  }
+  routingFresh = null;
+}
+
+// routingFresh names a conversation just started with the form.
+let routingFresh = null;
+
+// ---------- Connection state ----------
+
+function onState(s, info) {
+  const conn = $('conn');
+  let text;
+  switch (s) {
+    case 'open': text = 'Live'; break;
+    case 'connecting': text = 'Connecting…'; break;
+    case 'reconnecting':
+      text = info.delay ? `Reconnecting in ${Math.max(1, Math.round(info.delay / 1000))} s…` : 'Reconnecting…';
+      if (!navigator.onLine) text = 'Offline: waiting for the network…';
+      // Failing again and again may be a refused token: ask the API.
+      if (info.attempt >= 2 && !state.tokenChecked) checkToken();
+      break;
+    case 'closed': text = 'Disconnected'; break;
+    default: text = 'Not connected';
+  }
+  conn.dataset.state = s;
+  if (conn.textContent !== text) conn.textContent = text;
+  if (s === 'open') state.tokenChecked = false;
+}
+
+async function checkToken() {
+  state.tokenChecked = true;
+  try {
+    await state.client.conversations({ limit: 1 });
+  } catch (err) {
+    handleAuthError(err);
+  }
+}
+
+// ---------- Signing in and out ----------
+
+// handleAuthError signs out on a refused token (and, on a devstack, signs
+// the same user in again: a restarted devstack has a new secret).
+function handleAuthError(err) {
+  if (!(err instanceof TurnpikeError && err.status === 401)) return false;
+  if (!state.client) return true; // signed out already
+  const user = state.user;
+  signOut('Your token was refused (expired or signed with another secret). Sign in again.');
+  if (config.devTokens && ID_RULE.test(user)) {
+    mintDevToken(user).then((token) => startSession(token, { renew: false }), () => {});
+  }
+  return true;
+}
+
+function claims(token) {
+  try {
+    const part = token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
+    return JSON.parse(atob(part.padEnd(part.length + ((4 - (part.length % 4)) % 4), '=')));
+  } catch {
+    return {};
+  }
+}
+
+function streamURL() {
+  const template = localStorage.getItem(STREAM_KEY) || config.streamTemplate;
+  return template.replaceAll('{host}', location.hostname);
+}
+
+async function startSession(token, { renew = config.devTokens } = {}) {
+  const c = claims(token);
+  const client = connect({ streamURL: streamURL(), token, onState });
+  // Check the token before showing anything.
+  try {
+    await client.conversations({ limit: 1 });
+  } catch (err) {
+    client.close();
+    const refused = err instanceof TurnpikeError && err.status === 401;
+    if (refused && renew && ID_RULE.test(c.sub ?? '')) {
+      // A devstack restarted with a new secret: sign the same user in again.
+      const fresh = await mintDevToken(c.sub).catch(() => null);
+      if (fresh) return startSession(fresh, { renew: false });
+    }
+    showSignIn(refused ? 'That token was refused.' : `Could not reach the API: ${err.message}`);
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, token);
+  state.client = client;
+  state.user = c.sub ?? '';
+  $('who-name').textContent = `${c.sub ?? '?'} · ${c.tenant ?? 'default'}`;
+  $('who').hidden = false;
+  $('signin').hidden = true;
+  $('app').hidden = false;
+  onState('idle', {});
+  await loadConversations(false);
+  const name = conversationFromHash();
+  if (name) await openConversation(name);
+  else $('new-name').focus();
+  drawConversations();
+}
+
+function signOut(reason = '') {
+  state.sub?.close();
+  state.client?.close();
+  Object.assign(state, { client: null, sub: null, conversation: null, loading: false, buffered: [], sending: 0 });
+  state.epoch++;
+  state.turns.clear();
+  state.orphans.clear();
+  listed = [];
+  log.replaceChildren();
+  sessionStorage.removeItem(TOKEN_KEY);
+  $('who').hidden = true;
+  $('app').hidden = true;
+  setComposer(false);
+  onState('idle', {});
+  showSignIn(reason);
+}
+
+function showSignIn(error = '') {
+  $('signin').hidden = false;
+  $('dev-form').hidden = !config.devTokens;
+  $('token-form').hidden = config.devTokens;
+  $('signin-error').textContent = error;
+  $('stream-url').value = localStorage.getItem(STREAM_KEY) ?? '';
+  $('stream-url').placeholder = config.streamTemplate;
+  (config.devTokens ? $('dev-user') : $('token-input')).focus();
+}
+
+async function devSignIn(event) {
+  event.preventDefault();
+  const user = $('dev-user').value.trim();
+  if (!ID_RULE.test(user)) {
+    $('signin-error').textContent = 'User names are 1 to 128 of: letters, digits, . _ : @ -';
+    return;
+  }
+  saveStreamSetting();
+  let token;
+  try {
+    token = await mintDevToken(user);
+  } catch (err) {
+    $('signin-error').textContent = err.message;
+    return;
+  }
+  await startSession(token, { renew: false });
+}
+
+// mintDevToken asks the devstack for a token of user (POST /v1/dev/token).
+async function mintDevToken(user) {
+  let res;
+  try {
+    res = await fetch('/v1/dev/token', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ user }),
+    });
+  } catch (err) {
+    throw new Error(`Could not reach the API: ${err.message}`);
+  }
+  const body = await res.json().catch(() => ({}));
+  if (!res.ok || !body.token) throw new Error(body?.error?.message ?? `Sign-in failed (${res.status})`);
+  return body.token;
+}
+
+async function tokenSignIn(event) {
+  event.preventDefault();
+  saveStreamSetting();
+  await startSession($('token-input').value.trim());
+}
+
+function saveStreamSetting() {
+  const v = $('stream-url').value.trim();
+  if (v) localStorage.setItem(STREAM_KEY, v);
+  else localStorage.removeItem(STREAM_KEY);
+}
+
+// ---------- Small screens ----------
+
+function toggleNav(open) {
+  document.body.classList.toggle('nav-open', open);
+  $('nav-toggle').setAttribute('aria-expanded', String(open));
+}
+
+function closeNav() {
+  if (document.body.classList.contains('nav-open')) toggleNav(false);
+}
+
+// ---------- Wiring ----------
+
+function newConversation(event) {
+  event.preventDefault();
+  const input = $('new-name');
+  const name = input.value.trim();
+  if (!ID_RULE.test(name)) {
+    input.setCustomValidity('Use 1 to 128 of: letters, digits, . _ : @ -');
+    input.reportValidity();
+    return;
+  }
+  input.value = '';
+  routingFresh = name;
+  location.hash = `c=${encodeURIComponent(name)}`;
+  route(); // now, not at the hashchange event: the message box opens at once
+  $('message').focus();
+}
+
+function init() {
+  $('dev-form').addEventListener('submit', devSignIn);
+  $('token-form').addEventListener('submit', tokenSignIn);
+  $('sign-out').addEventListener('click', () => {
+    location.hash = '';
+    signOut();
+  });
+  $('new-form').addEventListener('submit', newConversation);
+  $('new-name').addEventListener('input', (e) => e.target.setCustomValidity(''));
+  $('composer').addEventListener('submit', send);
+  $('message').addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      $('composer').requestSubmit();
+    }
+  });
+  $('older').addEventListener('click', loadOlder);
+  $('conv-more').addEventListener('click', () => loadConversations(true));
+  $('nav-toggle').addEventListener('click', () => toggleNav(!document.body.classList.contains('nav-open')));
+  document.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape') closeNav();
+  });
+  window.addEventListener('hashchange', route);
+
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) startSession(token);
+  else showSignIn();
+}
+
+init();

@@ -1,0 +1,597 @@
+// turnpike.js: Turnpike's browser client. One ES module, no dependencies.
+//
+//   import { connect, Answers } from '/ui/turnpike.js';
+//
+//   const tp = connect({ streamURL: 'ws://localhost:8081/v1/stream', token });
+//   const answers = new Answers();
+//   const sub = tp.subscribe('c1', {
+//     onEvent(ev) { const a = answers.apply(ev); if (a) render(a); },
+//     onGap() { reloadHistory(); },   // events may have been missed: re-read history
+//   });
+//   await sub.ready;                  // the gateway confirmed the subscription
+//   await tp.send('c1', 'hello', { idempotencyKey: crypto.randomUUID() });
+//
+// The client keeps one WebSocket to the push gateway for all its
+// subscriptions. When it drops, it reconnects with exponential backoff and
+// resubscribes every conversation from the cursor of the last event it
+// delivered, so no event is lost or delivered twice. It also handles run_id:
+// when a request is re-run (a worker failed), the first event of the new run
+// carries `rerun: true` and events of the older run that arrive late are
+// dropped; Answers applies that to the text it accumulates.
+//
+// HTTP calls go to the ingest API at baseURL (default: the page's origin).
+// They reject with a TurnpikeError carrying the API's error code.
+
+const PERSISTED = new Set(['complete', 'incomplete', 'cancelled']);
+const EVENT_TYPES = new Set(['run.started', 'token', 'notice', 'run.completed']);
+
+/** An error answer of the API, or a network failure (status 0, code "network"). */
+export class TurnpikeError extends Error {
+  /**
+   * @param {number} status HTTP status, 0 for a network failure
+   * @param {string} code API error code: invalid_argument, unauthenticated, not_found,
+   *   payload_too_large, rate_limited, unavailable, internal, or network
+   * @param {string} message human-readable text
+   * @param {number} retryAfter milliseconds to wait before retrying (Retry-After), or 0
+   */
+  constructor(status, code, message, retryAfter = 0) {
+    super(message);
+    this.name = 'TurnpikeError';
+    this.status = status;
+    this.code = code;
+    this.retryAfter = retryAfter;
+  }
+}
+
+/**
+ * Creates a client. Nothing connects until the first subscribe.
+ * @param {object} options
+ * @param {string} options.streamURL the push gateway, e.g. "ws://localhost:8081/v1/stream"
+ * @param {string} options.token bearer JWT (sent as ?access_token= on the WebSocket)
+ * @param {string} [options.baseURL] the ingest API, default "" (the page's origin)
+ * @param {(state: string, info: object) => void} [options.onState] connection state changes:
+ *   "idle", "connecting", "open", "reconnecting" (info: {attempt, delay, code}), "closed"
+ * @param {number} [options.backoffMin] first reconnect delay in ms, default 250
+ * @param {number} [options.backoffMax] largest reconnect delay in ms, default 10000
+ * @param {number} [options.pingInterval] ms between keep-alive pings, default 20000
+ * @param {number} [options.pongTimeout] ms without any frame after a ping before the
+ *   connection is considered dead and replaced, default 10000
+ * @returns {Client}
+ */
+export function connect(options) {
+  return new Client(options);
+}
+
+/** A connection to one Turnpike deployment as one identity (the token's). */
+export class Client {
+  #streamURL;
+  #baseURL;
+  #token;
+  #fetch;
+  #WebSocket;
+  #opts;
+  #onState;
+  #state = 'idle';
+  #ws = null;
+  #subs = new Map(); // conversation -> Subscription
+  #pending = []; // subscriptions awaiting their subscribed frame on #ws, in order sent
+  #attempt = 0;
+  #retryTimer = 0;
+  #pingTimer = 0;
+  #pongTimer = 0;
+  #lastFrame = 0;
+  #closed = false;
+  #online;
+
+  constructor({
+    streamURL, token, baseURL = '', onState,
+    backoffMin = 250, backoffMax = 10000, pingInterval = 20000, pongTimeout = 10000,
+    fetch = globalThis.fetch?.bind(globalThis), WebSocket = globalThis.WebSocket,
+  } = {}) {
+    if (!streamURL) throw new TypeError('turnpike: streamURL is required');
+    if (!token) throw new TypeError('turnpike: token is required');
+    this.#streamURL = streamURL;
+    this.#baseURL = baseURL.replace(/\/+$/, '');
+    this.#token = token;
+    this.#fetch = fetch;
+    this.#WebSocket = WebSocket;
+    this.#onState = onState;
+    this.#opts = { backoffMin, backoffMax, pingInterval, pongTimeout };
+    this.#online = () => {
+      // The network is back: retry now rather than after the backoff.
+      if (this.#retryTimer && !this.#ws) {
+        clearTimeout(this.#retryTimer);
+        this.#open();
+      }
+    };
+    globalThis.addEventListener?.('online', this.#online);
+  }
+
+  /** The connection state: idle, connecting, open, reconnecting or closed. */
+  get state() { return this.#state; }
+
+  /** The bearer token in use. */
+  get token() { return this.#token; }
+
+  /** Replaces the token (e.g. a fresh one) and reconnects with it. */
+  setToken(token) {
+    this.#token = token;
+    if (this.#ws) this.reconnect();
+  }
+
+  /**
+   * Subscribes to a conversation's events.
+   * @param {string} conversation
+   * @param {object} [o]
+   * @param {string} [o.since] "earliest" (every retained event), a cursor (events after it),
+   *   or nothing (events from now on)
+   * @param {(ev: object) => void} o.onEvent each stream event, once, in order; the first event of
+   *   a re-run request has `rerun: true` (drop what the older run streamed)
+   * @param {(info: {reason: string}) => void} [o.onGap] events may have been missed (a reconnect
+   *   before any event was seen on a live subscription, or an expired cursor): re-read history
+   * @param {(err: TurnpikeError) => void} [o.onError] the gateway refused the subscription; it is over
+   * @returns {Subscription}
+   */
+  subscribe(conversation, { since, onEvent, onGap, onError } = {}) {
+    if (this.#closed) throw new Error('turnpike: client is closed');
+    if (this.#subs.has(conversation)) throw new Error(`turnpike: already subscribed to ${conversation}`);
+    const sub = new Subscription(conversation, since, { onEvent, onGap, onError }, () => this.#unsubscribe(sub));
+    this.#subs.set(conversation, sub);
+    if (this.#ws?.readyState === 1) this.#sendSubscribe(sub);
+    else if (!this.#ws && !this.#retryTimer) this.#open();
+    return sub;
+  }
+
+  /**
+   * Posts a user message. With an idempotencyKey, a 503 or a network failure is retried
+   * (up to 2 times) with the same key, which yields the same request at most once.
+   * @param {string} conversation
+   * @param {string} content
+   * @param {object} [o]
+   * @param {"enqueue"|"reject"|"interrupt"} [o.strategy]
+   * @param {string} [o.idempotencyKey]
+   * @param {AbortSignal} [o.signal]
+   * @returns {Promise<{request_id: string, conversation: string, status: string}>}
+   */
+  async send(conversation, content, { strategy, idempotencyKey, signal } = {}) {
+    const body = { content };
+    if (strategy) body.strategy = strategy;
+    const headers = idempotencyKey ? { 'Idempotency-Key': idempotencyKey } : {};
+    const path = `/v1/conversations/${encodeURIComponent(conversation)}/messages`;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.#request('POST', path, { body, headers, signal, expect: 202 });
+      } catch (err) {
+        const retriable = err instanceof TurnpikeError && (err.status === 503 || err.status === 0);
+        if (!idempotencyKey || !retriable || attempt >= 2 || signal?.aborted) throw err;
+        await sleep(Math.min(err.retryAfter || 500 * 2 ** attempt, 5000));
+      }
+    }
+  }
+
+  /**
+   * Reads one page of a conversation's history: the newest `limit` messages before seq
+   * `before`, oldest first. A conversation with no turn yet is a TurnpikeError "not_found".
+   * @returns {Promise<{messages: object[], next_before: number|null}>}
+   */
+  history(conversation, { limit, before, signal } = {}) {
+    const q = query({ limit, before });
+    return this.#request('GET', `/v1/conversations/${encodeURIComponent(conversation)}/messages${q}`, { signal, expect: 200 });
+  }
+
+  /**
+   * Lists the caller's conversations, newest activity first. Pass a page's next_before as
+   * `before` for the next older page (it is opaque; null on the last page).
+   * @returns {Promise<{conversations: {conversation: string, updated_at: string, messages: number}[],
+   *   next_before: string|null}>}
+   */
+  conversations({ limit, before, signal } = {}) {
+    return this.#request('GET', `/v1/conversations${query({ limit, before })}`, { signal, expect: 200 });
+  }
+
+  /** Drops the WebSocket and connects again at once; subscriptions resume by cursor. */
+  reconnect() {
+    if (this.#closed) return;
+    clearTimeout(this.#retryTimer);
+    this.#retryTimer = 0;
+    this.#abandon();
+    this.#attempt = 0;
+    if (this.#subs.size > 0) this.#open();
+  }
+
+  /** Ends every subscription and closes the WebSocket for good. */
+  close() {
+    if (this.#closed) return;
+    this.#closed = true;
+    globalThis.removeEventListener?.('online', this.#online);
+    clearTimeout(this.#retryTimer);
+    for (const sub of this.#subs.values()) sub._end(null);
+    this.#subs.clear();
+    const ws = this.#ws;
+    this.#detach();
+    ws?.close(1000, 'client closed');
+    this.#setState('closed', {});
+  }
+
+  // --- WebSocket ---
+
+  #setState(state, info) {
+    this.#state = state;
+    this.#onState?.(state, info);
+  }
+
+  #open() {
+    this.#retryTimer = 0;
+    if (this.#closed || this.#subs.size === 0) {
+      this.#setState('idle', {});
+      return;
+    }
+    this.#setState(this.#attempt === 0 ? 'connecting' : 'reconnecting', { attempt: this.#attempt, delay: 0 });
+    const url = new URL(this.#streamURL, globalThis.location?.href);
+    url.searchParams.set('access_token', this.#token);
+    let ws;
+    try {
+      ws = new this.#WebSocket(url.href);
+    } catch {
+      this.#retry(1006);
+      return;
+    }
+    this.#ws = ws;
+    ws.onopen = () => {
+      this.#lastFrame = Date.now();
+      this.#setState('open', {});
+      for (const sub of this.#subs.values()) this.#sendSubscribe(sub);
+      this.#pingTimer = setInterval(() => this.#ping(), this.#opts.pingInterval);
+    };
+    ws.onmessage = (m) => this.#frame(m.data);
+    ws.onclose = (ev) => {
+      this.#detach();
+      this.#retry(ev.code);
+    };
+    ws.onerror = () => {}; // a close event follows
+  }
+
+  // #detach forgets the current socket without waiting for its close event.
+  #detach() {
+    clearInterval(this.#pingTimer);
+    clearTimeout(this.#pongTimer);
+    const ws = this.#ws;
+    if (ws) ws.onopen = ws.onmessage = ws.onclose = ws.onerror = null;
+    this.#ws = null;
+    this.#pending = [];
+    for (const sub of this.#subs.values()) sub._socketLost();
+  }
+
+  // #abandon drops the current socket now (dead, or replaced) without reconnecting.
+  #abandon() {
+    const ws = this.#ws;
+    this.#detach();
+    try { ws?.close(1000, 'reconnecting'); } catch { /* already closed */ }
+  }
+
+  // #retry schedules the next connection attempt, with exponential backoff
+  // and jitter, after the socket closed with code.
+  #retry(code) {
+    if (this.#closed) return;
+    if (this.#subs.size === 0) {
+      this.#setState('idle', {});
+      return;
+    }
+    const { backoffMin, backoffMax } = this.#opts;
+    const base = Math.min(backoffMax, backoffMin * 2 ** this.#attempt);
+    const delay = Math.round(base / 2 + Math.random() * base / 2);
+    this.#attempt++;
+    this.#setState('reconnecting', { attempt: this.#attempt, delay, code });
+    this.#retryTimer = setTimeout(() => this.#open(), delay);
+  }
+
+  #ping() {
+    if (this.#ws?.readyState !== 1) return;
+    const sent = Date.now();
+    this.#write({ op: 'ping' });
+    clearTimeout(this.#pongTimer);
+    this.#pongTimer = setTimeout(() => {
+      if (this.#lastFrame >= sent) return;
+      this.#abandon(); // silent for too long: the network is gone
+      this.#retry(1006);
+    }, this.#opts.pongTimeout);
+  }
+
+  #write(frame) {
+    this.#ws.send(JSON.stringify(frame));
+  }
+
+  #sendSubscribe(sub) {
+    const frame = { op: 'subscribe', conversation: sub.conversation };
+    const since = sub._resumeFrom();
+    if (since) frame.since = since;
+    this.#pending.push(sub);
+    this.#write(frame);
+  }
+
+  #unsubscribe(sub) {
+    if (this.#subs.get(sub.conversation) !== sub) return;
+    this.#subs.delete(sub.conversation);
+    if (this.#ws?.readyState === 1) {
+      this.#pending = this.#pending.filter((s) => s !== sub);
+      this.#write({ op: 'unsubscribe', conversation: sub.conversation });
+    }
+    sub._end(null);
+    if (this.#subs.size === 0 && this.#retryTimer) {
+      clearTimeout(this.#retryTimer);
+      this.#retryTimer = 0;
+      this.#setState('idle', {});
+    }
+  }
+
+  #frame(data) {
+    this.#lastFrame = Date.now();
+    let f;
+    try {
+      f = JSON.parse(data);
+    } catch {
+      return; // not ours to fix; the gateway only sends JSON
+    }
+    switch (f.type) {
+      case 'pong':
+        return;
+      case 'subscribed': {
+        const i = this.#pending.findIndex((s) => s.conversation === f.conversation);
+        if (i < 0) return; // unsubscribed meanwhile
+        const [sub] = this.#pending.splice(i, 1);
+        this.#attempt = 0;
+        sub._subscribed();
+        return;
+      }
+      case 'error':
+        this.#errorFrame(f);
+        return;
+    }
+    if (!EVENT_TYPES.has(f.type)) return; // a newer gateway's frame: ignore
+    const sub = this.#subs.get(f.conversation);
+    if (!sub) return;
+    this.#attempt = 0;
+    sub._event(f);
+  }
+
+  // Error frames name no conversation: one answering a subscribe comes in the
+  // place of its subscribed frame; a failed replay (cursor_expired,
+  // unavailable) comes later and ends that subscription on the gateway.
+  #errorFrame(f) {
+    const err = new TurnpikeError(0, f.code, f.message);
+    if (f.code === 'cursor_expired') {
+      // Whichever subscription it was resumes live; each one that resumed
+      // from a cursor on this socket is told to re-read history.
+      for (const sub of this.#subs.values()) sub._cursorExpired();
+      this.reconnect();
+      return;
+    }
+    if (f.code === 'unavailable') {
+      this.#abandon();
+      this.#retry(1011);
+      return;
+    }
+    const sub = this.#pending.shift();
+    if (!sub) {
+      console.warn('turnpike: gateway error', f.code, f.message);
+      return;
+    }
+    if (sub._resumedFromCursor()) {
+      // A cursor the gateway refused: subscribe live and re-read history.
+      sub._cursorExpired();
+      this.#sendSubscribe(sub);
+      return;
+    }
+    this.#subs.delete(sub.conversation);
+    sub._end(err);
+  }
+
+  // --- HTTP ---
+
+  async #request(method, path, { body, headers = {}, signal, expect }) {
+    const init = {
+      method,
+      headers: { Authorization: `Bearer ${this.#token}`, ...headers },
+      signal,
+      cache: 'no-store',
+    };
+    if (body !== undefined) {
+      init.headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    let res;
+    try {
+      res = await this.#fetch(this.#baseURL + path, init);
+    } catch (err) {
+      if (err?.name === 'AbortError') throw err;
+      throw new TurnpikeError(0, 'network', `network error: ${err?.message ?? err}`);
+    }
+    const text = await res.text();
+    let data = null;
+    try {
+      data = text ? JSON.parse(text) : null;
+    } catch { /* not JSON: reported below */ }
+    if (res.status !== expect || data === null) {
+      const e = data?.error ?? {};
+      const retry = Number(res.headers.get('Retry-After'));
+      throw new TurnpikeError(res.status, e.code ?? `http_${res.status}`, e.message ?? res.statusText,
+        Number.isFinite(retry) && retry > 0 ? retry * 1000 : 0);
+    }
+    return data;
+  }
+}
+
+/**
+ * One conversation's subscription. Returned by Client.subscribe.
+ * `ready` resolves when the gateway first confirms it (and rejects if refused);
+ * `cursor` is the cursor of the last event delivered, the resume point.
+ */
+class Subscription {
+  #since;
+  #handlers;
+  #close;
+  #runs = new Map(); // request_id -> {run, seq, old: Set of superseded run ids}
+  #everSubscribed = false;
+  #sentCursor = false; // the current subscribe frame resumes from a cursor
+  #gap = false;
+  #resolve;
+  #reject;
+
+  constructor(conversation, since, handlers, close) {
+    this.conversation = conversation;
+    this.cursor = since && since !== 'earliest' ? since : null;
+    this.#since = since;
+    this.#handlers = handlers;
+    this.#close = close;
+    this.active = false;
+    this.ready = new Promise((resolve, reject) => { this.#resolve = resolve; this.#reject = reject; });
+    this.ready.catch(() => {}); // onError reports it too
+  }
+
+  /** Ends the subscription. */
+  close() { this.#close(); }
+
+  // The since of the next subscribe frame: the last cursor; before any
+  // event, the original since (nothing was delivered, so replaying from it
+  // duplicates nothing); a live subscription that reconnects before its
+  // first event may have missed some: live again, and onGap.
+  _resumeFrom() {
+    this.#sentCursor = false;
+    if (this.cursor) {
+      this.#sentCursor = true;
+      return this.cursor;
+    }
+    if (this.#since === 'earliest') return 'earliest';
+    if (this.#everSubscribed) this.#gap = true;
+    return undefined;
+  }
+
+  _resumedFromCursor() { return this.#sentCursor; }
+
+  _cursorExpired() {
+    if (!this.#sentCursor) return;
+    this.cursor = null;
+    this.#since = undefined;
+    this.#sentCursor = false;
+    this.#gap = true;
+  }
+
+  _subscribed() {
+    this.active = true;
+    this.#everSubscribed = true;
+    this.#resolve();
+    if (this.#gap) {
+      this.#gap = false;
+      this.#handlers.onGap?.({ reason: 'reconnected without a cursor' });
+    }
+  }
+
+  _socketLost() { this.active = false; }
+
+  _end(err) {
+    this.active = false;
+    if (err) {
+      this.#reject(err);
+      this.#handlers.onError?.(err);
+    }
+  }
+
+  _event(ev) {
+    if (ev.cursor) this.cursor = ev.cursor;
+    const r = this.#runs.get(ev.request_id);
+    if (!r) {
+      this.#remember(ev.request_id, { run: ev.run_id, seq: ev.seq, old: new Set() });
+    } else if (r.run === ev.run_id) {
+      if (ev.seq <= r.seq) return; // seen already
+      r.seq = ev.seq;
+    } else if (r.old.has(ev.run_id)) {
+      return; // a late event of a superseded run
+    } else {
+      r.old.add(r.run);
+      r.run = ev.run_id;
+      r.seq = ev.seq;
+      ev.rerun = true;
+    }
+    this.#handlers.onEvent?.(ev);
+  }
+
+  #remember(requestId, r) {
+    this.#runs.set(requestId, r);
+    if (this.#runs.size > 1024) this.#runs.delete(this.#runs.keys().next().value);
+  }
+}
+
+/**
+ * Folds stream events into answers, one per request:
+ * `{requestId, runId, text, agent, status, done, started, joinedLate, restarted,
+ *   notices, persisted, needsReload}`.
+ * - A re-run (`rerun: true`) starts the text over (`restarted`).
+ * - `joinedLate`: tokens arrived without this run's run.started (the
+ *   subscription began mid-answer), so `text` lacks its beginning.
+ * - `persisted`: run.completed said complete, incomplete or cancelled.
+ * - `needsReload`: persisted, but the text shown may differ from what was
+ *   persisted (joined late, or a duplicate's completion with no tokens):
+ *   read the answer from history.
+ * Notices are kept on the answer for display only; they are never persisted.
+ */
+export class Answers {
+  #byRequest = new Map();
+  #max;
+
+  constructor({ max = 512 } = {}) { this.#max = max; }
+
+  /** The answer of a request, if any event of it was applied. */
+  get(requestId) { return this.#byRequest.get(requestId); }
+
+  /** Forgets a request's answer. */
+  delete(requestId) { this.#byRequest.delete(requestId); }
+
+  /** Applies one event; returns the updated answer, or null for a frame that is not a stream event. */
+  apply(ev) {
+    if (!ev || !EVENT_TYPES.has(ev.type) || !ev.request_id) return null;
+    let a = this.#byRequest.get(ev.request_id);
+    if (!a || ev.rerun) {
+      const restarted = Boolean(a && ev.rerun);
+      a = {
+        requestId: ev.request_id, runId: ev.run_id, text: '', agent: '', status: null, done: false,
+        started: false, joinedLate: false, restarted, notices: [], persisted: false, needsReload: false,
+      };
+      this.#byRequest.delete(ev.request_id);
+      this.#byRequest.set(ev.request_id, a);
+      if (this.#byRequest.size > this.#max) this.#byRequest.delete(this.#byRequest.keys().next().value);
+    }
+    switch (ev.type) {
+      case 'run.started':
+        if (a.text === '') a.started = true;
+        break;
+      case 'token':
+        if (!a.started) a.joinedLate = true;
+        a.text += ev.delta ?? '';
+        if (ev.agent) a.agent = ev.agent;
+        break;
+      case 'notice':
+        a.notices.push(ev.message ?? '');
+        break;
+      case 'run.completed':
+        a.status = ev.status;
+        a.done = true;
+        a.persisted = PERSISTED.has(ev.status);
+        a.needsReload = a.persisted && (a.joinedLate || !a.started);
+        break;
+    }
+    return a;
+  }
+}
+
+function query(params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v !== undefined && v !== null && v !== '') q.set(k, String(v));
+  }
+  const s = q.toString();
+  return s ? `?${s}` : '';
+}
+
+function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
