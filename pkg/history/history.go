@@ -169,6 +169,13 @@ type Store interface {
 	// up to limit (clamped to 1..MaxListLimit) of those after before (the
 	// zero cursor: from the newest).
 	Conversations(ctx context.Context, tenant, user string, before ConversationCursor, limit int) (ConversationPage, error)
+	// RecordCancel durably records a cancellation. Recording the same one
+	// again is harmless; a conversation-wide cancel only ever moves its
+	// position forward.
+	RecordCancel(ctx context.Context, id events.Identity, c Cancel) error
+	// Cancelled reports whether a recorded cancel covers request requestID
+	// whose record is at src.
+	Cancelled(ctx context.Context, id events.Identity, requestID string, src Source) (bool, error)
 }
 
 // validateOutcome checks the arguments of RecordOutcome.

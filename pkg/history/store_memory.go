@@ -24,6 +24,44 @@ type memConv struct {
 	turns    []numbered               // turns[i].n == i+1
 	requests map[string]int64         // request id -> turn number
 	outcomes map[string]events.Status // request id -> outcome without a turn
+	cancels  map[int]cancelState      // by partition of the requests topic
+}
+
+// conv returns the conversation of key, creating it. s.mu must be held.
+func (s *MemoryStore) conv(key string) *memConv {
+	c := s.convs[key]
+	if c == nil {
+		c = &memConv{requests: make(map[string]int64), outcomes: make(map[string]events.Status),
+			cancels: make(map[int]cancelState)}
+		s.convs[key] = c
+	}
+	return c
+}
+
+// RecordCancel implements Store.
+func (s *MemoryStore) RecordCancel(_ context.Context, id events.Identity, c Cancel) error {
+	if err := validateCancel(id, c); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	conv := s.conv(id.Key())
+	conv.cancels[c.Partition] = conv.cancels[c.Partition].apply(c)
+	return nil
+}
+
+// Cancelled implements Store.
+func (s *MemoryStore) Cancelled(_ context.Context, id events.Identity, requestID string, src Source) (bool, error) {
+	if err := id.Validate(); err != nil {
+		return false, fmt.Errorf("cancelled: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	conv := s.convs[id.Key()]
+	if conv == nil {
+		return false, nil
+	}
+	return conv.cancels[src.Partition].covers(requestID, src), nil
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -62,11 +100,7 @@ func (s *MemoryStore) Commit(_ context.Context, id events.Identity, t Turn) (Com
 	t = normalize(t, time.Now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := s.convs[id.Key()]
-	if c == nil {
-		c = &memConv{requests: make(map[string]int64), outcomes: make(map[string]events.Status)}
-		s.convs[id.Key()] = c
-	}
+	c := s.conv(id.Key())
 	if n, ok := c.requests[t.RequestID]; ok {
 		return Committed{N: n, Status: c.turns[n-1].t.Status, Duplicate: true}, nil
 	}
@@ -112,11 +146,7 @@ func (s *MemoryStore) RecordOutcome(_ context.Context, id events.Identity, reque
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := s.convs[id.Key()]
-	if c == nil {
-		c = &memConv{requests: make(map[string]int64), outcomes: make(map[string]events.Status)}
-		s.convs[id.Key()] = c
-	}
+	c := s.conv(id.Key())
 	if n, ok := c.requests[requestID]; ok {
 		return Committed{N: n, Status: c.turns[n-1].t.Status, Duplicate: true}, nil
 	}

@@ -735,3 +735,63 @@ func (s *MongoStore) findConversations(ctx context.Context, filter, sort bson.D,
 	}
 	return out, nil
 }
+
+// cancelDocID is the _id of a conversation's cancels in one partition; the
+// documents live in the requests collection.
+func cancelDocID(key string, partition int) string {
+	return fmt.Sprintf("%s#cancel#%d", key, partition)
+}
+
+type cancelDoc struct {
+	ID       string    `bson:"_id"`
+	Topic    string    `bson:"topic"`
+	Before   int64     `bson:"before"`
+	Requests []string  `bson:"requests"`
+	At       time.Time `bson:"at"`
+}
+
+// RecordCancel implements Store with one update of monotonic operators
+// ($max, $push with $slice): atomic on MongoDB; FerretDB applies updates
+// as read-modify-write, so two cancels of one conversation at the same
+// instant may keep only one of them.
+func (s *MongoStore) RecordCancel(ctx context.Context, id events.Identity, c Cancel) error {
+	if err := validateCancel(id, c); err != nil {
+		return err
+	}
+	update := bson.D{
+		{Key: "$set", Value: bson.D{{Key: "topic", Value: c.Topic}}},
+		{Key: "$max", Value: bson.D{{Key: "before", Value: c.Before}, {Key: "at", Value: storedTime(c.At, s.cfg.Now)}}},
+	}
+	if c.RequestID != "" {
+		update[1] = bson.E{Key: "$max", Value: bson.D{{Key: "at", Value: storedTime(c.At, s.cfg.Now)}}}
+		update = append(update, bson.E{Key: "$push", Value: bson.D{{Key: "requests", Value: bson.D{
+			{Key: "$each", Value: bson.A{c.RequestID}},
+			{Key: "$slice", Value: -MaxCancelledRequests},
+		}}}})
+	}
+	filter := bson.D{{Key: "_id", Value: cancelDocID(id.Key(), c.Partition)}}
+	opts := options.UpdateOne().SetUpsert(true)
+	_, err := s.reqs.UpdateOne(ctx, filter, update, opts)
+	if mongo.IsDuplicateKeyError(err) { // two first cancels upserted at once
+		_, err = s.reqs.UpdateOne(ctx, filter, update, opts)
+	}
+	if err != nil {
+		return fmt.Errorf("record cancel: %w", err)
+	}
+	return nil
+}
+
+// Cancelled implements Store: one point read.
+func (s *MongoStore) Cancelled(ctx context.Context, id events.Identity, requestID string, src Source) (bool, error) {
+	if err := id.Validate(); err != nil {
+		return false, fmt.Errorf("cancelled: %w", err)
+	}
+	d, found, err := findByID[cancelDoc](ctx, s.reqs, cancelDocID(id.Key(), src.Partition))
+	if err != nil {
+		return false, fmt.Errorf("cancelled: %w", err)
+	}
+	if !found {
+		return false, nil
+	}
+	return cancelState{topic: d.Topic, before: d.Before, requests: d.Requests}.covers(requestID, src), nil
+}

@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"A turn from an older record than the last turn's is fenced and writes nothing", testFencing},
 		{"Concurrent commits from a zombie and the new owner never persist out of order", testFencingRace},
 		{"An outcome without a turn is recorded once and answers later commits and lookups", testOutcome},
+		{"Cancels cover one request or everything below a position of the conversation's partition", testCancels},
 		{"Conversations lists only the user's conversations with turns, newest first, with message counts", testConversationsList},
 		{"Paging conversations at any page size visits each once in order, across ties of the same millisecond", testConversationsPaging},
 		{"A new turn moves its conversation to the top of the listing", testConversationsReorder},
@@ -903,5 +904,65 @@ func testOutcome(t *testing.T, ctx context.Context, s history.Store) {
 	commit(t, ctx, s, id, turn(2))
 	if c, err := s.RecordOutcome(ctx, id, "r2", events.StatusCancelled); err != nil || c != (history.Committed{N: 1, Status: events.StatusComplete, Duplicate: true}) {
 		t.Fatalf("RecordOutcome of a committed request = %+v, %v; want its turn", c, err)
+	}
+}
+
+func testCancels(t *testing.T, ctx context.Context, s history.Store) {
+	id := newIdentity(t, "cancels")
+	other := newIdentity(t, "cancels")
+	at := func(offset int64) history.Source {
+		return history.Source{Topic: "requests", Partition: 2, Offset: offset}
+	}
+	cancelled := func(id events.Identity, rid string, src history.Source) bool {
+		t.Helper()
+		ok, err := s.Cancelled(ctx, id, rid, src)
+		if err != nil {
+			t.Fatalf("Cancelled: %v", err)
+		}
+		return ok
+	}
+	if cancelled(id, "r1", at(1)) {
+		t.Fatal("a conversation without cancels reports a cancel")
+	}
+	if err := s.RecordCancel(ctx, id, history.Cancel{Topic: "requests", Partition: 2}); err != nil {
+		t.Fatal(err) // a cancel of everything before offset 0: covers nothing
+	}
+	if cancelled(id, "r1", at(0)) {
+		t.Fatal("a cancel before offset 0 covers offset 0")
+	}
+	for _, c := range []history.Cancel{
+		{Topic: "requests", Partition: 2, RequestID: "r7"},
+		{Topic: "requests", Partition: 2, Before: 10},
+		{Topic: "requests", Partition: 2, Before: 4}, // older: must not move the position back
+		{Topic: "requests", Partition: 2, RequestID: "r7"},
+	} {
+		if err := s.RecordCancel(ctx, id, c); err != nil {
+			t.Fatalf("RecordCancel(%+v): %v", c, err)
+		}
+	}
+	tests := []struct {
+		name string
+		id   events.Identity
+		rid  string
+		src  history.Source
+		want bool
+	}{
+		{"a request posted before the cancel is covered", id, "r1", at(9), true},
+		{"a request posted after it is not", id, "r2", at(10), false},
+		{"a request cancelled by id is covered wherever it is", id, "r7", at(50), true},
+		{"another partition is not covered", id, "r1", history.Source{Topic: "requests", Partition: 3, Offset: 1}, false},
+		{"another topic is not covered", id, "r1", history.Source{Topic: "other", Partition: 2, Offset: 1}, false},
+		{"another identity is not covered", other, "r7", at(1), false},
+	}
+	for _, tt := range tests {
+		if got := cancelled(tt.id, tt.rid, tt.src); got != tt.want {
+			t.Errorf("%s: Cancelled = %v", tt.name, got)
+		}
+	}
+	if err := s.RecordCancel(ctx, id, history.Cancel{Partition: 2, Before: 3}); !errors.Is(err, events.ErrInvalid) {
+		t.Fatalf("a cancel without topic: %v", err)
+	}
+	if _, err := s.List(ctx, id, 0, 10); !errors.Is(err, history.ErrNotFound) {
+		t.Fatalf("cancels alone must not make a conversation exist: %v", err)
 	}
 }
