@@ -7,6 +7,7 @@ import (
 )
 
 type metrics struct {
+	cancelled    prometheus.Counter
 	fenced       prometheus.Counter
 	committed    prometheus.Counter
 	running      prometheus.Gauge
@@ -22,6 +23,9 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
+		cancelled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnpike_worker_cancelled_runs_total", Help: "Runs cancelled while running, by a cancel or an interrupting request.",
+		}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "turnpike_worker_fenced_total", Help: "Records dropped because a newer request of their conversation was committed (this worker had lost the partition).",
 		}),
@@ -58,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.fenced, m.committed, m.running, m.peakInflight, m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds} {
+	for _, c := range []prometheus.Collector{m.cancelled, m.fenced, m.committed, m.running, m.peakInflight, m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

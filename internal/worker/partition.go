@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
 // partition consumes one assigned partition for the length of one
@@ -24,17 +26,31 @@ type partition struct {
 	// slots bounds this partition's records fetched and not yet done.
 	slots chan struct{}
 
-	mu sync.Mutex // guards keys and offsets
-	// keys holds the queue of every key with a record queued or running;
-	// a key's goroutine removes it when the queue runs empty.
-	keys    map[string]*keyQueue
+	mu sync.Mutex // guards keys, busy, their queues' entries, and offsets
+	// keys holds the queue of every ordering key with a record queued or
+	// running; a key's goroutine removes it when the queue runs empty.
+	keys map[string]*keyQueue
+	// busy counts each conversation's records queued or running (by
+	// identity key), for the reject and interrupt strategies.
+	busy    map[string]int
 	offsets *offsetTracker
 }
 
-// keyQueue is one conversation's records in topic order; the first is the
+// keyQueue is one ordering key's records in topic order; the first is the
 // one running.
 type keyQueue struct {
-	msgs []kafka.Message // guarded by partition.mu
+	entries []*entry // guarded by partition.mu
+}
+
+// entry is a fetched record, decoded once at dispatch.
+type entry struct {
+	m   kafka.Message
+	req events.Request
+	err error // the record failed validation
+	// cancelled: an interrupting request of the conversation came after
+	// this one while it was queued; it completes cancelled without
+	// running. Guarded by partition.mu.
+	cancelled bool
 }
 
 func (w *Worker) consumePartition(genCtx context.Context, gen *kafka.Generation, pa kafka.PartitionAssignment) {
@@ -45,6 +61,7 @@ func (w *Worker) consumePartition(genCtx context.Context, gen *kafka.Generation,
 		log:     w.log.With(slog.Int("partition", pa.ID)),
 		slots:   make(chan struct{}, w.cfg.ReadAhead),
 		keys:    make(map[string]*keyQueue),
+		busy:    make(map[string]int),
 		offsets: newOffsetTracker(),
 	}
 	r := kafka.NewReader(kafka.ReaderConfig{
@@ -129,18 +146,40 @@ func (p *partition) keyOf(m kafka.Message) string {
 	return string(m.Key)
 }
 
-// dispatch queues m behind the records of its key, starting the key's
-// runner if it has none.
+// dispatch decides what m's strategy asks for and queues it behind the
+// records of its key, starting the key's runner if it has none. Strategies
+// are applied here, in the partition's order: reject completes the record
+// at once when its conversation has a record running or queued ahead;
+// interrupt cancels the conversation's running record and every queued
+// one ahead of it, then queues itself.
 func (p *partition) dispatch(genCtx context.Context, m kafka.Message, runners *sync.WaitGroup) {
+	e := &entry{m: m}
+	e.req, e.err = p.w.decode(m)
 	key := p.keyOf(m)
+	conv := string(m.Key)
 	p.mu.Lock()
 	p.offsets.add(m.Offset)
+	if e.err == nil && p.busy[conv] > 0 && !p.queuedLocked(key, e.req.RequestID) {
+		switch e.req.Strategy {
+		case events.StrategyReject:
+			p.mu.Unlock()
+			runners.Add(1)
+			go func() {
+				defer runners.Done()
+				p.finish(e, p.w.complete(genCtx, e, events.StatusRejected))
+			}()
+			return
+		case events.StrategyInterrupt:
+			p.interruptLocked(key, conv)
+		}
+	}
+	p.busy[conv]++
 	q, running := p.keys[key]
 	if !running {
 		q = &keyQueue{}
 		p.keys[key] = q
 	}
-	q.msgs = append(q.msgs, m)
+	q.entries = append(q.entries, e)
 	p.mu.Unlock()
 	if !running {
 		runners.Add(1)
@@ -151,35 +190,74 @@ func (p *partition) dispatch(genCtx context.Context, m kafka.Message, runners *s
 	}
 }
 
+// queuedLocked reports whether a record of the same request id is queued
+// or running under key: a duplicate is never rejected or interrupting, it
+// completes as its original did. p.mu must be held.
+func (p *partition) queuedLocked(key, requestID string) bool {
+	if q := p.keys[key]; q != nil {
+		for _, e := range q.entries {
+			if e.err == nil && e.req.RequestID == requestID {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// interruptLocked cancels conv's running record and marks its queued ones
+// cancelled. p.mu must be held.
+func (p *partition) interruptLocked(key, conv string) {
+	q := p.keys[key]
+	if q == nil {
+		return
+	}
+	for i, e := range q.entries {
+		if string(e.m.Key) != conv {
+			continue
+		}
+		if i == 0 {
+			p.w.active.cancel(conv, func(*activeRun) bool { return true })
+			continue
+		}
+		e.cancelled = true
+	}
+}
+
 // runKey runs the records of one key in order until its queue is empty or
 // the generation ends.
 func (p *partition) runKey(genCtx context.Context, key string, q *keyQueue) {
 	for {
 		p.mu.Lock()
-		if len(q.msgs) == 0 || genCtx.Err() != nil {
+		if len(q.entries) == 0 || genCtx.Err() != nil {
 			// Records still queued when the generation ended stay
 			// uncommitted, for the partition's next owner.
 			p.dropLocked(key, q)
 			p.mu.Unlock()
 			return
 		}
-		m := q.msgs[0]
+		e := q.entries[0]
+		cancelled := e.cancelled
 		p.mu.Unlock()
 
-		err := p.w.handle(genCtx, m)
+		var err error
+		if cancelled && e.err == nil {
+			err = p.w.complete(genCtx, e, events.StatusCancelled)
+		} else {
+			err = p.w.handle(genCtx, e)
+		}
 		abandoned := err != nil && classify(err) == classAbandoned
 		if err != nil {
-			p.log.Info("record not done", slog.Int64("offset", m.Offset), slog.Any("reason", err))
+			p.log.Info("record not done", slog.Int64("offset", e.m.Offset), slog.Any("reason", err))
 		}
-
 		p.mu.Lock()
-		q.msgs = q.msgs[1:]
-		if !abandoned {
-			p.offsets.done(m.Offset)
+		q.entries = q.entries[1:]
+		p.busy[string(e.m.Key)]--
+		if p.busy[string(e.m.Key)] <= 0 {
+			delete(p.busy, string(e.m.Key))
 		}
 		p.mu.Unlock()
-		p.release()
 		if abandoned {
+			p.release()
 			// A later record of this key must not run before this one: stop
 			// the key; the next owner resumes from the committed offset.
 			p.mu.Lock()
@@ -187,16 +265,33 @@ func (p *partition) runKey(genCtx context.Context, key string, q *keyQueue) {
 			p.mu.Unlock()
 			return
 		}
+		p.finish(e, nil)
 	}
+}
+
+// finish marks a record done (committable) and gives back its slots; err
+// is logged when the record could not be completed.
+func (p *partition) finish(e *entry, err error) {
+	if err != nil && classify(err) == classAbandoned {
+		p.release()
+		return
+	}
+	p.mu.Lock()
+	p.offsets.done(e.m.Offset)
+	p.mu.Unlock()
+	p.release()
 }
 
 // dropLocked forgets key and gives back the slots of its queued records,
 // which stay uncommitted. p.mu must be held.
 func (p *partition) dropLocked(key string, q *keyQueue) {
-	for range q.msgs {
+	for _, e := range q.entries {
 		p.release()
+		if p.busy[string(e.m.Key)]--; p.busy[string(e.m.Key)] <= 0 {
+			delete(p.busy, string(e.m.Key))
+		}
 	}
-	q.msgs = nil
+	q.entries = nil
 	delete(p.keys, key)
 }
 

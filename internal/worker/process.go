@@ -22,19 +22,19 @@ import (
 var errAbandoned = errors.New("abandoned: partition revoked or worker stopping")
 
 // handle takes one record to a durable end: dead-lettered, or run and
-// committed (or recognised as a duplicate). What a failure means is
+// committed (or recognised as already decided). What a failure means is
 // classify's decision: infrastructure failures are retried for as long as
 // the partition is ours, transient model failures up to MaxAttempts, and
 // permanent ones dead-letter the record. It returns nil when the record is
-// done (its offset may be committed), and an error classified abandoned or
-// fenced otherwise.
-func (w *Worker) handle(genCtx context.Context, m kafka.Message) error {
+// done (its offset may be committed), and an error classified abandoned
+// otherwise.
+func (w *Worker) handle(genCtx context.Context, e *entry) error {
 	w.metrics.records.Inc()
-	ctx := context.WithoutCancel(genCtx)
-	req, err := w.decode(m)
-	if err != nil {
-		return w.deadLetter(genCtx, m, nil, err, 1)
+	m, req := e.m, e.req
+	if e.err != nil {
+		return w.deadLetter(genCtx, m, nil, e.err, 1)
 	}
+	ctx := context.WithoutCancel(genCtx)
 	backoff := w.cfg.RetryBackoffMin
 	for attempt, recordAttempts := 1, 1; ; attempt++ {
 		err := w.run(genCtx, ctx, m, req)
@@ -67,6 +67,33 @@ func (w *Worker) handle(genCtx context.Context, m kafka.Message) error {
 	}
 }
 
+// complete ends a request without running it (rejected, or cancelled
+// while queued): the outcome is recorded (the first decision about a
+// request id wins, so a re-delivery ends the same way) and run.completed
+// emitted with it.
+func (w *Worker) complete(genCtx context.Context, e *entry, status events.Status) error {
+	w.metrics.records.Inc()
+	id := e.req.Identity()
+	return w.retryInfra(genCtx, func(ctx context.Context) error {
+		c, err := w.store.RecordOutcome(ctx, id, e.req.RequestID, status)
+		if err != nil {
+			return fmt.Errorf("record %s: %w", status, err)
+		}
+		w.metrics.runs.WithLabelValues(string(c.Status)).Inc()
+		return w.completed(ctx, id, e.req.RequestID, c.Status)
+	})
+}
+
+// completed emits run.completed for a request that ended without a run of
+// its own, and tells ingest it ended.
+func (w *Worker) completed(ctx context.Context, id events.Identity, requestID string, status events.Status) error {
+	if err := bridge.NewEmitter(w.sink, id, requestID, newRunID(), w.now).Completed(ctx, status); err != nil {
+		return err
+	}
+	w.control.completed(id, requestID, status)
+	return nil
+}
+
 // deadLetter sends m to the DLQ, then — for a record that decoded — records
 // its outcome as failed and completes it failed on the stream. A DLQ write
 // that fails is retried like any infrastructure failure; a crash before the
@@ -88,7 +115,7 @@ func (w *Worker) deadLetter(genCtx context.Context, m kafka.Message, req *events
 		if err != nil {
 			return fmt.Errorf("record outcome: %w", err)
 		}
-		return bridge.NewEmitter(w.sink, id, req.RequestID, newRunID(), w.now).Completed(ctx, c.Status)
+		return w.completed(ctx, id, req.RequestID, c.Status)
 	})
 }
 
@@ -152,7 +179,25 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 	} else if ok {
 		log.Info("duplicate request", slog.Int64("turn", c.N), slog.String("status", string(c.Status)))
 		w.metrics.duplicates.Inc()
-		return bridge.NewEmitter(w.sink, id, req.RequestID, newRunID(), w.now).Completed(ctx, c.Status)
+		return w.completed(ctx, id, req.RequestID, c.Status)
+	}
+
+	// Register before looking for a durable cancel: ingest records the
+	// cancel before it publishes it, so a cancel is either in the store
+	// now or reaches this registration through the control topic.
+	src := history.Source{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Time: m.Time}
+	ar := w.active.register(id.Key(), req.RequestID, src)
+	defer w.active.unregister(id.Key(), ar)
+	if cancelled, err := w.store.Cancelled(ctx, id, req.RequestID, src); err != nil {
+		return fmt.Errorf("read cancels: %w", err)
+	} else if cancelled || ar.isCancelled() {
+		log.Info("cancelled before it ran")
+		c, err := w.store.RecordOutcome(ctx, id, req.RequestID, events.StatusCancelled)
+		if err != nil {
+			return fmt.Errorf("record cancelled: %w", err)
+		}
+		w.metrics.runs.WithLabelValues(string(c.Status)).Inc()
+		return w.completed(ctx, id, req.RequestID, c.Status)
 	}
 
 	runID := newRunID()
@@ -161,7 +206,7 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 	runCtx, stopGeneration := context.WithTimeout(ctx, w.cfg.RunTimeout)
 	defer stopGeneration()
 	pending := history.Begin(w.store, id, req.RequestID, req.Content, req.CreatedAt)
-	pending.SetSource(history.Source{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Time: m.Time})
+	pending.SetSource(src)
 	window, err := pending.Window(ctx, w.cfg.WindowMessages)
 	if err != nil {
 		return fmt.Errorf("load window: %w", err)
@@ -176,6 +221,7 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 		Turn:           pending,
 		StopGeneration: stopGeneration,
 	}, iter)
+	ar.started(h)
 	select {
 	case <-h.Done():
 	case <-genCtx.Done():
@@ -193,15 +239,16 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 	if err != nil {
 		return fmt.Errorf("run %s: %w", runID, err)
 	}
-	if res.Status == events.StatusDiscarded {
-		// Nothing persisted: record the outcome so a redelivery does not
-		// run the model again. A failure here is retried as a whole and the
-		// retry finds nothing recorded: the model runs once more, which is
-		// harmless for a discarded run.
-		if _, err := w.store.RecordOutcome(ctx, id, req.RequestID, events.StatusDiscarded); err != nil {
-			log.Warn("record discarded outcome", slog.Any("error", err))
+	if res.Committed.N == 0 && !res.Committed.Duplicate {
+		// Nothing persisted (discarded, or cancelled before any content):
+		// record the outcome so a redelivery does not run the model again.
+		// If this fails, a redelivery runs the model once more, which is
+		// harmless for a run that kept nothing.
+		if _, err := w.store.RecordOutcome(ctx, id, req.RequestID, res.Status); err != nil {
+			log.Warn("record outcome", slog.String("status", string(res.Status)), slog.Any("error", err))
 		}
 	}
+	w.control.completed(id, req.RequestID, res.Status)
 	w.metrics.runs.WithLabelValues(string(res.Status)).Inc()
 	w.metrics.runSeconds.Observe(w.now().Sub(start).Seconds())
 	log.Info("run completed", slog.String("status", string(res.Status)), slog.Int64("turn", res.Committed.N),

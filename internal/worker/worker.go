@@ -50,10 +50,13 @@ type Worker struct {
 	running     int
 	peakRunning int
 
+	active *activeRuns
+
 	// set by Run
-	sink   *kafkaSink
-	dlq    *deadLetters
-	bridge *bridge.Bridge
+	control *controlChannel
+	sink    *kafkaSink
+	dlq     *deadLetters
+	bridge  *bridge.Bridge
 }
 
 // New validates cfg and builds the agent.
@@ -103,6 +106,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		now:      d.Now,
 		metrics:  m,
 		inflight: make(chan struct{}, cfg.MaxInflight),
+		active:   newActiveRuns(),
 	}, nil
 }
 
@@ -161,10 +165,20 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.bridge = b
+	w.control = newControlChannel(w)
 	defer func() {
 		// Writers flush what they hold on Close.
-		if err := errors.Join(w.sink.Close(), w.dlq.Close()); err != nil {
+		if err := errors.Join(w.sink.Close(), w.dlq.Close(), w.control.Close()); err != nil {
 			w.log.Warn("close writers", slog.Any("error", err))
+		}
+	}()
+	controlCtx, stopControl := context.WithCancel(ctx)
+	controlDone := make(chan error, 1)
+	go func() { controlDone <- w.control.run(controlCtx) }()
+	defer func() {
+		stopControl()
+		if err := <-controlDone; err != nil {
+			w.log.Warn("control topic", slog.Any("error", err))
 		}
 	}()
 

@@ -150,8 +150,9 @@ type Run struct {
 
 // Result is how a run ended.
 type Result struct {
-	// Status is complete, incomplete, cancelled (each with a committed
-	// turn) or discarded (nothing persisted).
+	// Status is complete, incomplete, cancelled or discarded. A turn was
+	// committed when Answer is not empty (Committed.N > 0); a run cancelled
+	// before any content is cancelled with nothing committed.
 	Status events.Status
 	// Committed is the committed turn, when Status persisted one.
 	Committed history.Committed
@@ -183,7 +184,8 @@ type Handle struct {
 }
 
 // Cancel stops the run: the answer so far is persisted with status
-// cancelled (or discarded if there is none) and run.completed is emitted.
+// cancelled (with no answer yet nothing is persisted; the status is still
+// cancelled) and run.completed is emitted.
 // It returns at once; Wait reports the outcome.
 func (h *Handle) Cancel() {
 	h.cancelOnce.Do(func() {
@@ -540,6 +542,11 @@ loop:
 		return res, errors.Join(fmt.Errorf("%w: %w", ErrModelRetry, res.ModelErr), sinkErr)
 	}
 	switch {
+	case len(answer) == 0 && cancelled:
+		// Cancelled before any content: nothing to persist, but the
+		// client asked for the cancel and is told so.
+		r.run.Turn.Discard()
+		res.Status = events.StatusCancelled
 	case len(answer) == 0:
 		r.run.Turn.Discard()
 		res.Status = events.StatusDiscarded
@@ -550,7 +557,7 @@ loop:
 	default:
 		res.Status = events.StatusComplete
 	}
-	if res.Status.Persisted() {
+	if len(answer) > 0 {
 		res.Answer = string(answer)
 		c, err := r.run.Turn.Commit(ctx, res.Answer, res.Agent, res.Status, r.cfg.Now())
 		if err != nil {

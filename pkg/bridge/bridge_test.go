@@ -328,7 +328,7 @@ func TestCancelPersistsThePartialAnswerAsCancelled(t *testing.T) {
 		wantAnswer string
 	}{
 		{name: "with content the partial answer is persisted as cancelled", before: []*schema.Message{text("so far")}, wantStatus: events.StatusCancelled, wantAnswer: "so far"},
-		{name: "without content nothing is persisted", wantStatus: events.StatusDiscarded},
+		{name: "without content nothing is persisted, and the run is still cancelled", wantStatus: events.StatusCancelled},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

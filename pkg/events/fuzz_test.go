@@ -122,3 +122,22 @@ func FuzzParseKey(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeControl(f *testing.F) {
+	f.Add([]byte(`{"v":1,"type":"cancel","tenant":"t","user":"u","conversation":"c","partition":3,"before":17,"at":"2026-11-30T00:00:00Z"}`))
+	f.Add([]byte(`{"v":1,"type":"cancel","tenant":"t","user":"u","conversation":"c","request_id":"r-1","at":"2026-11-30T00:00:00Z"}`))
+	f.Add([]byte(`{"v":1,"type":"completed","tenant":"t","user":"u","conversation":"c","request_id":"r-1","status":"complete","at":"2026-11-30T00:00:00Z"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := events.DecodeControl(b)
+		if err != nil {
+			return
+		}
+		again, err := events.EncodeControl(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c2, err := events.DecodeControl(again); err != nil || c2.Identity() != c.Identity() || c2.Type != c.Type {
+			t.Fatalf("re-decoding %s: %+v, %v", again, c2, err)
+		}
+	})
+}

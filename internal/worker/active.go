@@ -1,0 +1,80 @@
+package worker
+
+import (
+	"sync"
+
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+)
+
+// activeRuns indexes the runs in progress by conversation, so a cancel from
+// the control topic or an interrupting request can reach them.
+type activeRuns struct {
+	mu   sync.Mutex // guards runs and every activeRun's handle and cancelled
+	runs map[string]*activeRun
+}
+
+// activeRun is one request being run. It is registered before the run
+// checks for a durable cancel, so a cancel that arrives at any point
+// reaches it: before the bridge starts, it is remembered; after, the
+// bridge's handle is cancelled.
+type activeRun struct {
+	requestID string
+	src       history.Source
+	owner     *activeRuns
+
+	handle    *bridge.Handle
+	cancelled bool
+}
+
+func newActiveRuns() *activeRuns { return &activeRuns{runs: make(map[string]*activeRun)} }
+
+// register records the run of requestID for conversation key.
+func (a *activeRuns) register(key, requestID string, src history.Source) *activeRun {
+	r := &activeRun{requestID: requestID, src: src, owner: a}
+	a.mu.Lock()
+	a.runs[key] = r
+	a.mu.Unlock()
+	return r
+}
+
+// unregister forgets r, if it is still key's run.
+func (a *activeRuns) unregister(key string, r *activeRun) {
+	a.mu.Lock()
+	if a.runs[key] == r {
+		delete(a.runs, key)
+	}
+	a.mu.Unlock()
+}
+
+// cancel cancels key's run if match says so.
+func (a *activeRuns) cancel(key string, match func(*activeRun) bool) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.runs[key]
+	if r == nil || r.cancelled || !match(r) {
+		return false
+	}
+	r.cancelled = true
+	if r.handle != nil {
+		r.handle.Cancel() // returns at once
+	}
+	return true
+}
+
+// started attaches the bridge's handle, cancelling it at once if a cancel
+// came first.
+func (r *activeRun) started(h *bridge.Handle) {
+	r.owner.mu.Lock()
+	defer r.owner.mu.Unlock()
+	r.handle = h
+	if r.cancelled {
+		h.Cancel()
+	}
+}
+
+func (r *activeRun) isCancelled() bool {
+	r.owner.mu.Lock()
+	defer r.owner.mu.Unlock()
+	return r.cancelled
+}

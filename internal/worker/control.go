@@ -1,0 +1,125 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// controlMaxWait bounds a control reader's idle long poll; a cancel is
+// delivered as soon as it is written.
+const controlMaxWait = 500 * time.Millisecond
+
+// controlChannel is the worker's side of the control topic: it reads
+// cancels (every worker reads every partition, from the end: a cancel that
+// was written before this worker started is found in the store instead) and
+// writes a completion for every request that ended, for ingest's count of
+// queued requests.
+type controlChannel struct {
+	w      *Worker
+	writer *kafka.Writer
+}
+
+func newControlChannel(w *Worker) *controlChannel {
+	return &controlChannel{w: w, writer: &kafka.Writer{
+		Addr:     kafka.TCP(w.cfg.Brokers...),
+		Topic:    w.cfg.Topics.Control,
+		Balancer: &kafka.Murmur2Balancer{},
+		// Completions only feed ingest's queued counts, which expire on
+		// their own: written asynchronously, off the request's path.
+		Async:        true,
+		BatchTimeout: 5 * time.Millisecond,
+		RequiredAcks: kafka.RequireOne,
+		Completion: func(_ []kafka.Message, err error) {
+			if err != nil {
+				w.log.Debug("write completion", slog.Any("error", err))
+			}
+		},
+	}}
+}
+
+// completed announces that a request ended.
+func (c *controlChannel) completed(id events.Identity, requestID string, status events.Status) {
+	if c == nil {
+		return
+	}
+	v, err := events.EncodeControl(events.Control{V: events.Version, Type: events.ControlCompleted, Tenant: id.Tenant, User: id.User,
+		Conversation: id.Conversation, RequestID: requestID, Status: status, At: c.w.now().UTC()})
+	if err != nil {
+		return
+	}
+	_ = c.writer.WriteMessages(context.Background(), kafka.Message{Key: []byte(id.Key()), Value: v})
+}
+
+// run reads cancels from every partition of the control topic until ctx
+// ends, and owns its readers.
+func (c *controlChannel) run(ctx context.Context) error {
+	parts, err := topic.Partitions(ctx, c.w.cfg.Brokers, c.w.cfg.Topics.Control)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, p := range parts {
+		r, err := topic.PartitionReader(c.w.cfg.Brokers, c.w.cfg.Topics.Control, p, controlMaxWait, nil)
+		if err != nil {
+			return err
+		}
+		if err := r.SetOffset(kafka.LastOffset); err != nil {
+			r.Close()
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer r.Close()
+			c.read(ctx, r)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (c *controlChannel) read(ctx context.Context, r *kafka.Reader) {
+	for {
+		m, err := r.ReadMessage(ctx) // no group: nothing is committed
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, io.EOF) {
+				return
+			}
+			c.w.log.Warn("read control topic", slog.Any("error", err))
+			sleep(ctx, c.w.cfg.RetryBackoffMin)
+			continue
+		}
+		ctl, err := events.DecodeControl(m.Value)
+		if err != nil || ctl.Type != events.ControlCancel {
+			continue
+		}
+		c.cancel(ctl)
+	}
+}
+
+// cancel cancels this worker's run that ctl covers, if any. Queued records
+// it covers are found in the store when they come up.
+func (c *controlChannel) cancel(ctl events.Control) {
+	requests := c.w.cfg.Topics.Requests
+	hit := c.w.active.cancel(ctl.Identity().Key(), func(r *activeRun) bool {
+		if ctl.RequestID != "" {
+			return r.requestID == ctl.RequestID
+		}
+		return r.src.Topic == requests && r.src.Partition == ctl.Partition && r.src.Offset < ctl.Before
+	})
+	if hit {
+		c.w.metrics.cancelled.Inc()
+		c.w.log.Info("run cancelled", slog.String("conversation", ctl.Conversation), slog.String("request_id", ctl.RequestID))
+	}
+}
+
+func (c *controlChannel) Close() error { return c.writer.Close() }
