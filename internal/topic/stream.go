@@ -27,6 +27,12 @@ func StreamWriter(brokers []string, topic string, batchTimeout time.Duration) *k
 	}
 }
 
+// LiveMaxWait is the long-poll wait of a live partition reader's fetches
+// (the push gateway's live readers, the load generator's floor readers).
+// With MinBytes 1 a fetch returns as soon as a record arrives; this only
+// bounds idle polls.
+const LiveMaxWait = 500 * time.Millisecond
+
 // PartitionReaderMaxBytes caps one fetch of a partition reader; a stream
 // event is at most 64 KiB.
 const PartitionReaderMaxBytes = 1 << 20

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -83,18 +84,8 @@ type Frame struct {
 // Next reads the next frame. A closed connection yields a
 // *websocket.CloseError (see CloseCode).
 func (c *Conn) Next(ctx context.Context) (Frame, error) {
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.ws.SetReadDeadline(dl)
-	} else {
-		_ = c.ws.SetReadDeadline(time.Time{})
-	}
-	stop := context.AfterFunc(ctx, func() { _ = c.ws.SetReadDeadline(time.Now()) })
-	defer stop()
-	_, b, err := c.ws.ReadMessage()
+	b, err := c.NextRaw(ctx, nil)
 	if err != nil {
-		if ctx.Err() != nil {
-			return Frame{}, ctx.Err()
-		}
 		return Frame{}, err
 	}
 	var head struct {
@@ -120,6 +111,53 @@ func (c *Conn) Next(ctx context.Context) (Frame, error) {
 		f.Event = e
 	}
 	return f, nil
+}
+
+// NextRaw reads the next frame into buf (from buf[:0], growing it when
+// needed) and returns it undecoded, for readers that decode with a
+// FrameView and reuse one buffer. Errors are those of Next.
+func (c *Conn) NextRaw(ctx context.Context, buf []byte) ([]byte, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.ws.SetReadDeadline(dl)
+	} else {
+		_ = c.ws.SetReadDeadline(time.Time{})
+	}
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { _ = c.ws.SetReadDeadline(time.Now()) })
+		defer stop()
+	}
+	b, err := c.read(buf[:0])
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
+// read appends the next message to buf.
+func (c *Conn) read(buf []byte) ([]byte, error) {
+	_, r, err := c.ws.NextReader()
+	if err != nil {
+		return nil, err
+	}
+	if buf == nil {
+		buf = make([]byte, 0, 512)
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // CloseCode returns the WebSocket close code of an error from Next, or 0.

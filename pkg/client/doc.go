@@ -2,6 +2,12 @@
 // History over the ingest HTTP API, and a WebSocket Conn to the push
 // gateway that subscribes to conversations and reads their stream events.
 //
-// A Client is safe for concurrent use. A Conn's Next must be called from
-// one goroutine; its other methods are safe for concurrent use.
+// Conn.Next decodes each frame strictly (events.DecodeEvent). Readers that
+// must keep up with very many frames a second read them with Conn.NextRaw
+// into a reused buffer and decode them with a FrameView, which only picks
+// out the fields and validates nothing.
+//
+// A Client is safe for concurrent use. A Conn's Next and NextRaw must be
+// called from one goroutine; its other methods are safe for concurrent use.
+// A FrameView is not safe for concurrent use.
 package client

@@ -1,0 +1,198 @@
+package loadgen
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/turnpike-dev/turnpike/internal/devstack"
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+)
+
+// testStack is a running in-process devstack.
+type testStack struct {
+	devstack.Stack
+	topicPrefix string
+}
+
+// startStack runs the devstack in-process on random ports, as e2e does,
+// and returns once it is ready. Real Kafka and MongoDB are used when the
+// environment names them.
+func startStack(t *testing.T) testStack {
+	t.Helper()
+	var cfg devstack.Config
+	cfg.KafkaAddr, cfg.MongoAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
+	cfg.MongoDB, cfg.TopicPrefix, cfg.Model, cfg.LogLevel = "turnpike", "turnpike.", "echo", "warn"
+	if v := os.Getenv("TURNPIKE_KAFKA_BROKERS"); v != "" {
+		cfg.Brokers = strings.Split(v, ",")
+		cfg.TopicPrefix = testenv.Name(t, "lg") + "."
+	}
+	if v := os.Getenv("TURNPIKE_MONGO_URI"); v != "" {
+		cfg.MongoURI, cfg.MongoDB = v, testenv.Name(t, "lg")
+	}
+	cfg.Worker.Worker.Partitions = 4
+	cfg.Worker.Worker.SessionTimeout = 6 * time.Second
+	cfg.Worker.Worker.DrainTimeout = 5 * time.Second
+	ingestLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, cancel := context.WithCancel(context.Background())
+	readyc := make(chan devstack.Stack, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- devstack.Run(ctx, cfg, devstack.Listeners{Ingest: ingestLn, Pushgw: pushLn}, log, func(st devstack.Stack) { readyc <- st })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("devstack: %v", err)
+		}
+	})
+	select {
+	case st := <-readyc:
+		return testStack{Stack: st, topicPrefix: cfg.TopicPrefix}
+	case err := <-done:
+		t.Fatalf("devstack stopped before ready: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("devstack not ready within 60s")
+	}
+	return testStack{}
+}
+
+// testWriter sends logs to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+func TestRunAgainstTheDevstack(t *testing.T) {
+	t.Parallel()
+	st := startStack(t)
+	const conversations, messages, tokens = 4, 3, 5
+	base := Config{
+		Mode: ModeBoth, IngestURL: st.IngestURL(), StreamURL: st.StreamURL(), AuthSecret: st.AuthSecret, Users: 2,
+		Conversations: conversations, Messages: messages, Tokens: tokens, Delay: 0, SubsPerConn: 1,
+		ConversationPrefix: "lg", TurnTimeout: 30 * time.Second, HistoryConcurrency: 4,
+		Brokers: st.Brokers, TopicPrefix: st.topicPrefix, StreamBatchTimeout: DefaultStreamBatchTimeout,
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	t.Run("A clean run of both modes reports plausible figures and no problem.", func(t *testing.T) {
+		ctx := testenv.Context(t, 60*time.Second)
+		progressOut := &syncWriter{b: &strings.Builder{}}
+		cfg := base
+		cfg.Progress, cfg.ProgressInterval = progressOut, 100*time.Millisecond
+		res, err := Run(ctx, cfg, log)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		var summary strings.Builder
+		if err := res.WriteSummary(&summary); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("summary:\n%s", summary.String())
+		if !res.OK() || res.ExitCode() != 0 {
+			t.Errorf("violations %+v, errors %+v", res.Violations, res.Errors)
+		}
+		const want = conversations * messages * tokens
+		f := res.Floor
+		switch {
+		case f == nil:
+			t.Fatal("no floor result")
+		case f.Records != want || f.RecordsExpected != want || f.Latency.Count != want:
+			t.Errorf("floor: %d of %d records, %d latencies; want %d", f.Records, f.RecordsExpected, f.Latency.Count, want)
+		case f.Latency.P50 <= 0 || f.Latency.P99 < f.Latency.P50 || f.Latency.Max < f.Latency.P99 || f.Latency.Max > 30*time.Second:
+			t.Errorf("floor latency implausible: %+v", f.Latency)
+		case f.RecordsPerSec <= 0 || f.Partitions < 1:
+			t.Errorf("floor: %+v", f)
+		}
+		p := res.Pipeline
+		switch {
+		case p == nil:
+			t.Fatal("no pipeline result")
+		case p.Turns != conversations*messages || p.TurnsExpected != p.Turns:
+			t.Errorf("pipeline: %d of %d turns", p.Turns, p.TurnsExpected)
+		case p.Tokens != want:
+			t.Errorf("pipeline: %d tokens, want %d", p.Tokens, want)
+		case p.TokenEvents < 1 || p.TokenEvents > want || p.TokenLatency.Count != p.TokenEvents:
+			t.Errorf("pipeline: %d token events, %d latencies", p.TokenEvents, p.TokenLatency.Count)
+		case p.TokenLatency.P50 <= 0 || p.TokenLatency.Max > 30*time.Second || p.PostLatency.Count != p.Turns || p.TurnLatency.Count != p.Turns:
+			t.Errorf("pipeline latencies implausible: token %+v post %+v turn %+v", p.TokenLatency, p.PostLatency, p.TurnLatency)
+		case p.TokensPerSec <= 0 || p.TurnsPerSec <= 0 || p.Elapsed <= 0:
+			t.Errorf("pipeline rates: %+v", p)
+		case p.HistoryChecked != conversations || p.Connections != conversations || p.Users != 2:
+			t.Errorf("pipeline: history checked %d, connections %d, users %d", p.HistoryChecked, p.Connections, p.Users)
+		}
+		if res.Ratios == nil || res.Ratios.P50 <= 0 || res.Ratios.P99 <= 0 {
+			t.Errorf("ratios %+v", res.Ratios)
+		}
+		if res.RSS.IdleBytes <= 0 || res.RSS.PipelinePeakBytes <= 0 || res.RSS.Samples < 3 {
+			t.Errorf("RSS %+v, notes %v", res.RSS, res.Notes)
+		}
+		for _, w := range []string{"floor ", "pipeline "} {
+			if !strings.Contains(progressOut.String(), w) {
+				t.Errorf("progress lacks %q:\n%s", w, progressOut.String())
+			}
+		}
+	})
+
+	t.Run("A run whose oracle expects another reply length reports violations.", func(t *testing.T) {
+		ctx := testenv.Context(t, 60*time.Second)
+		cfg := base
+		cfg.Mode, cfg.AuthSecret, cfg.Token, cfg.SubsPerConn, cfg.MetricsURL = ModePipeline, "", st.DevToken, 3, MetricsOff
+		cfg.oracleTokens = tokens + 1
+		res, err := Run(ctx, cfg, log)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if res.OK() || res.ExitCode() != 1 {
+			t.Fatalf("OK with the wrong expectation: %+v", res.Violations)
+		}
+		want := map[string]int64{KindText: conversations * messages, KindHistoryMessage: conversations * messages}
+		if got := res.Violations.ByKind; !maps.Equal(got, want) {
+			t.Errorf("violations %v, want %v", got, want)
+		}
+		if res.Errors.Total != 0 {
+			t.Errorf("errors %+v", res.Errors)
+		}
+		if p := res.Pipeline; p == nil || p.Connections != 2 || p.Users != 1 || p.Tokens != conversations*messages*tokens {
+			t.Errorf("pipeline %+v", p)
+		}
+		if res.Floor != nil || res.Ratios != nil {
+			t.Errorf("floor ran in pipeline mode: %+v", res.Floor)
+		}
+	})
+}
+
+// syncWriter lets the progress goroutine and the test share a builder.
+type syncWriter struct {
+	mu sync.Mutex
+	b  *strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
