@@ -65,6 +65,7 @@ func (c *Config) Bind(set *flagenv.Set) {
 	set.String(&c.PublicStreamURL, "public-stream-url", "TURNPIKE_PUBLIC_STREAM_URL", "",
 		"push gateway WebSocket URL for the demo page; {host} is the page's host name (default: the gateway's listener)")
 	c.Worker.Worker.BindFlags(set)
+	c.Ingest.Ingest.BindFlags(set)
 }
 
 // Listeners lets tests hand in listeners on random ports; nil fields are
@@ -190,6 +191,7 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 	}
 	ic, wc, pc := c.Ingest, c.Worker, c.Pushgw
 	ic.Shared, wc.Shared, pc.Shared = c.Shared, c.Shared, c.Shared
+	ic.Ingest.MaxContentBytes = wc.Worker.MaxContentBytes // one flag for both
 	// The demo page signs in by picking a user: the devstack mints tokens.
 	ic.Ingest.DevTokens = true
 	ic.PublicStreamURL = cmp.Or(c.PublicStreamURL, pageStreamURL(st.PushgwAddr))

@@ -60,6 +60,19 @@ func (s *Set) Int(p *int, name, env string, def int, u string) {
 	s.fs.IntVar(p, name, def, usage(u, env))
 }
 
+// Float binds a float64 flag.
+func (s *Set) Float(p *float64, name, env string, def float64, u string) {
+	if v, ok := s.env(env); ok {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			s.errs = append(s.errs, fmt.Errorf("%s=%q: not a number", env, v))
+		} else {
+			def = f
+		}
+	}
+	s.fs.Float64Var(p, name, def, usage(u, env))
+}
+
 // Duration binds a duration flag (Go syntax: 20ms, 5s).
 func (s *Set) Duration(p *time.Duration, name, env string, def time.Duration, u string) {
 	if v, ok := s.env(env); ok {

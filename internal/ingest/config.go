@@ -3,6 +3,7 @@ package ingest
 import (
 	"errors"
 	"fmt"
+	"github.com/turnpike-dev/turnpike/internal/flagenv"
 	"time"
 
 	"github.com/turnpike-dev/turnpike/pkg/events"
@@ -36,9 +37,46 @@ type Config struct {
 	// devstack's demo page only. Default false, and then that path is a
 	// 404 like any unknown one. cmd/ingest has no flag for it.
 	DevTokens bool
+	// RatePerSecond and RateBurst are the token bucket of each caller
+	// (tenant/user) for POSTs: over it, 429 with Retry-After. Defaults 10
+	// and 20; a negative rate disables the limit.
+	RatePerSecond float64
+	RateBurst     int
+	// MaxQueuedPerConversation and MaxQueuedPerTenant bound the requests
+	// accepted and not yet ended (running or queued), per conversation and
+	// per tenant: over either, 429. Counted per ingest replica from the
+	// completions workers announce; an end never seen expires after
+	// QueuedTTL. Defaults 20, 10,000 and 15m; negative disables.
+	MaxQueuedPerConversation int
+	MaxQueuedPerTenant       int
+	QueuedTTL                time.Duration
 }
 
+// Rate limit and queue defaults.
+const (
+	DefaultRatePerSecond            = 10
+	DefaultRateBurst                = 20
+	DefaultMaxQueuedPerConversation = 20
+	DefaultMaxQueuedPerTenant       = 10_000
+	DefaultQueuedTTL                = 15 * time.Minute
+)
+
 func (c Config) withDefaults() Config {
+	if c.RatePerSecond == 0 {
+		c.RatePerSecond = DefaultRatePerSecond
+	}
+	if c.RateBurst == 0 {
+		c.RateBurst = DefaultRateBurst
+	}
+	if c.MaxQueuedPerConversation == 0 {
+		c.MaxQueuedPerConversation = DefaultMaxQueuedPerConversation
+	}
+	if c.MaxQueuedPerTenant == 0 {
+		c.MaxQueuedPerTenant = DefaultMaxQueuedPerTenant
+	}
+	if c.QueuedTTL == 0 {
+		c.QueuedTTL = DefaultQueuedTTL
+	}
 	if c.MaxContentBytes == 0 {
 		c.MaxContentBytes = events.DefaultMaxContentBytes
 	}
@@ -79,6 +117,12 @@ func (c Config) Validate() error {
 	if c.HistoryMaxLimit < 0 {
 		errs = append(errs, fmt.Errorf("history max limit: %d, must be positive", c.HistoryMaxLimit))
 	}
+	if c.RatePerSecond > 0 && c.RateBurst < 1 {
+		errs = append(errs, fmt.Errorf("rate burst: %d, must be at least 1", c.RateBurst))
+	}
+	if c.QueuedTTL < 0 {
+		errs = append(errs, fmt.Errorf("queued ttl: %v, must be positive", c.QueuedTTL))
+	}
 	if c.HistoryDefaultLimit > c.HistoryMaxLimit {
 		errs = append(errs, fmt.Errorf("history default limit %d exceeds max limit %d", c.HistoryDefaultLimit, c.HistoryMaxLimit))
 	}
@@ -86,4 +130,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ingest config: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// BindFlags registers the ingest's limits (the shared settings and
+// max-content-bytes, which the worker shares, are bound by the service
+// package).
+func (c *Config) BindFlags(set *flagenv.Set) {
+	set.Float(&c.RatePerSecond, "rate-per-second", "TURNPIKE_RATE_PER_SECOND", DefaultRatePerSecond, "POSTs per second per user (token bucket); negative disables")
+	set.Int(&c.RateBurst, "rate-burst", "TURNPIKE_RATE_BURST", DefaultRateBurst, "burst of the per-user token bucket")
+	set.Int(&c.MaxQueuedPerConversation, "max-queued-per-conversation", "TURNPIKE_MAX_QUEUED_PER_CONVERSATION", DefaultMaxQueuedPerConversation, "requests accepted and not ended per conversation; negative disables")
+	set.Int(&c.MaxQueuedPerTenant, "max-queued-per-tenant", "TURNPIKE_MAX_QUEUED_PER_TENANT", DefaultMaxQueuedPerTenant, "requests accepted and not ended per tenant; negative disables")
 }

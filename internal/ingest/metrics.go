@@ -15,10 +15,14 @@ type metrics struct {
 	requests      *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
 	produceErrors prometheus.Counter
+	limited       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "turnpike_ingest_limited_total", Help: "POSTs refused with 429, by limit (rate, queued).",
+		}, []string{"limit"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "turnpike", Subsystem: "ingest", Name: "http_requests_total",
 			Help: "HTTP requests by route pattern and status code.",
@@ -37,7 +41,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.produceErrors} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.produceErrors, m.limited} {
 		errs = append(errs, reg.Register(c))
 	}
 	if err := errors.Join(errs...); err != nil {

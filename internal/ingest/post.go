@@ -78,11 +78,22 @@ func (s *Service) postMessage(w http.ResponseWriter, r *http.Request, p auth.Pri
 		msg.Strategy = events.StrategyEnqueue
 	}
 
+	if ok, wait := s.limiter.allow(id.Tenant + "/" + id.User); !ok {
+		s.metrics.limited.WithLabelValues("rate").Inc()
+		server.WriteError(w, http.StatusTooManyRequests, server.CodeRateLimited, "too many requests; slow down", wait)
+		return
+	}
 	var requestID string
 	if key != "" {
 		requestID = idempotentRequestID(id, key)
 	} else if requestID, err = s.randomRequestID(); err != nil {
 		s.internal(w, r, id, "", err)
+		return
+	}
+	if !s.queued.admit(requestID, id.Key(), id.Tenant, s.cfg.MaxQueuedPerConversation, s.cfg.MaxQueuedPerTenant) {
+		s.metrics.limited.WithLabelValues("queued").Inc()
+		server.WriteError(w, http.StatusTooManyRequests, server.CodeRateLimited,
+			"too many requests queued for this conversation or tenant; wait for some to finish", retryAfter)
 		return
 	}
 	value, err := events.EncodeRequest(events.Request{
@@ -105,6 +116,7 @@ func (s *Service) postMessage(w http.ResponseWriter, r *http.Request, p auth.Pri
 	err = s.producer.Produce(ctx, []byte(id.Key()), value)
 	cancel()
 	if err != nil {
+		s.queued.forget(requestID)
 		s.metrics.produceErrors.Inc()
 		s.log.ErrorContext(r.Context(), "produce request", "status", http.StatusServiceUnavailable,
 			"key", id.Key(), "request_id", requestID, "err", err)

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -40,6 +41,18 @@ type Deps struct {
 	// Page serves the demo chat page: GET / and GET /ui/…. Default none:
 	// those paths are 404 like any unknown one.
 	Page http.Handler
+	// Cancels, Control and Positions serve POST …/cancel: the durable
+	// cancel record, the producer of the control topic, and where a
+	// conversation's requests go. All three or none (then /cancel is not
+	// served).
+	Cancels   Canceller
+	Control   Producer
+	Positions Positions
+	// Completions, if set, feeds the count of queued requests (Run reads
+	// it). Without it queued requests only expire after QueuedTTL.
+	Completions interface {
+		Run(ctx context.Context, done func(requestID string)) error
+	}
 	// Registerer receives the service's metrics. Default: not registered.
 	Registerer prometheus.Registerer
 	// Logger logs 5xx answers. Default: discard.
@@ -64,6 +77,15 @@ type Service struct {
 	random   io.Reader
 	metrics  *metrics
 	handler  http.Handler
+
+	cancels     Canceller
+	control     Producer
+	positions   Positions
+	completions interface {
+		Run(ctx context.Context, done func(requestID string)) error
+	}
+	limiter *rateLimiter
+	queued  *queuedRequests
 }
 
 // New returns a Service. It registers the metrics with d.Registerer, so a
@@ -85,6 +107,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if cfg.DevTokens && d.MintToken == nil {
 		errs = append(errs, errors.New("dev tokens enabled without a token minter"))
 	}
+	if set := count(d.Cancels != nil, d.Control != nil, d.Positions != nil); set != 0 && set != 3 {
+		errs = append(errs, errors.New("cancel needs Cancels, Control and Positions together"))
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("new ingest service: %w", errors.Join(errs...))
 	}
@@ -103,6 +128,11 @@ func New(cfg Config, d Deps) (*Service, error) {
 		now:      d.Now,
 		random:   d.Random,
 		metrics:  m,
+
+		cancels:     d.Cancels,
+		control:     d.Control,
+		positions:   d.Positions,
+		completions: d.Completions,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -113,6 +143,10 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if s.random == nil {
 		s.random = rand.Reader
 	}
+	if s.cfg.RatePerSecond > 0 {
+		s.limiter = newRateLimiter(s.cfg.RatePerSecond, s.cfg.RateBurst, s.now)
+	}
+	s.queued = newQueuedRequests(s.cfg.QueuedTTL, s.now)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -140,6 +174,9 @@ func (s *Service) routes() http.Handler {
 		{"GET " + conversationsPath, s.authed(s.listConversations)},
 		{conversationsPath, methodNotAllowed("GET, HEAD")},
 		{"/", http.HandlerFunc(notFound)},
+	}
+	if s.cancels != nil {
+		table = append(table, route{"POST " + cancelPath, s.authed(s.postCancel)}, route{cancelPath, methodNotAllowed("POST")})
 	}
 	if s.cfg.DevTokens {
 		table = append(table,
@@ -188,4 +225,24 @@ func notFound(w http.ResponseWriter, _ *http.Request) {
 
 func badRequest(w http.ResponseWriter, err error) {
 	server.WriteError(w, http.StatusBadRequest, server.CodeInvalidArgument, err.Error(), 0)
+}
+
+// Run follows the completions workers announce, for the count of queued
+// requests, until ctx ends. Without Deps.Completions it only waits.
+func (s *Service) Run(ctx context.Context) error {
+	if s.completions == nil {
+		<-ctx.Done()
+		return nil
+	}
+	return s.completions.Run(ctx, s.queued.forget)
+}
+
+func count(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }

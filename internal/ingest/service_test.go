@@ -414,7 +414,7 @@ func TestRoutes(t *testing.T) {
 	}{
 		{name: "An unknown path is a JSON 404.", method: http.MethodGet, path: "/nope", status: 404, code: server.CodeNotFound},
 		{name: "An unknown path under /v1 is a JSON 404.", method: http.MethodGet, path: "/v1/conversations/c1", status: 404, code: server.CodeNotFound},
-		{name: "Cancel is not served yet.", method: http.MethodPost, path: "/v1/conversations/c1/cancel", status: 404, code: server.CodeNotFound},
+		{name: "Cancel without its dependencies is not served.", method: http.MethodPost, path: "/v1/conversations/c1/cancel", status: 404, code: server.CodeNotFound},
 		{name: "PUT on messages is a JSON 405 with Allow.", method: http.MethodPut, path: "/v1/conversations/c1/messages", status: 405, code: server.CodeInvalidArgument, wantAllow: "GET, HEAD, POST"},
 		{name: "DELETE on messages is a JSON 405 with Allow.", method: http.MethodDelete, path: "/v1/conversations/c1/messages", status: 405, code: server.CodeInvalidArgument, wantAllow: "GET, HEAD, POST"},
 	}

@@ -71,6 +71,7 @@ func (c *IngestConfig) Bind(set *flagenv.Set) {
 	c.Shared.Bind(set)
 	set.String(&c.Addr, "addr", "TURNPIKE_INGEST_ADDR", ":8080", "listen address of the HTTP API")
 	set.Int(&c.Ingest.MaxContentBytes, "max-content-bytes", "TURNPIKE_MAX_CONTENT_BYTES", 32768, "largest user message in bytes")
+	c.Ingest.BindFlags(set)
 	set.String(&c.PublicStreamURL, "public-stream-url", "TURNPIKE_PUBLIC_STREAM_URL", webui.DefaultStreamURL,
 		"push gateway WebSocket URL for the demo page at /; {host} is the page's host name")
 }
@@ -108,8 +109,15 @@ func RunIngest(ctx context.Context, c IngestConfig, env Env, ln net.Listener) er
 	if err != nil {
 		return err
 	}
+	control, err := ingest.NewKafkaProducer(c.Brokers, c.Topics().Control)
+	if err != nil {
+		return err
+	}
+	defer control.Close()
 	deps := ingest.Deps{
 		Verifier: verifier, Producer: producer, History: store, Page: page, Registerer: env.Registry, Logger: env.Logger,
+		Cancels: store, Control: control, Positions: ingest.NewKafkaPositions(c.Brokers, c.Topics().Requests),
+		Completions: ingest.NewKafkaCompletions(c.Brokers, c.Topics().Control),
 	}
 	if c.Ingest.DevTokens {
 		deps.MintToken = func(user string) (string, error) {
@@ -130,9 +138,16 @@ func RunIngest(ctx context.Context, c IngestConfig, env Env, ln net.Listener) er
 			return fmt.Errorf("ingest: %w", err)
 		}
 	}
+	// The control topic must exist for the completions reader.
+	if err := topic.Ensure(ctx, c.Brokers, topic.DefaultPartitions, c.Topics().Control); err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return svc.Run(gctx) })
+	g.Go(func() error { return server.Serve(gctx, ln, mux, shutdownGrace) })
 	env.Logger.Info("ingest listening", slog.String("addr", ln.Addr().String()))
 	env.ready()
-	return server.Serve(ctx, ln, mux, shutdownGrace)
+	return g.Wait()
 }
 
 // WorkerConfig configures cmd/worker.
@@ -210,8 +225,22 @@ type PushgwConfig struct {
 func (c *PushgwConfig) Bind(set *flagenv.Set) {
 	c.Shared.Bind(set)
 	set.String(&c.Addr, "addr", "TURNPIKE_PUSHGW_ADDR", ":8081", "listen address of the WebSocket endpoint /v1/stream")
-	set.Int(&c.Pushgw.QueueSize, "queue-size", "TURNPIKE_PUSHGW_QUEUE_SIZE", pushgw.DefaultQueueSize, "frames queued per client before it is closed as too slow (4008)")
-	set.Int(&c.Pushgw.MaxSubscriptions, "max-subscriptions", "TURNPIKE_PUSHGW_MAX_SUBSCRIPTIONS", pushgw.DefaultMaxSubscriptions, "subscriptions per connection")
+	p := &c.Pushgw
+	set.Int(&p.QueueSize, "queue-size", "TURNPIKE_PUSHGW_QUEUE_SIZE", pushgw.DefaultQueueSize, "frames queued per client before it is closed as too slow (4008)")
+	set.Int(&p.QueueBytes, "queue-bytes", "TURNPIKE_PUSHGW_QUEUE_BYTES", pushgw.DefaultQueueBytes, "bytes queued per client before it is closed as too slow (4008)")
+	set.Int(&p.MaxSubscriptions, "max-subscriptions", "TURNPIKE_PUSHGW_MAX_SUBSCRIPTIONS", pushgw.DefaultMaxSubscriptions, "subscriptions per connection")
+	set.Int(&p.RingBytes, "ring-bytes", "TURNPIKE_PUSHGW_RING_BYTES", pushgw.DefaultRingBytes,
+		"memory for recent stream records, split between partitions: resumes within it do not read Kafka")
+	set.Duration(&p.CursorWait, "cursor-wait", "TURNPIKE_PUSHGW_CURSOR_WAIT", pushgw.DefaultCursorWait,
+		"how long a subscribe waits for this replica to reach a cursor from a replica further ahead")
+	set.List(&p.AllowedOrigins, "allowed-origins", "TURNPIKE_PUSHGW_ALLOWED_ORIGINS", nil,
+		"browser origins allowed besides the gateway's own host: https://app.example.com, https://*.example.com, or *")
+	set.Int(&p.ConnectPerMinute, "connect-per-minute", "TURNPIKE_PUSHGW_CONNECT_PER_MINUTE", pushgw.DefaultConnectPerMinute,
+		"WebSocket connects per user per minute after the burst (negative: no limit)")
+	set.Int(&p.ConnectBurst, "connect-burst", "TURNPIKE_PUSHGW_CONNECT_BURST", pushgw.DefaultConnectBurst, "WebSocket connects per user at once")
+	set.Int(&p.SubscribePerMinute, "subscribe-per-minute", "TURNPIKE_PUSHGW_SUBSCRIBE_PER_MINUTE", pushgw.DefaultSubscribePerMinute,
+		"subscribes per user per minute after the burst (negative: no limit)")
+	set.Int(&p.SubscribeBurst, "subscribe-burst", "TURNPIKE_PUSHGW_SUBSCRIBE_BURST", pushgw.DefaultSubscribeBurst, "subscribes per user at once")
 }
 
 // Validate reports every problem.
