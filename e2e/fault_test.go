@@ -20,11 +20,13 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
 	"github.com/turnpike-dev/turnpike/internal/service"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 )
@@ -417,5 +419,131 @@ func TestTheInvariantCheckerCountsViolations(t *testing.T) {
 	// c1: m1 after m2 is out of order, m3's text is wrong; c2: all 3 lost.
 	if v.outOfOrder != 1 || v.wrong != 1 || v.lost != 3 || v.duplicate != 0 || v.ok() {
 		t.Fatalf("verdict %s", v)
+	}
+}
+
+// ingest runs the ingest API in this process on the fault stack's broker
+// and store, and returns a client for tenant/user.
+func (f *faultStack) ingest(t *testing.T, tenant, user string) *client.Client {
+	t.Helper()
+	const secret = "fault-test-secret-that-is-32-bytes-long"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c service.IngestConfig
+	c.Brokers, c.MongoURI, c.MongoDB = []string{f.kafka.Addr()}, "mongodb://"+f.mongoAdr+"/", f.db
+	c.AuthSecret, c.TopicPrefix, c.Model = secret, f.prefix, "echo"
+	c.Ingest.RatePerSecond = -1
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- service.RunIngest(ctx, c, service.Env{}, ln) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("ingest: %v", err)
+		}
+	})
+	tok, err := auth.Mint(secret, tenant, user, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &client.Client{BaseURL: "http://" + ln.Addr().String(), Token: tok}
+}
+
+// streamOf reads the stream topic from the start, keeping the events of
+// requestID.
+func (f *faultStack) streamOf(t *testing.T, requestID string) <-chan events.Event {
+	t.Helper()
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{f.kafka.Addr()}, GroupID: testenv.Name(t, "watch"),
+		Topic: topic.NewNames(f.prefix).Stream, StartOffset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond})
+	ch := make(chan events.Event, 1024)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			m, err := r.ReadMessage(ctx)
+			if err != nil {
+				return
+			}
+			if e, err := events.DecodeEvent(m.Value); err == nil && e.Header().RequestID == requestID {
+				select {
+				case ch <- e:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { stop(); <-done; r.Close() })
+	return ch
+}
+
+func TestACancelWinsOverARequestReRunAfterAWorkerIsKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills a worker process")
+	}
+	for _, order := range []string{"kill, then cancel", "cancel, then kill"} {
+		t.Run(order, func(t *testing.T) {
+			ctx := testenv.Context(t, 2*time.Minute)
+			f := newFaultStack(t)
+			c := f.ingest(t, "acme", "ann")
+			f.spawn(0)
+			a, err := c.Send(ctx, "race", "[[tokens:400]][[delay:20ms]]", client.SendOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stream := f.streamOf(t, a.RequestID)
+			var firstRun string
+			for tokens := 0; tokens < 3; {
+				select {
+				case e := <-stream:
+					if e.Type() == events.TypeRunStarted {
+						firstRun = e.Header().RunID
+					}
+					if e.Type() == events.TypeToken {
+						tokens++
+					}
+				case <-ctx.Done():
+					t.Fatal("the request never started")
+				}
+			}
+			if order == "kill, then cancel" {
+				f.kill(0)
+				cancel(t, ctx, c, "race", "")
+			} else {
+				cancel(t, ctx, c, "race", "")
+				f.kill(0)
+			}
+			f.spawn(0)
+			var final events.Status
+			for final == "" {
+				select {
+				case e := <-stream:
+					if e.Type() == events.TypeRunStarted && e.Header().RunID != firstRun {
+						t.Fatalf("the cancelled request ran again (run %s)", e.Header().RunID)
+					}
+					if done, ok := e.(*events.RunCompletedEvent); ok {
+						final = done.Status
+					}
+				case <-ctx.Done():
+					t.Fatal("the request never completed")
+				}
+			}
+			if final != events.StatusCancelled {
+				t.Fatalf("completed %s, want cancelled", final)
+			}
+			p, err := c.History(ctx, "race", 10, 0)
+			if err == nil {
+				for _, m := range p.Messages {
+					if m.Role == "assistant" && m.Status != "cancelled" {
+						t.Fatalf("persisted %+v after a cancel", m)
+					}
+				}
+			} else if !client.IsCode(err, "not_found") {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -72,9 +72,11 @@ func (s *Service) postCancel(w http.ResponseWriter, r *http.Request, p auth.Prin
 			badRequest(w, errors.New("body: trailing data after the object"))
 			return
 		}
-		if err := events.ValidateID("request_id", req.RequestID); err != nil {
-			badRequest(w, err)
-			return
+		if req.RequestID != "" {
+			if err := events.ValidateID("request_id", req.RequestID); err != nil {
+				badRequest(w, err)
+				return
+			}
 		}
 	}
 

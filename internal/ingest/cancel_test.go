@@ -56,6 +56,11 @@ func TestCancel(t *testing.T) {
 			wantControl: events.Control{Type: events.ControlCancel, Partition: 3, Before: 42},
 		},
 		{
+			name: "An empty object is a cancel of everything.", body: `{}`, status: 202,
+			want:        history.Cancel{Topic: "turnpike.requests", Partition: 3, Before: 42},
+			wantControl: events.Control{Type: events.ControlCancel, Partition: 3, Before: 42},
+		},
+		{
 			name: "A cancel with a request id cancels that request.", body: `{"request_id":"r-1"}`, status: 202,
 			want:        history.Cancel{Topic: "turnpike.requests", Partition: 3, RequestID: "r-1"},
 			wantControl: events.Control{Type: events.ControlCancel, RequestID: "r-1"},
