@@ -1,9 +1,13 @@
 package client_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"os"
 
 	"github.com/turnpike-dev/turnpike/pkg/client"
+	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
 // A FrameView decodes frames lightly into reused memory; with Conn.NextRaw
@@ -31,4 +35,51 @@ func ExampleFrameView() {
 	// subscribed to c1
 	// token r-1 seq 2 delta "w1 \"w2\" " status ""
 	// run.completed r-1 seq 3 delta "" status "complete"
+}
+
+// A chat client: send a message, follow the conversation through dropped
+// connections, and fold the events into answers.
+func ExampleClient_Subscribe() {
+	ctx := context.Background()
+	c := &client.Client{BaseURL: "http://localhost:8080", StreamURL: "ws://localhost:8081/v1/stream", Token: os.Getenv("TURNPIKE_TOKEN")}
+	sub, err := c.Subscribe(ctx, "c1", client.SubscribeOptions{})
+	if err != nil {
+		fmt.Println("subscribe:", err)
+		return
+	}
+	defer sub.Close()
+	sent, err := c.Send(ctx, "c1", "hello", client.SendOptions{IdempotencyKey: "hello-1"})
+	if err != nil {
+		fmt.Println("send:", err)
+		return
+	}
+	var answers client.Transcript
+	for {
+		e, err := sub.Next(ctx) // reconnects and resumes by cursor on its own
+		if errors.Is(err, client.ErrCursorExpired) {
+			fmt.Println("reload the history, then subscribe again")
+			return
+		}
+		if err != nil {
+			fmt.Println("stream:", err)
+			return
+		}
+		if r := answers.Apply(e); r.RequestID == sent.RequestID && r.Status != "" {
+			fmt.Println(r.Text, "-", r.Status)
+			return
+		}
+	}
+}
+
+// An asynchronous producer writes requests straight to the requests topic.
+func ExampleProducer() {
+	p := client.NewProducer([]string{"localhost:9092"}, client.DefaultRequestsTopic)
+	defer p.Close()
+	id := events.Identity{Tenant: "acme", User: "batch-importer", Conversation: "ticket-4711"}
+	requestID, err := p.Produce(context.Background(), id, "Summarise the ticket", client.ProduceOptions{RequestID: "ticket-4711-summary"})
+	if err != nil {
+		fmt.Println("produce:", err)
+		return
+	}
+	fmt.Println("queued", requestID)
 }
