@@ -191,6 +191,7 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 	}
 	ic, wc, pc := c.Ingest, c.Worker, c.Pushgw
 	ic.Shared, wc.Shared, pc.Shared = c.Shared, c.Shared, c.Shared
+	ic.PprofAddr, wc.PprofAddr, pc.PprofAddr = "", "", "" // one for the process, below
 	ic.Ingest.MaxContentBytes = wc.Worker.MaxContentBytes // one flag for both
 	// The demo page signs in by picking a user: the devstack mints tokens.
 	ic.Ingest.DevTokens = true
@@ -214,6 +215,7 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 	back.Go(func() error { return fail(service.RunPushgw(pushCtx, pc, env("pushgw"), lns.Pushgw)) })
 	front.Go(func() error { return fail(service.RunIngest(frontCtx, ic, env("ingest"), lns.Ingest)) })
 	front.Go(func() error { return fail(service.RunWorker(frontCtx, wc, env("worker"), nil)) })
+	front.Go(func() error { return fail(service.ServePprof(frontCtx, c.PprofAddr, log)) })
 	front.Go(func() error {
 		for range parts {
 			select {

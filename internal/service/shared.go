@@ -34,6 +34,9 @@ type Shared struct {
 	OpenAI      OpenAIConfig
 	LogLevel    string // TURNPIKE_LOG_LEVEL: debug, info (default), warn, error
 	LogFormat   string // TURNPIKE_LOG_FORMAT: json (default) or text
+	// PprofAddr, when set, serves net/http/pprof there (TURNPIKE_PPROF_ADDR;
+	// default off). Bind it to loopback or a private network only.
+	PprofAddr string
 }
 
 // OpenAIConfig configures TURNPIKE_MODEL=openai.
@@ -59,6 +62,7 @@ func (s *Shared) BindLogFormat(set *flagenv.Set, defaultLogFormat string) {
 	set.String(&s.OpenAI.Model, "openai-model", "TURNPIKE_OPENAI_MODEL", "", "model name at the OpenAI-compatible API")
 	set.String(&s.LogLevel, "log-level", "TURNPIKE_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	set.String(&s.LogFormat, "log-format", "TURNPIKE_LOG_FORMAT", defaultLogFormat, "log format: json or text")
+	set.String(&s.PprofAddr, "pprof-addr", "TURNPIKE_PPROF_ADDR", "", "serve net/http/pprof on this address (off when empty; keep it private)")
 }
 
 // Topics returns the topic names under the configured prefix.

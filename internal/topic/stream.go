@@ -20,7 +20,11 @@ func StreamWriter(brokers []string, topic string, batchTimeout time.Duration) *k
 		Topic:        topic,
 		Balancer:     &kafka.Murmur2Balancer{},
 		BatchTimeout: batchTimeout,
-		BatchSize:    1000,
+		// kafka-go allocates room for BatchSize messages in every batch,
+		// even a one-record one: 1000 cost 150 KB per batch, about 7 % of a
+		// loaded devstack's CPU in zeroing. A batch of one partition rarely
+		// collects more than a few dozen events in a few milliseconds.
+		BatchSize:    100,
 		RequiredAcks: kafka.RequireAll,
 		MaxAttempts:  5,
 		WriteTimeout: 10 * time.Second,

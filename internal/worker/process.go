@@ -87,7 +87,11 @@ func (w *Worker) complete(genCtx context.Context, e *entry, status events.Status
 // completed emits run.completed for a request that ended without a run of
 // its own, and tells ingest it ended.
 func (w *Worker) completed(ctx context.Context, id events.Identity, requestID string, status events.Status) error {
-	if err := bridge.NewEmitter(w.sink, id, requestID, newRunID(), w.now).Completed(ctx, status); err != nil {
+	sink := w.stream.run()
+	if err := bridge.NewEmitter(sink, id, requestID, newRunID(), w.now).Completed(ctx, status); err != nil {
+		return err
+	}
+	if err := sink.Flush(); err != nil {
 		return err
 	}
 	w.control.completed(id, requestID, status)
@@ -214,12 +218,14 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 	w.runStarted()
 	defer w.runEnded()
 	iter := w.runner.Run(runCtx, toMessages(window))
+	sink := w.stream.run()
 	h := w.bridge.Start(ctx, bridge.Run{
 		Identity:       id,
 		RequestID:      req.RequestID,
 		RunID:          runID,
 		Turn:           pending,
 		StopGeneration: stopGeneration,
+		Sink:           sink,
 	}, iter)
 	ar.started(h)
 	select {
@@ -236,6 +242,12 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 		t.Stop()
 	}
 	res, err := h.Wait()
+	// Every event of the run must be in the stream topic before the record
+	// is done: a failed write makes the whole record run again (the turn,
+	// if committed, is then recognised as a duplicate).
+	if ferr := sink.Flush(); ferr != nil && err == nil {
+		err = ferr
+	}
 	if err != nil {
 		return fmt.Errorf("run %s: %w", runID, err)
 	}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -12,33 +13,103 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
-// kafkaSink writes stream events to the stream topic, keyed by identity so
-// that a conversation's events stay in one partition, in order.
-type kafkaSink struct {
-	w    *kafka.Writer
-	bufs sync.Pool
+// runWindow bounds the stream events of one run written and not yet
+// acknowledged. Up to that many leave without waiting for the earlier ones'
+// acknowledgements; then the run waits, and the tokens that arrive
+// meanwhile coalesce into one event in the bridge. A small window is what
+// keeps a loaded stack stable: when acknowledgements slow down, each run
+// sends fewer, larger events instead of more of them. (Measured at 1,000
+// streams of 50 tokens/s each on 2 cores: a window of 256 sent every token
+// as its own event and latency grew to seconds.)
+const runWindow = 2
+
+// streamWriter writes stream events to the stream topic, keyed by identity
+// so that a conversation's events stay in one partition, in order. It is
+// asynchronous: kafka-go writes each partition's batches one after another,
+// so the events of a run keep their order, and reports acknowledgements to
+// the run that wrote them.
+type streamWriter struct {
+	w *kafka.Writer
 }
 
-func newKafkaSink(brokers []string, streamTopic string, batchTimeout time.Duration) *kafkaSink {
-	return &kafkaSink{
-		w:    topic.StreamWriter(brokers, streamTopic, batchTimeout),
-		bufs: sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }},
+func newStreamWriter(brokers []string, streamTopic string, batchTimeout time.Duration) *streamWriter {
+	s := &streamWriter{w: topic.StreamWriter(brokers, streamTopic, batchTimeout)}
+	s.w.Async = true
+	s.w.Completion = func(msgs []kafka.Message, err error) {
+		for _, m := range msgs {
+			if rs, ok := m.WriterData.(*runSink); ok {
+				rs.acked(err)
+			}
+		}
 	}
+	return s
 }
 
-// Emit writes one event and returns once the broker acknowledged it.
-func (s *kafkaSink) Emit(ctx context.Context, id events.Identity, e events.Event) error {
-	bp := s.bufs.Get().(*[]byte)
-	buf := events.AppendEvent((*bp)[:0], e)
-	// The writer holds the message until WriteMessages returns (synchronous
-	// mode), so the buffer can be reused afterwards.
-	err := s.w.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: buf})
-	*bp = buf
-	s.bufs.Put(bp)
-	if err != nil {
+// run returns the sink of one run's events.
+func (s *streamWriter) run() *runSink {
+	return &runSink{w: s.w, window: make(chan struct{}, runWindow)}
+}
+
+// Close flushes what is buffered and closes the writer.
+func (s *streamWriter) Close() error { return s.w.Close() }
+
+// runSink is a bridge.Sink for one run. Emit returns once the event is
+// handed to the writer; Flush waits for every acknowledgement and reports
+// the first failure.
+type runSink struct {
+	w       *kafka.Writer
+	window  chan struct{} // one token per event written and not yet acknowledged
+	pending sync.WaitGroup
+
+	mu  sync.Mutex // guards err
+	err error
+}
+
+// errStreamFailed is returned by Emit after an earlier event failed.
+var errStreamFailed = errors.New("an earlier stream event failed")
+
+// Emit implements bridge.Sink.
+func (rs *runSink) Emit(ctx context.Context, id events.Identity, e events.Event) error {
+	if err := rs.failed(); err != nil {
+		return fmt.Errorf("%w: %w", errStreamFailed, err)
+	}
+	select {
+	case rs.window <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	rs.pending.Add(1)
+	// The writer keeps the value until it is written: a fresh buffer each.
+	v := events.AppendEvent(make([]byte, 0, 256), e)
+	if err := rs.w.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v, WriterData: rs}); err != nil {
+		rs.acked(err) // the message never reached the writer
 		return fmt.Errorf("write stream event: %w", err)
 	}
 	return nil
 }
 
-func (s *kafkaSink) Close() error { return s.w.Close() }
+// acked is called once per event, by the writer's completion callback.
+func (rs *runSink) acked(err error) {
+	if err != nil {
+		rs.mu.Lock()
+		if rs.err == nil {
+			rs.err = fmt.Errorf("write stream event: %w", err)
+		}
+		rs.mu.Unlock()
+	}
+	<-rs.window
+	rs.pending.Done()
+}
+
+func (rs *runSink) failed() error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.err
+}
+
+// Flush waits until every event emitted is acknowledged, and reports the
+// first failure. The record of the run is done only after a nil Flush.
+func (rs *runSink) Flush() error {
+	rs.pending.Wait()
+	return rs.failed()
+}

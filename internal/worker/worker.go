@@ -54,7 +54,7 @@ type Worker struct {
 
 	// set by Run
 	control *controlChannel
-	sink    *kafkaSink
+	stream  *streamWriter
 	dlq     *deadLetters
 	bridge  *bridge.Bridge
 }
@@ -158,9 +158,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := topic.Ensure(ctx, w.cfg.Brokers, w.cfg.Partitions, w.cfg.Topics.All()...); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	w.sink = newKafkaSink(w.cfg.Brokers, w.cfg.Topics.Stream, w.cfg.StreamBatchTimeout)
+	w.stream = newStreamWriter(w.cfg.Brokers, w.cfg.Topics.Stream, w.cfg.StreamBatchTimeout)
 	w.dlq = newDeadLetters(w.cfg.Brokers, w.cfg.Topics.DLQ)
-	b, err := bridge.New(bridge.Config{Sink: w.sink, Logger: w.log, Now: w.now, RetryModelError: transientModelError})
+	b, err := bridge.New(bridge.Config{Logger: w.log, Now: w.now, RetryModelError: transientModelError})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -168,7 +168,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.control = newControlChannel(w)
 	defer func() {
 		// Writers flush what they hold on Close.
-		if err := errors.Join(w.sink.Close(), w.dlq.Close(), w.control.Close()); err != nil {
+		if err := errors.Join(w.stream.Close(), w.dlq.Close(), w.control.Close()); err != nil {
 			w.log.Warn("close writers", slog.Any("error", err))
 		}
 	}()

@@ -52,7 +52,8 @@ type Skip struct {
 
 // Config configures a Bridge.
 type Config struct {
-	// Sink receives the stream events. Required.
+	// Sink receives the stream events of runs that do not bring their own
+	// (Run.Sink). One of the two is required.
 	Sink Sink
 	// Stream selects the messages whose deltas are streamed. Default:
 	// assistant messages of any agent.
@@ -86,9 +87,6 @@ type Config struct {
 // Validate reports every configuration problem.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Sink == nil {
-		errs = append(errs, errors.New("bridge: Sink is required"))
-	}
 	if c.BufferSize < 0 {
 		errs = append(errs, fmt.Errorf("bridge: BufferSize %d < 0", c.BufferSize))
 	}
@@ -144,8 +142,8 @@ type Run struct {
 	// the adk.Runner runs under). Without it a cancelled run still ends at
 	// once, but the model keeps generating until it finishes on its own.
 	StopGeneration func()
-	// SkipStarted leaves out run.started (the caller emitted it).
-	SkipStarted bool
+	// Sink, if set, receives this run's events instead of Config.Sink.
+	Sink Sink
 }
 
 // Result is how a run ended.
@@ -241,7 +239,22 @@ func (b *Bridge) Start(ctx context.Context, run Run, iter *adk.AsyncIterator[*ad
 		items: make(chan item, b.cfg.BufferSize),
 		quit:  make(chan struct{}),
 	}
-	r.emit = NewEmitter(b.cfg.Sink, run.Identity, run.RequestID, run.RunID, b.cfg.Now)
+	sink := run.Sink
+	if sink == nil {
+		sink = b.cfg.Sink
+	}
+	if sink == nil {
+		// A programming error: stop the agent (its iterator is unbounded,
+		// so nothing blocks on the events left unread) and report it.
+		run.Turn.Discard()
+		if run.StopGeneration != nil {
+			run.StopGeneration()
+		}
+		h.err = errors.New("bridge: no sink: set Config.Sink or Run.Sink")
+		close(h.done)
+		return h
+	}
+	r.emit = NewEmitter(sink, run.Identity, run.RequestID, run.RunID, b.cfg.Now)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -444,9 +457,7 @@ func (r *runner) coordinate() (Result, error) {
 			sinkErr = fmt.Errorf("emit: %w", err)
 		}
 	}
-	if !r.run.SkipStarted {
-		emit(func() error { return r.emit.Started(ctx) })
-	}
+	emit(func() error { return r.emit.Started(ctx) })
 loop:
 	for {
 		var it item

@@ -50,6 +50,13 @@ func profileName(obj any) string {
 //
 // Obj should a pointer to a struct with a field "token" of type *Token.
 func Track(obj any, token *Token) {
+	// Turnpike patch: leak tracking is a debugging aid; outside debug
+	// builds it cost a stack capture (pprof profile) and a finalizer per
+	// query, several percent of a loaded devstack's CPU.
+	if !debugbuild.Enabled {
+		return
+	}
+
 	checkArgs(obj, token)
 
 	name := profileName(obj)
@@ -94,6 +101,10 @@ func Track(obj any, token *Token) {
 //
 // It is safe to call this function multiple times.
 func Untrack(obj any, token *Token) {
+	if !debugbuild.Enabled { // Turnpike patch: see Track
+		return
+	}
+
 	checkArgs(obj, token)
 
 	p := pprof.Lookup(profileName(obj))
