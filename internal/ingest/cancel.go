@@ -117,6 +117,6 @@ func (s *Service) postCancel(w http.ResponseWriter, r *http.Request, p auth.Prin
 
 // unavailable answers 503 with Retry-After and logs err.
 func (s *Service) unavailable(w http.ResponseWriter, r *http.Request, id events.Identity, what string, err error) {
-	s.log.ErrorContext(r.Context(), what, "status", http.StatusServiceUnavailable, "key", id.Key(), "err", err)
+	s.log.ErrorContext(r.Context(), what, "status", http.StatusServiceUnavailable, "tenant", id.Tenant, "user", id.User, "conversation", id.Conversation, "err", err)
 	server.WriteError(w, http.StatusServiceUnavailable, server.CodeUnavailable, "could not "+what+"; retry later", retryAfter)
 }

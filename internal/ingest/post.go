@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
 	"io"
 	"log/slog"
 	"mime"
@@ -112,14 +113,19 @@ func (s *Service) postMessage(w http.ResponseWriter, r *http.Request, p auth.Pri
 	}
 
 	// The outcome must be known whether or not the client is still there.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.ProduceTimeout)
+	ctx, span := s.tracing.Start(s.tracing.FromHTTP(context.WithoutCancel(r.Context()), r.Header), "ingest.post_message",
+		attribute.String("turnpike.tenant", id.Tenant), attribute.String("turnpike.conversation", id.Conversation),
+		attribute.String("turnpike.request_id", requestID))
+	defer span.End()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ProduceTimeout)
 	err = s.producer.Produce(ctx, []byte(id.Key()), value)
 	cancel()
 	if err != nil {
 		s.queued.forget(requestID)
 		s.metrics.produceErrors.Inc()
+		span.RecordError(err)
 		s.log.ErrorContext(r.Context(), "produce request", "status", http.StatusServiceUnavailable,
-			"key", id.Key(), "request_id", requestID, "err", err)
+			"tenant", id.Tenant, "user", id.User, "conversation", id.Conversation, "request_id", requestID, "err", err)
 		server.WriteError(w, http.StatusServiceUnavailable, server.CodeUnavailable,
 			"could not queue the request; retry later (an Idempotency-Key makes the retry safe)", retryAfter)
 		return
@@ -134,7 +140,7 @@ func (s *Service) internal(w http.ResponseWriter, r *http.Request, id events.Ide
 		level = slog.LevelInfo // the client went away: not a fault of ours
 	}
 	s.log.Log(r.Context(), level, "internal error", "status", http.StatusInternalServerError,
-		"route", r.Pattern, "key", id.Key(), "request_id", requestID, "err", err)
+		"route", r.Pattern, "tenant", id.Tenant, "user", id.User, "conversation", id.Conversation, "request_id", requestID, "err", err)
 	server.WriteError(w, http.StatusInternalServerError, server.CodeInternal, "internal error", 0)
 }
 

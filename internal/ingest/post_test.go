@@ -321,8 +321,10 @@ func TestPostMessageLogsFailuresWithoutContent(t *testing.T) {
 	w := s.do(http.MethodPost, messagesURL, token(t, "acme", "alice"), `{"content":"`+secret+`"}`, nil)
 	checkError(t, w, http.StatusServiceUnavailable, server.CodeUnavailable)
 	logs := s.logs.String()
-	if !strings.Contains(logs, "broker down") || !strings.Contains(logs, "acme/alice/c1") {
-		t.Errorf("log %q: want the error and the key", logs)
+	for _, want := range []string{"broker down", "tenant=acme", "user=alice", "conversation=c1", "request_id=r-"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("log %q: want %q", logs, want)
+		}
 	}
 	if strings.Contains(logs, secret) {
 		t.Errorf("log %q contains the message content", logs)

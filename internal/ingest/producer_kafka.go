@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/turnpike-dev/turnpike/internal/tracing"
 )
 
 // Settings of the KafkaProducer's writer. Together they keep a write to an
@@ -29,6 +31,15 @@ const (
 type KafkaProducer struct {
 	w         *kafka.Writer
 	transport *kafka.Transport
+	// tracing, when set, carries ctx's trace context in the record headers.
+	tracing *tracing.Tracing
+}
+
+// WithTracing makes Produce carry ctx's trace context in the record's
+// headers, for the worker to continue the trace. It returns p.
+func (p *KafkaProducer) WithTracing(t *tracing.Tracing) *KafkaProducer {
+	p.tracing = t
+	return p
 }
 
 // NewKafkaProducer returns a producer writing to topic on brokers. It does
@@ -64,7 +75,7 @@ func NewKafkaProducer(brokers []string, topic string) (*KafkaProducer, error) {
 // Produce writes one record and returns once every in-sync replica has it,
 // or with an error when ctx ends first or the write fails.
 func (p *KafkaProducer) Produce(ctx context.Context, key, value []byte) error {
-	if err := p.w.WriteMessages(ctx, kafka.Message{Key: key, Value: value}); err != nil {
+	if err := p.w.WriteMessages(ctx, kafka.Message{Key: key, Value: value, Headers: p.tracing.KafkaHeaders(ctx)}); err != nil {
 		return fmt.Errorf("produce to %s: %w", p.w.Topic, err)
 	}
 	return nil

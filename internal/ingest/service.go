@@ -14,6 +14,7 @@ import (
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/server"
+	"github.com/turnpike-dev/turnpike/internal/tracing"
 )
 
 // retryAfter is the Retry-After of a 503.
@@ -53,6 +54,9 @@ type Deps struct {
 	Completions interface {
 		Run(ctx context.Context, done func(requestID string)) error
 	}
+	// Tracing, if set, continues the caller's trace (traceparent header) in
+	// a span per request. Default: none.
+	Tracing *tracing.Tracing
 	// Registerer receives the service's metrics. Default: not registered.
 	Registerer prometheus.Registerer
 	// Logger logs 5xx answers. Default: discard.
@@ -86,6 +90,7 @@ type Service struct {
 	}
 	limiter *rateLimiter
 	queued  *queuedRequests
+	tracing *tracing.Tracing
 }
 
 // New returns a Service. It registers the metrics with d.Registerer, so a
@@ -133,6 +138,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 		control:     d.Control,
 		positions:   d.Positions,
 		completions: d.Completions,
+		tracing:     d.Tracing,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

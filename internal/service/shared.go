@@ -17,6 +17,7 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/internal/tracing"
 	"github.com/turnpike-dev/turnpike/pkg/echo"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 )
@@ -37,6 +38,11 @@ type Shared struct {
 	// PprofAddr, when set, serves net/http/pprof there (TURNPIKE_PPROF_ADDR;
 	// default off). Bind it to loopback or a private network only.
 	PprofAddr string
+	// OTLPEndpoint, when set, exports trace spans over OTLP/HTTP there
+	// (TURNPIKE_OTLP_ENDPOINT; default off: trace context is still carried).
+	OTLPEndpoint string
+	// TraceSampleRatio samples new traces (TURNPIKE_TRACE_SAMPLE_RATIO, default 1).
+	TraceSampleRatio float64
 }
 
 // OpenAIConfig configures TURNPIKE_MODEL=openai.
@@ -62,6 +68,8 @@ func (s *Shared) BindLogFormat(set *flagenv.Set, defaultLogFormat string) {
 	set.String(&s.OpenAI.Model, "openai-model", "TURNPIKE_OPENAI_MODEL", "", "model name at the OpenAI-compatible API")
 	set.String(&s.LogLevel, "log-level", "TURNPIKE_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	set.String(&s.LogFormat, "log-format", "TURNPIKE_LOG_FORMAT", defaultLogFormat, "log format: json or text")
+	set.String(&s.OTLPEndpoint, "otlp-endpoint", "TURNPIKE_OTLP_ENDPOINT", "", "OTLP/HTTP endpoint of trace spans, e.g. http://otel-collector:4318 (off when empty)")
+	set.Float(&s.TraceSampleRatio, "trace-sample-ratio", "TURNPIKE_TRACE_SAMPLE_RATIO", 1, "share of new traces sampled, 0..1")
 	set.String(&s.PprofAddr, "pprof-addr", "TURNPIKE_PPROF_ADDR", "", "serve net/http/pprof on this address (off when empty; keep it private)")
 }
 
@@ -151,4 +159,9 @@ func (s Shared) OpenStore(ctx context.Context) (store *history.MongoStore, ping 
 	}
 	ping = func(ctx context.Context) error { return client.Ping(ctx, readpref.Primary()) }
 	return store, ping, close, nil
+}
+
+// NewTracing returns the tracing of service name.
+func (s Shared) NewTracing(ctx context.Context, name string) (*tracing.Tracing, error) {
+	return tracing.New(ctx, tracing.Config{ServiceName: name, Endpoint: s.OTLPEndpoint, SampleRatio: s.TraceSampleRatio})
 }

@@ -7,6 +7,8 @@ import (
 )
 
 type metrics struct {
+	lag          *prometheus.GaugeVec
+	streamWrite  prometheus.Histogram
 	cancelled    prometheus.Counter
 	fenced       prometheus.Counter
 	committed    prometheus.Counter
@@ -23,6 +25,13 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "turnpike_worker_consumer_lag", Help: "Records of an assigned requests-topic partition not yet fetched (high watermark minus position).",
+		}, []string{"partition"}),
+		streamWrite: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "turnpike_worker_stream_write_seconds", Help: "Time from a stream event's emission to the broker's acknowledgement.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
 		cancelled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "turnpike_worker_cancelled_runs_total", Help: "Runs cancelled while running, by a cancel or an interrupting request.",
 		}),
@@ -62,7 +71,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.cancelled, m.fenced, m.committed, m.running, m.peakInflight, m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds} {
+	for _, c := range []prometheus.Collector{m.lag, m.streamWrite, m.cancelled, m.fenced, m.committed, m.running, m.peakInflight, m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -84,7 +85,7 @@ func (w *Worker) consumePartition(genCtx context.Context, gen *kafka.Generation,
 	committed := make(chan struct{})
 	go func() {
 		defer close(committed)
-		p.commitLoop(commitCtx)
+		p.commitLoop(commitCtx, r)
 	}()
 
 	for p.acquire(genCtx) {
@@ -295,17 +296,20 @@ func (p *partition) dropLocked(key string, q *keyQueue) {
 	delete(p.keys, key)
 }
 
-// commitLoop commits the partition's progress every CommitInterval until
-// ctx ends.
-func (p *partition) commitLoop(ctx context.Context) {
+// commitLoop commits the partition's progress every CommitInterval, and
+// reports its lag, until ctx ends.
+func (p *partition) commitLoop(ctx context.Context, r *kafka.Reader) {
 	t := time.NewTicker(p.w.cfg.CommitInterval)
 	defer t.Stop()
+	label := strconv.Itoa(p.id)
+	defer p.w.metrics.lag.DeleteLabelValues(label)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			p.commit()
+			p.w.metrics.lag.WithLabelValues(label).Set(float64(max(r.Lag(), 0)))
 		}
 	}
 }

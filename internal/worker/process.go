@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
 	"log/slog"
 	"time"
 
@@ -34,7 +35,11 @@ func (w *Worker) handle(genCtx context.Context, e *entry) error {
 	if e.err != nil {
 		return w.deadLetter(genCtx, m, nil, e.err, 1)
 	}
-	ctx := context.WithoutCancel(genCtx)
+	ctx, span := w.tracing.Start(w.tracing.FromKafka(context.WithoutCancel(genCtx), m.Headers), "worker.request",
+		attribute.String("turnpike.tenant", req.Tenant), attribute.String("turnpike.conversation", req.Conversation),
+		attribute.String("turnpike.request_id", req.RequestID), attribute.Int("messaging.kafka.partition", m.Partition),
+		attribute.Int64("messaging.kafka.offset", m.Offset))
+	defer span.End()
 	backoff := w.cfg.RetryBackoffMin
 	for attempt, recordAttempts := 1, 1; ; attempt++ {
 		err := w.run(genCtx, ctx, m, req)
@@ -87,7 +92,7 @@ func (w *Worker) complete(genCtx context.Context, e *entry, status events.Status
 // completed emits run.completed for a request that ended without a run of
 // its own, and tells ingest it ended.
 func (w *Worker) completed(ctx context.Context, id events.Identity, requestID string, status events.Status) error {
-	sink := w.stream.run()
+	sink := w.stream.run(w.tracing.KafkaHeaders(ctx))
 	if err := bridge.NewEmitter(sink, id, requestID, newRunID(), w.now).Completed(ctx, status); err != nil {
 		return err
 	}
@@ -218,7 +223,7 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 	w.runStarted()
 	defer w.runEnded()
 	iter := w.runner.Run(runCtx, toMessages(window))
-	sink := w.stream.run()
+	sink := w.stream.run(w.tracing.KafkaHeaders(ctx))
 	h := w.bridge.Start(ctx, bridge.Run{
 		Identity:       id,
 		RequestID:      req.RequestID,

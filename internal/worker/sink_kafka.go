@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/turnpike-dev/turnpike/internal/topic"
@@ -30,24 +31,35 @@ const runWindow = 2
 // the run that wrote them.
 type streamWriter struct {
 	w *kafka.Writer
+	// written observes each event's time from Emit to acknowledgement.
+	written prometheus.Observer
 }
 
-func newStreamWriter(brokers []string, streamTopic string, batchTimeout time.Duration) *streamWriter {
-	s := &streamWriter{w: topic.StreamWriter(brokers, streamTopic, batchTimeout)}
+func newStreamWriter(brokers []string, streamTopic string, batchTimeout time.Duration, written prometheus.Observer) *streamWriter {
+	s := &streamWriter{w: topic.StreamWriter(brokers, streamTopic, batchTimeout), written: written}
 	s.w.Async = true
 	s.w.Completion = func(msgs []kafka.Message, err error) {
+		now := time.Now()
 		for _, m := range msgs {
-			if rs, ok := m.WriterData.(*runSink); ok {
-				rs.acked(err)
+			if pe, ok := m.WriterData.(*pendingEvent); ok {
+				s.written.Observe(now.Sub(pe.at).Seconds())
+				pe.rs.acked(err)
 			}
 		}
 	}
 	return s
 }
 
-// run returns the sink of one run's events.
-func (s *streamWriter) run() *runSink {
-	return &runSink{w: s.w, window: make(chan struct{}, runWindow)}
+// pendingEvent is an event written and not yet acknowledged.
+type pendingEvent struct {
+	rs *runSink
+	at time.Time
+}
+
+// run returns the sink of one run's events; headers (trace context) go on
+// every event.
+func (s *streamWriter) run(headers []kafka.Header) *runSink {
+	return &runSink{w: s.w, window: make(chan struct{}, runWindow), headers: headers}
 }
 
 // Close flushes what is buffered and closes the writer.
@@ -58,6 +70,7 @@ func (s *streamWriter) Close() error { return s.w.Close() }
 // the first failure.
 type runSink struct {
 	w       *kafka.Writer
+	headers []kafka.Header
 	window  chan struct{} // one token per event written and not yet acknowledged
 	pending sync.WaitGroup
 
@@ -81,7 +94,8 @@ func (rs *runSink) Emit(ctx context.Context, id events.Identity, e events.Event)
 	rs.pending.Add(1)
 	// The writer keeps the value until it is written: a fresh buffer each.
 	v := events.AppendEvent(make([]byte, 0, 256), e)
-	if err := rs.w.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v, WriterData: rs}); err != nil {
+	m := kafka.Message{Key: []byte(id.Key()), Value: v, Headers: rs.headers, WriterData: &pendingEvent{rs: rs, at: time.Now()}}
+	if err := rs.w.WriteMessages(ctx, m); err != nil {
 		rs.acked(err) // the message never reached the writer
 		return fmt.Errorf("write stream event: %w", err)
 	}

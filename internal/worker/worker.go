@@ -16,6 +16,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/internal/tracing"
 	"github.com/turnpike-dev/turnpike/pkg/bridge"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 )
@@ -32,6 +33,9 @@ type Deps struct {
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Tracing, if set, continues each request's trace (from its record's
+	// headers) and carries it into its stream events' headers.
+	Tracing *tracing.Tracing
 }
 
 // Worker runs requests from the requests topic.
@@ -41,6 +45,7 @@ type Worker struct {
 	runner  *adk.Runner
 	log     *slog.Logger
 	now     func() time.Time
+	tracing *tracing.Tracing
 	metrics *metrics
 	// inflight bounds the records fetched and not yet done (MaxInflight).
 	inflight chan struct{}
@@ -104,6 +109,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		runner:   adk.NewRunner(ctx, adk.RunnerConfig{Agent: agent, EnableStreaming: true}),
 		log:      d.Logger,
 		now:      d.Now,
+		tracing:  d.Tracing,
 		metrics:  m,
 		inflight: make(chan struct{}, cfg.MaxInflight),
 		active:   newActiveRuns(),
@@ -158,7 +164,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := topic.Ensure(ctx, w.cfg.Brokers, w.cfg.Partitions, w.cfg.Topics.All()...); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	w.stream = newStreamWriter(w.cfg.Brokers, w.cfg.Topics.Stream, w.cfg.StreamBatchTimeout)
+	w.stream = newStreamWriter(w.cfg.Brokers, w.cfg.Topics.Stream, w.cfg.StreamBatchTimeout, w.metrics.streamWrite)
 	w.dlq = newDeadLetters(w.cfg.Brokers, w.cfg.Topics.DLQ)
 	b, err := bridge.New(bridge.Config{Logger: w.log, Now: w.now, RetryModelError: transientModelError})
 	if err != nil {

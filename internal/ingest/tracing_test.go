@@ -1,0 +1,67 @@
+package ingest
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/internal/tracing"
+)
+
+func TestAPostContinuesTheCallersTraceIntoTheRequestRecord(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	brokers := testenv.Kafka(t)
+	requests := testenv.Name(t, "requests")
+	if err := topic.Ensure(ctx, brokers, 1, requests); err != nil {
+		t.Fatal(err)
+	}
+	exp := tracetest.NewInMemoryExporter()
+	tr, err := tracing.New(ctx, tracing.Config{ServiceName: "ingest", Exporter: exp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewKafkaProducer(brokers, requests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.WithTracing(tr)
+	t.Cleanup(func() { _ = p.Close() })
+	s := newTestServiceWith(t, Config{}, p, nil, nil, func(d *Deps) { d.Tracing = tr })
+
+	const traceID = "0af7651916cd43dd8448eb211c80319c"
+	w := s.do(http.MethodPost, "/v1/conversations/c1/messages", token(t, "acme", "ann"), `{"content":"hi"}`,
+		map[string]string{"traceparent": "00-" + traceID + "-b7ad6b7169203331-01"})
+	if w.Code != http.StatusAccepted {
+		t.Fatalf("POST: %d %s", w.Code, w.Body)
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: requests, Partition: 0, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	m, err := r.ReadMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tp string
+	for _, h := range m.Headers {
+		if h.Key == "traceparent" {
+			tp = string(h.Value)
+		}
+	}
+	if !strings.HasPrefix(tp, "00-"+traceID+"-") || strings.Contains(tp, "b7ad6b7169203331") {
+		t.Fatalf("record traceparent %q: want the caller's trace with ingest's own span", tp)
+	}
+	if err := tr.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spans := exp.GetSpans()
+	if len(spans) != 1 || spans[0].Name != "ingest.post_message" || spans[0].Parent.SpanID().String() != "b7ad6b7169203331" ||
+		!strings.Contains(tp, spans[0].SpanContext.SpanID().String()) {
+		t.Fatalf("spans %+v", spans)
+	}
+}
