@@ -34,24 +34,53 @@ import (
 // TestMain lets the test binary stand in for cmd/worker, so fault tests can
 // run workers as processes and kill them with SIGKILL.
 func TestMain(m *testing.M) {
+	if role := os.Getenv("TURNPIKE_TEST_RUN_SERVICE"); role != "" {
+		os.Exit(runServiceProcess(role))
+	}
 	if os.Getenv("TURNPIKE_TEST_RUN_WORKER") == "1" {
-		os.Exit(runWorkerProcess())
+		os.Exit(runServiceProcess("worker"))
 	}
 	os.Exit(m.Run())
 }
 
-func runWorkerProcess() int {
-	var cfg service.WorkerConfig
-	set := flagenv.New(flag.NewFlagSet("worker", flag.ContinueOnError), os.LookupEnv)
-	cfg.Bind(set)
+// runServiceProcess runs one service as cmd/<role> would, configured from
+// the environment, until SIGTERM.
+func runServiceProcess(role string) int {
+	set := flagenv.New(flag.NewFlagSet(role, flag.ContinueOnError), os.LookupEnv)
+	var (
+		ic  service.IngestConfig
+		wc  service.WorkerConfig
+		pc  service.PushgwConfig
+		run func(ctx context.Context) error
+	)
+	switch role {
+	case "ingest":
+		ic.Bind(set)
+		run = func(ctx context.Context) error {
+			return service.RunIngest(ctx, ic, service.Env{Logger: ic.NewLogger(os.Stderr)}, nil)
+		}
+	case "worker":
+		wc.Bind(set)
+		run = func(ctx context.Context) error {
+			return service.RunWorker(ctx, wc, service.Env{Logger: wc.NewLogger(os.Stderr)}, nil)
+		}
+	case "pushgw":
+		pc.Bind(set)
+		run = func(ctx context.Context) error {
+			return service.RunPushgw(ctx, pc, service.Env{Logger: pc.NewLogger(os.Stderr)}, nil)
+		}
+	default:
+		fmt.Fprintln(os.Stderr, "unknown role", role)
+		return 2
+	}
 	if err := set.Parse(nil); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := service.RunWorker(ctx, cfg, service.Env{Logger: cfg.NewLogger(os.Stderr), Registry: nil}, nil); err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
+	if err := run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, role+":", err)
 		return 1
 	}
 	return 0
@@ -162,13 +191,15 @@ func (f *faultStack) killAll() {
 type load struct {
 	convs, msgs int
 	user        string
+	// extra is appended to every message (e.g. a [[delay:…]] directive).
+	extra string
 }
 
 func (l load) id(i int) events.Identity {
 	return events.Identity{Tenant: "acme", User: l.user, Conversation: fmt.Sprintf("c%d", i)}
 }
 
-func (l load) content(j int) string { return fmt.Sprintf("m%d [[tokens:5]]", j) }
+func (l load) content(j int) string { return fmt.Sprintf("m%d [[tokens:5]]%s", j, l.extra) }
 
 // produce writes the load to the requests topic, message by message (all
 // conversations' message 1, then message 2, …), pausing between rounds.
@@ -233,7 +264,7 @@ func check(ctx context.Context, store history.Store, l load) (*verdict, error) {
 		if err != nil {
 			return nil, err
 		}
-		seen := map[string]int{}
+		seen := map[int]int{}
 		last := 0
 		for k := 0; k < len(page.Messages); k++ {
 			u := page.Messages[k]
@@ -254,10 +285,12 @@ func check(ctx context.Context, store history.Store, l load) (*verdict, error) {
 				v.wrong++
 				continue
 			}
-			seen[u.RequestID]++
-			if seen[u.RequestID] > 1 {
+			// Messages are told apart by their marker: a request may come
+			// with its own id, an idempotency key's or a derived one.
+			seen[j]++
+			if seen[j] > 1 {
 				v.duplicate++
-				note("%s: %s persisted twice", id, u.RequestID)
+				note("%s: m%d persisted twice", id, j)
 			}
 			if j <= last {
 				v.outOfOrder++
@@ -270,7 +303,7 @@ func check(ctx context.Context, store history.Store, l load) (*verdict, error) {
 			}
 		}
 		for j := 1; j <= l.msgs; j++ {
-			if seen[fmt.Sprintf("c%d-m%d", i, j)] == 0 {
+			if seen[j] == 0 {
 				v.lost++
 				note("%s: m%d lost", id, j)
 			}
@@ -283,10 +316,13 @@ func check(ctx context.Context, store history.Store, l load) (*verdict, error) {
 // then returns the verdict.
 func waitDone(t *testing.T, ctx context.Context, store history.Store, l load) *verdict {
 	t.Helper()
-	for {
+	for i := 0; ; i++ {
 		v, err := check(ctx, store, l)
 		if err == nil && v.lost == 0 {
 			return v
+		}
+		if i%25 == 24 {
+			t.Logf("waiting for the load to be persisted: %v %v", v, err)
 		}
 		if ctx.Err() != nil {
 			if v == nil {
