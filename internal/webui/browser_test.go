@@ -186,7 +186,24 @@ func TestBrowserChat(t *testing.T) {
 	if got := evalJS[string](t, ctx, fmt.Sprintf(`document.querySelector('%s .msg-user').dataset.kept`, turnSel(id4))); got != "false" {
 		t.Errorf("the discarded user message has data-kept %q, want false", got)
 	}
-	run(t, ctx, "let the conversation list catch up", waitJS(`document.querySelector('#conv-list a[aria-current="page"]').textContent.includes('6 messages')`))
+
+	// Stop a streaming answer: the part shown so far is kept, marked cancelled.
+	id5 := sendMessage(t, ctx, "[[tokens:400]][[delay:30ms]]")
+	run(t, ctx, "wait for a partial answer to stop", waitJS(fmt.Sprintf(
+		`(document.querySelector('%s .msg-assistant .msg-text')?.textContent ?? '').split(' ').length >= 5`, turnSel(id5))))
+	run(t, ctx, "press stop", chromedp.Click(chromedp.CSS(turnSel(id5)+" .cancel")))
+	waitAnswer(t, ctx, id5, "cancelled")
+	if got := text(t, ctx, turnSel(id5)+" .msg-assistant .mark"); got != "cancelled" {
+		t.Errorf("the stopped answer is marked %q, want cancelled", got)
+	}
+	stopped := strings.TrimSpace(text(t, ctx, turnSel(id5)+" .msg-assistant .msg-text"))
+	if !strings.HasPrefix(stopped, "w1 w2 w3") || strings.Contains(stopped, "w400") {
+		t.Errorf("the stopped answer shows %q: want the beginning only", stopped)
+	}
+	if n := evalJS[int](t, ctx, fmt.Sprintf(`document.querySelectorAll('%s .cancel').length`, turnSel(id5))); n != 0 {
+		t.Error("the stop button outlived its answer")
+	}
+	run(t, ctx, "let the conversation list catch up", waitJS(`document.querySelector('#conv-list a[aria-current="page"]').textContent.includes('8 messages')`))
 	screenshot(t, ctx, artifacts, "chat-desktop.png")
 
 	// Phone width: nothing overflows, the conversation list folds away.
@@ -195,7 +212,7 @@ func TestBrowserChat(t *testing.T) {
 	run(t, ctx, "narrow the viewport",
 		chromedp.EmulateViewport(360, 740, chromedp.EmulateMobile),
 		chromedp.Reload(),
-		waitJS(`document.querySelectorAll('.turn .msg-assistant[data-status]').length === 3`),
+		waitJS(`document.querySelectorAll('.turn .msg-assistant[data-status]').length === 4`),
 	)
 	if n := evalJS[int](t, ctx, `document.querySelectorAll('.notice, .system, [data-kept="false"]').length`); n != 0 {
 		t.Errorf("%d notices or unkept messages after the reload, want none: they are not persisted", n)

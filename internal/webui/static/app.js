@@ -82,9 +82,37 @@ class Turn {
     a.el.dataset.status = status ?? 'streaming';
     a.status.textContent = status === 'incomplete' || status === 'cancelled' ? status : '';
     a.status.hidden = a.status.textContent === '';
+    this.showCancel(!status);
+  }
+
+  // showCancel offers to stop the answer while it streams.
+  showCancel(on) {
+    if (!on || !this.requestId) {
+      this.cancelButton?.remove();
+      this.cancelButton = null;
+      return;
+    }
+    if (this.cancelButton) return;
+    const b = el('button', { type: 'button', class: 'cancel', 'aria-label': 'Stop this answer' }, 'Stop');
+    b.addEventListener('click', async () => {
+      b.disabled = true;
+      b.textContent = 'Stopping…';
+      try {
+        await state.client.cancel(state.conversation, { requestId: this.requestId });
+      } catch (err) {
+        if (!handleAuthError(err)) {
+          b.disabled = false;
+          b.textContent = 'Stop';
+          this.line('system', `Could not stop: ${err.message}`);
+        }
+      }
+    });
+    this.cancelButton = b;
+    this.assistant?.el.append(b);
   }
 
   removeAnswer() {
+    this.showCancel(false);
     this.assistant?.el.remove();
     this.assistant = null;
   }

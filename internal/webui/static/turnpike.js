@@ -170,6 +170,17 @@ export class Client {
   }
 
   /**
+   * Cancels the running and every queued request of a conversation, or just
+   * `requestId`. The running request completes "cancelled" with its partial
+   * answer kept; queued ones complete "cancelled" without running.
+   * @returns {Promise<{status: string}>}
+   */
+  cancel(conversation, { requestId, signal } = {}) {
+    const body = requestId ? { request_id: requestId } : {};
+    return this.#request('POST', `/v1/conversations/${encodeURIComponent(conversation)}/cancel`, { body, signal, expect: 202 });
+  }
+
+  /**
    * Reads one page of a conversation's history: the newest `limit` messages before seq
    * `before`, oldest first. A conversation with no turn yet is a TurnpikeError "not_found".
    * @returns {Promise<{messages: object[], next_before: number|null}>}
@@ -528,7 +539,8 @@ class Subscription {
  * - A re-run (`rerun: true`) starts the text over (`restarted`).
  * - `joinedLate`: tokens arrived without this run's run.started (the
  *   subscription began mid-answer), so `text` lacks its beginning.
- * - `persisted`: run.completed said complete, incomplete or cancelled.
+ * - `persisted`: run.completed said complete, incomplete or cancelled (a run
+ *   cancelled before any content kept nothing).
  * - `needsReload`: persisted, but the text shown may differ from what was
  *   persisted (joined late, or a duplicate's completion with no tokens):
  *   read the answer from history.
@@ -575,7 +587,9 @@ export class Answers {
       case 'run.completed':
         a.status = ev.status;
         a.done = true;
-        a.persisted = PERSISTED.has(ev.status);
+        // A run cancelled before any content keeps nothing; a cancelled
+        // request seen only by its completion is checked against history.
+        a.persisted = PERSISTED.has(ev.status) && !(ev.status === 'cancelled' && a.started && a.text === '');
         a.needsReload = a.persisted && (a.joinedLate || !a.started);
         break;
     }
