@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// TestMain lets the test binary stand in for the command.
+func TestMain(m *testing.M) {
+	if os.Getenv("TURNPIKE_TEST_RUN_REPLAY") == "1" {
+		os.Args = append([]string{"replay"}, strings.Fields(os.Getenv("TURNPIKE_TEST_REPLAY_ARGS"))...)
+		os.Exit(run())
+	}
+	os.Exit(m.Run())
+}
+
+// command runs the replay command as a process with args.
+func command(env []string, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), env...), "TURNPIKE_TEST_RUN_REPLAY=1", "TURNPIKE_TEST_REPLAY_ARGS="+strings.Join(args, " "))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	return cmd, &stdout, &stderr
+}
+
+func exitCode(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+func TestTheCommandStopsOnSIGINTAndResumesWhereItStopped(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	brokers := testenv.Kafka(t)
+	prefix := testenv.Name(t, "cmd") + "."
+	names := topic.NewNames(prefix)
+	if err := topic.Ensure(ctx, brokers, 2, names.All()...); err != nil {
+		t.Fatal(err)
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: names.Requests, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond}
+	var msgs []kafka.Message
+	for i := range 120 {
+		id := events.Identity{Tenant: "acme", User: "kim", Conversation: fmt.Sprintf("c%d", i%6)}
+		b, _ := events.EncodeRequest(events.Request{V: 1, RequestID: fmt.Sprintf("r%d", i), Tenant: id.Tenant, User: id.User, Conversation: id.Conversation, Content: fmt.Sprintf("m%d", i)})
+		msgs = append(msgs, kafka.Message{Key: []byte(id.Key()), Value: b})
+	}
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	report := filepath.Join(t.TempDir(), "report.jsonl")
+	env := []string{"TURNPIKE_KAFKA_BROKERS=" + strings.Join(brokers, ","), "TURNPIKE_TOPIC_PREFIX=" + prefix, "TURNPIKE_LOG_LEVEL=error"}
+
+	// Bad flags: exit 2 with the reason.
+	cmd, _, stderr := command(env, "-mode", "shadow", "-start-offset", "9", "-end-offset", "3", "-report", report)
+	if code := exitCode(cmd.Run()); code != 2 || !strings.Contains(stderr.String(), "start 9 is after end 3") {
+		t.Fatalf("bad range: exit %d, stderr %q; want 2 and the reason", code, stderr.String())
+	}
+
+	// Each request takes about 20 ms (2 words, 10 ms apart), two
+	// conversations at a time: interrupt after the first lines.
+	args := []string{"-mode", "shadow", "-echo-delay", "10ms", "-concurrency", "2", "-report", report, "-checkpoint-interval", "50ms"}
+	cmd, stdout, stderr := command(env, args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if b, _ := os.ReadFile(report); bytes.Count(b, []byte("\n")) >= 10 {
+			break
+		}
+		if ctx.Err() != nil {
+			_ = cmd.Process.Kill()
+			t.Fatalf("no progress: %s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(cmd.Wait()); code != 130 || !strings.Contains(stdout.String(), "INTERRUPTED") {
+		t.Fatalf("after SIGINT: exit %d, stdout %q, stderr %q; want 130 and INTERRUPTED", code, stdout.String(), stderr.String())
+	}
+	b, _ := os.ReadFile(report)
+	if n := bytes.Count(b, []byte("\n")); n >= 120 {
+		t.Fatalf("the interrupted run reported all %d records", n)
+	}
+
+	cmd, stdout, stderr = command(env, append(args, "-resume", "-echo-delay", "0")...)
+	if code := exitCode(cmd.Run()); code == 0 {
+		t.Fatalf("resuming with another echo delay: exit 0, want a refusal (stdout %q)", stdout.String())
+	}
+	cmd, stdout, stderr = command(env, append(args, "-resume")...)
+	if code := exitCode(cmd.Run()); code != 0 || !strings.Contains(stdout.String(), ": done") {
+		t.Fatalf("resume: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+	b, _ = os.ReadFile(report)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	seen := map[string]bool{}
+	for _, l := range lines {
+		i := strings.Index(l, `"request_id":"`)
+		if i < 0 {
+			t.Fatalf("report line without request id: %s", l)
+		}
+		id := l[i+len(`"request_id":"`):]
+		id = id[:strings.IndexByte(id, '"')]
+		if seen[id] {
+			t.Errorf("%s reported twice", id)
+		}
+		seen[id] = true
+	}
+	if len(seen) != 120 {
+		t.Errorf("report holds %d requests, want 120", len(seen))
+	}
+}

@@ -1,0 +1,190 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/schema"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/turnpike-dev/turnpike/internal/service"
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+)
+
+// BenchmarkShadowReplay replays 20,000 requests (2,000 conversations of 10
+// messages, 12 partitions) in shadow mode through the zero-delay echo
+// model and an in-memory shadow store, after a raw kafka-go read of the
+// same selection in the same run, and reports both rates and their ratio:
+//
+//	go test -run '^$' -bench ShadowReplay -benchtime 3x ./internal/replay/
+//
+// with the worker's eino agent (agent=adk) and the direct agent (agent=direct).
+func BenchmarkShadowReplay(b *testing.B) {
+	const (
+		partitions = 12
+		convs      = 2000
+		msgs       = 10
+	)
+	ctx := testenv.Context(b, 10*time.Minute)
+	brokers := testenv.Kafka(b)
+	prefix := testenv.Name(b, "bench") + "."
+	names := topic.NewNames(prefix)
+	if err := topic.Ensure(ctx, brokers, partitions, names.Requests); err != nil {
+		b.Fatal(err)
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: names.Requests, Balancer: &kafka.Murmur2Balancer{},
+		BatchTimeout: time.Millisecond, BatchSize: 1000, RequiredAcks: kafka.RequireAll}
+	batch := make([]kafka.Message, 0, convs)
+	for j := 1; j <= msgs; j++ {
+		batch = batch[:0]
+		for i := range convs {
+			id := events.Identity{Tenant: "bench", User: fmt.Sprintf("u%d", i%50), Conversation: fmt.Sprintf("c%d", i)}
+			batch = append(batch, request(id, fmt.Sprintf("c%d-m%d", i, j), fmt.Sprintf("message %d of conversation %d", j, i)))
+		}
+		if err := w.WriteMessages(ctx, batch...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	w.Close()
+	for _, kind := range []string{AgentADK, AgentDirect} {
+		b.Run("agent="+kind, func(b *testing.B) {
+			dir := b.TempDir()
+			var rate, raw float64
+			for i := range b.N {
+				report := filepath.Join(dir, fmt.Sprintf("%s-%d.jsonl", kind, i))
+				cfg := Config{Shared: service.Shared{Brokers: brokers, TopicPrefix: prefix, Model: "echo"}, Mode: ModeShadow,
+					StartOffset: -1, EndOffset: -1, Report: report, MeasureRaw: true, Agent: kind}
+				sum, err := Run(ctx, cfg, Deps{Model: echoModel(b)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if sum.Completed != convs*msgs {
+					b.Fatalf("completed %d of %d: %v", sum.Completed, convs*msgs, sum.Statuses)
+				}
+				rate += sum.RecordsPerSec
+				raw += sum.Raw.RecordsPerSec
+				b.Logf("shadow %.0f requests/s in %v (p50 %v, p99 %v); raw read %.0f records/s in %v; ratio %.3f",
+					sum.RecordsPerSec, sum.Elapsed.Round(time.Millisecond), sum.Latency.P50, sum.Latency.P99,
+					sum.Raw.RecordsPerSec, sum.Raw.Elapsed.Round(time.Millisecond), sum.RatioToRaw)
+			}
+			b.ReportMetric(rate/float64(b.N), "requests/s")
+			b.ReportMetric(raw/float64(b.N), "raw-records/s")
+			b.ReportMetric(rate/raw, "shadow/raw")
+		})
+	}
+}
+
+// BenchmarkShadowRequest is the per-request cost of a shadow run without
+// Kafka, on all cores. Its sub-benchmarks separate the layers:
+//
+//   - model: the zero-delay echo model's stream alone, read to its end;
+//   - agent: the eino adk runner (chat model agent over the echo model),
+//     its events drained without the bridge;
+//   - bridge=default: the history window, the agent, the bridge with its
+//     default 1,000-item buffer, and the commit to a memory store;
+//   - bridge=shadow: the same with the shadow runs' buffer (what shadow
+//     mode does);
+//   - direct: bridge=shadow with the direct agent (-agent direct) instead
+//     of eino's.
+//
+// Run it with:
+//
+//	go test -run '^$' -bench ShadowRequest -benchmem ./internal/replay/
+func BenchmarkShadowRequest(b *testing.B) {
+	ctx := context.Background()
+	m := echoModel(b)
+	agent, err := NewAgent(ctx, AgentConfig{Model: m})
+	if err != nil {
+		b.Fatal(err)
+	}
+	input := []adk.Message{schema.UserMessage("hello there, how are you today")}
+	b.Run("model", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				sr, err := m.Stream(ctx, input)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for {
+					if _, err := sr.Recv(); err != nil {
+						break
+					}
+				}
+				sr.Close()
+			}
+		})
+	})
+	b.Run("agent", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				iter := agent.Run(ctx, input)
+				for {
+					ev, ok := iter.Next()
+					if !ok {
+						break
+					}
+					if mo := ev.Output; mo != nil && mo.MessageOutput != nil && mo.MessageOutput.IsStreaming {
+						s := mo.MessageOutput.MessageStream
+						for {
+							if _, err := s.Recv(); err != nil {
+								break
+							}
+						}
+						s.Close()
+					}
+				}
+			}
+		})
+	})
+	direct, err := NewDirectAgent(AgentConfig{Model: m})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name  string
+		size  int
+		agent Agent
+	}{{"bridge=default", bridge.DefaultBufferSize, agent}, {"bridge=shadow", shadowBufferSize, agent}, {"direct", shadowBufferSize, direct}} {
+		b.Run(bc.name, func(b *testing.B) {
+			br, err := bridge.New(bridge.Config{Sink: discardSink{}, BufferSize: bc.size})
+			if err != nil {
+				b.Fatal(err)
+			}
+			store := history.NewMemoryStore()
+			var seq atomicCounter
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					n := seq.next()
+					id := events.Identity{Tenant: "t", User: "u", Conversation: fmt.Sprintf("c%d", n%1000)}
+					rid := fmt.Sprintf("r%d", n)
+					p := history.Begin(store, id, rid, "hello there, how are you today", time.Now())
+					window, err := p.Window(ctx, 20)
+					if err != nil {
+						b.Fatal(err)
+					}
+					iter := bc.agent.Run(ctx, toMessages(window))
+					if _, err := br.Run(ctx, bridge.Run{Identity: id, RequestID: rid, RunID: "run", Turn: p}, iter); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}
+
+// atomicCounter hands out 0, 1, 2 … to parallel benchmark goroutines.
+type atomicCounter struct{ n atomic.Int64 }
+
+func (c *atomicCounter) next() int64 { return c.n.Add(1) - 1 }

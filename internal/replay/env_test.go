@@ -1,0 +1,272 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/eino/components/model"
+	"github.com/cloudwego/eino/schema"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/turnpike-dev/turnpike/internal/service"
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/internal/worker"
+	"github.com/turnpike-dev/turnpike/pkg/echo"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+)
+
+// testPartitions is the partition count of every test topic.
+const testPartitions = 3
+
+// env is a broker with one set of topics, for one test.
+type env struct {
+	brokers []string
+	prefix  string
+	names   topic.Names
+	dir     string
+	// group is the live workers' consumer group: a worker started after
+	// another goes on from its committed offsets.
+	group string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{brokers: testenv.Kafka(t), prefix: testenv.Name(t, "rp") + ".", dir: t.TempDir(), group: testenv.Name(t, "g")}
+	e.names = topic.NewNames(e.prefix)
+	if err := topic.Ensure(testenv.Context(t, 20*time.Second), e.brokers, testPartitions, e.names.All()...); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// config is a replay of mode over the requests topic with its report in
+// the test's directory under name.
+func (e *env) config(mode, name string) Config {
+	report := filepath.Join(e.dir, name+".jsonl")
+	return Config{
+		Shared:             service.Shared{Brokers: e.brokers, TopicPrefix: e.prefix, MongoDB: "turnpike", Model: "echo"},
+		Mode:               mode,
+		StartOffset:        -1,
+		EndOffset:          -1,
+		Report:             report,
+		Checkpoint:         report + ".checkpoint",
+		CheckpointInterval: 20 * time.Millisecond,
+		DrainTimeout:       5 * time.Second,
+	}
+}
+
+// produce writes msgs to topic (keyed with the producers' balancer).
+func (e *env) produce(t *testing.T, ctx context.Context, topicName string, msgs ...kafka.Message) {
+	t.Helper()
+	w := &kafka.Writer{Addr: kafka.TCP(e.brokers...), Topic: topicName, Balancer: &kafka.Murmur2Balancer{},
+		BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	defer w.Close()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// request is a request record; an empty requestID leaves it out.
+func request(id events.Identity, requestID, content string) kafka.Message {
+	b, err := events.EncodeRequest(events.Request{V: 1, RequestID: requestID, Tenant: id.Tenant, User: id.User,
+		Conversation: id.Conversation, Content: content})
+	if err != nil {
+		panic(err)
+	}
+	return kafka.Message{Key: []byte(id.Key()), Value: b}
+}
+
+// readAll returns every record of a topic, partition by partition.
+func (e *env) readAll(t *testing.T, ctx context.Context, topicName string) []kafka.Message {
+	t.Helper()
+	cl := &kafka.Client{Addr: kafka.TCP(e.brokers...), Timeout: 10 * time.Second}
+	parts, err := partitionsOf(ctx, cl, topicName, e.prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends, err := listOffsets(ctx, cl, topicName, parts, func(p int) kafka.OffsetRequest { return kafka.LastOffsetOf(p) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []kafka.Message
+	for _, p := range parts {
+		err := readRange(ctx, e.brokers, topicName, Range{Partition: p, Start: 0, End: ends[p], Next: 0}, func(m kafka.Message) error {
+			out = append(out, m)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// endOffsets returns the end of each partition of a topic.
+func (e *env) endOffsets(t *testing.T, ctx context.Context, topicName string) map[int]int64 {
+	t.Helper()
+	cl := &kafka.Client{Addr: kafka.TCP(e.brokers...), Timeout: 10 * time.Second}
+	parts, err := partitionsOf(ctx, cl, topicName, e.prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends, err := listOffsets(ctx, cl, topicName, parts, func(p int) kafka.OffsetRequest { return kafka.LastOffsetOf(p) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ends
+}
+
+// waitRecords waits until topic holds at least n records.
+func (e *env) waitRecords(t *testing.T, ctx context.Context, topicName string, n int64) {
+	t.Helper()
+	for {
+		var sum int64
+		for _, v := range e.endOffsets(t, ctx, topicName) {
+			sum += v
+		}
+		if sum >= n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s holds %d records, want %d: %v", topicName, sum, n, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// startWorker runs a live worker on the env's topics until the test ends
+// or stop is called.
+func (e *env) startWorker(t *testing.T, ctx context.Context, store history.Store, m model.ToolCallingChatModel, tweak func(*worker.Config)) (stop func()) {
+	t.Helper()
+	if m == nil {
+		var err error
+		if m, err = echo.New(echo.Config{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := worker.Config{Brokers: e.brokers, Topics: e.names, GroupID: e.group, Partitions: testPartitions,
+		RetryBackoffMin: 5 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond, SessionTimeout: 6 * time.Second,
+		DrainTimeout: 2 * time.Second, CommitInterval: 20 * time.Millisecond}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	w, err := worker.New(cfg, worker.Deps{Store: store, Model: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("worker: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// waitTurns waits until every conversation in want has exactly that many
+// turns in store, and returns their messages.
+func waitTurns(t *testing.T, ctx context.Context, store history.Store, want map[events.Identity]int) map[events.Identity][]history.Message {
+	t.Helper()
+	for {
+		got := map[events.Identity][]history.Message{}
+		ok := true
+		for id, n := range want {
+			page, err := store.List(ctx, id, 0, history.MaxListLimit)
+			if err != nil && !errors.Is(err, history.ErrNotFound) {
+				t.Fatal(err)
+			}
+			got[id] = page.Messages
+			if len(page.Messages) != 2*n {
+				ok = false
+			}
+		}
+		if ok {
+			return got
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("turns not reached: %v; have %v", ctx.Err(), summarize(got))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func summarize(h map[events.Identity][]history.Message) string {
+	var b strings.Builder
+	for id, ms := range h {
+		fmt.Fprintf(&b, "%s: %d messages; ", id, len(ms))
+	}
+	return b.String()
+}
+
+// readReport parses a report file.
+func readReport(t *testing.T, path string) []Line {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []Line
+	for _, s := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		if s == "" {
+			continue
+		}
+		var l Line
+		if err := json.Unmarshal([]byte(s), &l); err != nil {
+			t.Fatalf("report line %q: %v", s, err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// flakyModel is the echo model behind a switch: while broken, a message
+// containing "flaky" fails before any content with a refused connection
+// (a transient model failure: the worker retries it, then dead-letters it
+// and records it failed).
+type flakyModel struct {
+	*echo.Model
+	broken atomic.Bool
+}
+
+func newFlakyModel(t *testing.T) *flakyModel {
+	t.Helper()
+	m, err := echo.New(echo.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &flakyModel{Model: m}
+	f.broken.Store(true)
+	return f
+}
+
+func (f *flakyModel) Stream(ctx context.Context, in []*schema.Message, opts ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	if f.broken.Load() && len(in) > 0 && strings.Contains(in[len(in)-1].Content, "flaky") {
+		return nil, fmt.Errorf("dial model: %w", syscall.ECONNREFUSED)
+	}
+	return f.Model.Stream(ctx, in, opts...)
+}
+
+func (f *flakyModel) WithTools(tools []*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	return f, nil
+}
