@@ -43,6 +43,10 @@ type messageJSON struct {
 	// Status and Incomplete are set on assistant messages only.
 	Status     *events.Status `json:"status,omitempty"`
 	Incomplete *bool          `json:"incomplete,omitempty"`
+	// Usage (the run's token usage, when the model reported it) and
+	// Interrupt (what an interrupted answer asks) extend API.md (issue #9).
+	Usage     *events.Usage     `json:"usage,omitempty"`
+	Interrupt *events.Interrupt `json:"interrupt,omitempty"`
 }
 
 // pageJSON is the 200 body of GET …/messages.
@@ -98,6 +102,10 @@ func toPageJSON(p history.Page) pageJSON {
 		if m.Role == history.RoleAssistant {
 			status, incomplete := m.Status, m.Incomplete()
 			out.Messages[i].Status, out.Messages[i].Incomplete = &status, &incomplete
+			out.Messages[i].Usage = m.Usage
+			if in := m.Interrupt; in != nil {
+				out.Messages[i].Interrupt = &events.Interrupt{Agent: in.Agent, Tool: in.Tool, Question: in.Question}
+			}
 		}
 	}
 	if p.NextBefore > 0 {

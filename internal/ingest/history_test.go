@@ -26,7 +26,10 @@ func TestListMessagesPage(t *testing.T) {
 			{Seq: 4, Role: history.RoleAssistant, Content: "w1 w2", RequestID: "r-1", Agent: "echo", CreatedAt: at.Add(time.Second), Status: events.StatusComplete},
 			{Seq: 5, Role: history.RoleUser, Content: "again", RequestID: "i-2", CreatedAt: at.Add(2 * time.Second)},
 			{Seq: 6, Role: history.RoleAssistant, Content: "echo #2:", RequestID: "i-2", Agent: "echo", CreatedAt: at.Add(3 * time.Second), Status: events.StatusIncomplete},
-			{Seq: 8, Role: history.RoleAssistant, Content: "stop", RequestID: "i-3", Agent: "echo", CreatedAt: at, Status: events.StatusCancelled},
+			{Seq: 8, Role: history.RoleAssistant, Content: "stop", RequestID: "i-3", Agent: "echo", CreatedAt: at, Status: events.StatusCancelled,
+				Usage: &events.Usage{PromptTokens: 9, CompletionTokens: 1, TotalTokens: 10}},
+			{Seq: 10, Role: history.RoleAssistant, Content: "", RequestID: "i-4", Agent: "assistant", CreatedAt: at, Status: events.StatusInterrupted,
+				Interrupt: &history.Interrupt{Agent: "assistant", Tool: "ask_user", Question: "Which city?", Targets: []string{"internal"}}},
 		},
 		NextBefore: 3,
 	}
@@ -46,7 +49,10 @@ func TestListMessagesPage(t *testing.T) {
 		`{"seq":4,"role":"assistant","content":"w1 w2","request_id":"r-1","agent":"echo","created_at":"2026-01-02T08:04:06.678Z","status":"complete","incomplete":false},` +
 		`{"seq":5,"role":"user","content":"again","request_id":"i-2","agent":"","created_at":"2026-01-02T08:04:07.678Z"},` +
 		`{"seq":6,"role":"assistant","content":"echo #2:","request_id":"i-2","agent":"echo","created_at":"2026-01-02T08:04:08.678Z","status":"incomplete","incomplete":true},` +
-		`{"seq":8,"role":"assistant","content":"stop","request_id":"i-3","agent":"echo","created_at":"2026-01-02T08:04:05.678Z","status":"cancelled","incomplete":true}` +
+		`{"seq":8,"role":"assistant","content":"stop","request_id":"i-3","agent":"echo","created_at":"2026-01-02T08:04:05.678Z","status":"cancelled","incomplete":true,` +
+		`"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}},` +
+		`{"seq":10,"role":"assistant","content":"","request_id":"i-4","agent":"assistant","created_at":"2026-01-02T08:04:05.678Z","status":"interrupted","incomplete":true,` +
+		`"interrupt":{"agent":"assistant","tool":"ask_user","question":"Which city?"}}` +
 		`],"next_before":3}`
 	if !sameJSON(t, w.Body.String(), want) {
 		t.Errorf("body\n%s\nwant\n%s", w.Body, want)

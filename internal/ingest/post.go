@@ -79,6 +79,15 @@ func (s *Service) postMessage(w http.ResponseWriter, r *http.Request, p auth.Pri
 		msg.Strategy = events.StrategyEnqueue
 	}
 
+	s.enqueue(w, r, id, key, "ingest.post_message", events.Request{Content: msg.Content, Strategy: msg.Strategy})
+}
+
+// enqueue rate-limits and admits a request of id, gives it its request id
+// (derived from the Idempotency-Key when there is one) and writes its record,
+// with req's content, strategy and resume_of, to the requests topic: 202
+// once it is durably there.
+func (s *Service) enqueue(w http.ResponseWriter, r *http.Request, id events.Identity, key, spanName string, req events.Request) {
+	var err error
 	if ok, wait := s.limiter.allow(id.Tenant + "/" + id.User); !ok {
 		s.metrics.limited.WithLabelValues("rate").Inc()
 		server.WriteError(w, http.StatusTooManyRequests, server.CodeRateLimited, "too many requests; slow down", wait)
@@ -97,23 +106,16 @@ func (s *Service) postMessage(w http.ResponseWriter, r *http.Request, p auth.Pri
 			"too many requests queued for this conversation or tenant; wait for some to finish", retryAfter)
 		return
 	}
-	value, err := events.EncodeRequest(events.Request{
-		V:            events.Version,
-		RequestID:    requestID,
-		Tenant:       id.Tenant,
-		User:         id.User,
-		Conversation: id.Conversation,
-		Content:      msg.Content,
-		Strategy:     msg.Strategy,
-		CreatedAt:    s.now().UTC(),
-	})
+	req.V, req.RequestID, req.CreatedAt = events.Version, requestID, s.now().UTC()
+	req.Tenant, req.User, req.Conversation = id.Tenant, id.User, id.Conversation
+	value, err := events.EncodeRequest(req)
 	if err != nil {
 		s.internal(w, r, id, requestID, err)
 		return
 	}
 
 	// The outcome must be known whether or not the client is still there.
-	ctx, span := s.tracing.Start(s.tracing.FromHTTP(context.WithoutCancel(r.Context()), r.Header), "ingest.post_message",
+	ctx, span := s.tracing.Start(s.tracing.FromHTTP(context.WithoutCancel(r.Context()), r.Header), spanName,
 		attribute.String("turnpike.tenant", id.Tenant), attribute.String("turnpike.conversation", id.Conversation),
 		attribute.String("turnpike.request_id", requestID))
 	defer span.End()

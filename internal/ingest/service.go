@@ -179,6 +179,8 @@ func (s *Service) routes() http.Handler {
 		{messagesPath, methodNotAllowed("GET, HEAD, POST")},
 		{"GET " + conversationsPath, s.authed(s.listConversations)},
 		{conversationsPath, methodNotAllowed("GET, HEAD")},
+		{"POST " + resumePath, s.authed(s.postResume)},
+		{resumePath, methodNotAllowed("POST")},
 		{"/", http.HandlerFunc(notFound)},
 	}
 	if s.cancels != nil {

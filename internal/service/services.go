@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -100,10 +101,16 @@ func RunIngest(ctx context.Context, c IngestConfig, env Env, ln net.Listener) er
 		return err
 	}
 	defer closeStore()
+	tr, err := c.NewTracing(ctx, "ingest")
+	if err != nil {
+		return err
+	}
+	defer tr.Shutdown(context.WithoutCancel(ctx))
 	producer, err := ingest.NewKafkaProducer(c.Brokers, c.Topics().Requests)
 	if err != nil {
 		return err
 	}
+	producer.WithTracing(tr)
 	defer producer.Close() // after the server stopped: flushes nothing in flight
 	page, err := webui.New(c.page())
 	if err != nil {
@@ -118,6 +125,7 @@ func RunIngest(ctx context.Context, c IngestConfig, env Env, ln net.Listener) er
 		Verifier: verifier, Producer: producer, History: store, Page: page, Registerer: env.Registry, Logger: env.Logger,
 		Cancels: store, Control: control, Positions: ingest.NewKafkaPositions(c.Brokers, c.Topics().Requests),
 		Completions: ingest.NewKafkaCompletions(c.Brokers, c.Topics().Control),
+		Tracing:     tr,
 	}
 	if c.Ingest.DevTokens {
 		deps.MintToken = func(user string) (string, error) {
@@ -143,6 +151,7 @@ func RunIngest(ctx context.Context, c IngestConfig, env Env, ln net.Listener) er
 		return fmt.Errorf("ingest: %w", err)
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return ServePprof(gctx, c.PprofAddr, env.Logger) })
 	g.Go(func() error { return svc.Run(gctx) })
 	g.Go(func() error { return server.Serve(gctx, ln, mux, shutdownGrace) })
 	env.Logger.Info("ingest listening", slog.String("addr", ln.Addr().String()))
@@ -164,11 +173,27 @@ func (c *WorkerConfig) Bind(set *flagenv.Set) {
 	c.Worker.BindFlags(set)
 }
 
-// Validate reports every problem.
+// Validate reports every problem, those of the agent configuration file
+// (TURNPIKE_AGENT_CONFIG) included.
 func (c WorkerConfig) Validate() error {
 	w := c.Worker
 	w.Brokers = c.Brokers
-	return errors.Join(c.Shared.validate(true, true, false), w.Validate())
+	errs := []error{c.Shared.validate(true, true, false), w.Validate()}
+	if c.Model == "openai" && c.OpenAI.Model == "" {
+		errs = append(errs, errors.New("TURNPIKE_OPENAI_MODEL is required with TURNPIKE_MODEL=openai"))
+	}
+	if _, err := c.agentConfig(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// agentConfig loads the agent configuration file, if one is set.
+func (c WorkerConfig) agentConfig() (*worker.AgentConfig, error) {
+	if c.Worker.AgentFile == "" {
+		return nil, nil
+	}
+	return worker.LoadAgentConfig(c.Worker.AgentFile)
 }
 
 // RunWorker runs the worker until ctx ends; with a non-nil ln it also
@@ -192,13 +217,28 @@ func runWorker(ctx context.Context, c WorkerConfig, env Env, ln net.Listener, st
 	if err != nil {
 		return err
 	}
+	agent, err := c.agentConfig()
+	if err != nil {
+		return err
+	}
+	models, err := c.NewAgentModels(agent, os.Getenv)
+	if err != nil {
+		return err
+	}
 	wc := c.Worker
 	wc.Brokers, wc.Topics = c.Brokers, c.Topics()
-	w, err := worker.New(wc, worker.Deps{Store: store, Model: m, Registerer: env.Registry, Logger: env.Logger})
+	tr, err := c.NewTracing(ctx, "worker")
+	if err != nil {
+		return err
+	}
+	defer tr.Shutdown(context.WithoutCancel(ctx))
+	w, err := worker.New(wc, worker.Deps{Store: store, Model: m, ModelName: c.ModelName(), Agent: agent, Models: models,
+		Registerer: env.Registry, Logger: env.Logger, Tracing: tr})
 	if err != nil {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return ServePprof(gctx, c.PprofAddr, env.Logger) })
 	g.Go(func() error { return w.Run(gctx) })
 	if ln == nil && c.Addr != "" {
 		if ln, err = net.Listen("tcp", c.Addr); err != nil {
@@ -225,22 +265,7 @@ type PushgwConfig struct {
 func (c *PushgwConfig) Bind(set *flagenv.Set) {
 	c.Shared.Bind(set)
 	set.String(&c.Addr, "addr", "TURNPIKE_PUSHGW_ADDR", ":8081", "listen address of the WebSocket endpoint /v1/stream")
-	p := &c.Pushgw
-	set.Int(&p.QueueSize, "queue-size", "TURNPIKE_PUSHGW_QUEUE_SIZE", pushgw.DefaultQueueSize, "frames queued per client before it is closed as too slow (4008)")
-	set.Int(&p.QueueBytes, "queue-bytes", "TURNPIKE_PUSHGW_QUEUE_BYTES", pushgw.DefaultQueueBytes, "bytes queued per client before it is closed as too slow (4008)")
-	set.Int(&p.MaxSubscriptions, "max-subscriptions", "TURNPIKE_PUSHGW_MAX_SUBSCRIPTIONS", pushgw.DefaultMaxSubscriptions, "subscriptions per connection")
-	set.Int(&p.RingBytes, "ring-bytes", "TURNPIKE_PUSHGW_RING_BYTES", pushgw.DefaultRingBytes,
-		"memory for recent stream records, split between partitions: resumes within it do not read Kafka")
-	set.Duration(&p.CursorWait, "cursor-wait", "TURNPIKE_PUSHGW_CURSOR_WAIT", pushgw.DefaultCursorWait,
-		"how long a subscribe waits for this replica to reach a cursor from a replica further ahead")
-	set.List(&p.AllowedOrigins, "allowed-origins", "TURNPIKE_PUSHGW_ALLOWED_ORIGINS", nil,
-		"browser origins allowed besides the gateway's own host: https://app.example.com, https://*.example.com, or *")
-	set.Int(&p.ConnectPerMinute, "connect-per-minute", "TURNPIKE_PUSHGW_CONNECT_PER_MINUTE", pushgw.DefaultConnectPerMinute,
-		"WebSocket connects per user per minute after the burst (negative: no limit)")
-	set.Int(&p.ConnectBurst, "connect-burst", "TURNPIKE_PUSHGW_CONNECT_BURST", pushgw.DefaultConnectBurst, "WebSocket connects per user at once")
-	set.Int(&p.SubscribePerMinute, "subscribe-per-minute", "TURNPIKE_PUSHGW_SUBSCRIBE_PER_MINUTE", pushgw.DefaultSubscribePerMinute,
-		"subscribes per user per minute after the burst (negative: no limit)")
-	set.Int(&p.SubscribeBurst, "subscribe-burst", "TURNPIKE_PUSHGW_SUBSCRIBE_BURST", pushgw.DefaultSubscribeBurst, "subscribes per user at once")
+	c.Pushgw.BindFlags(set)
 }
 
 // Validate reports every problem.
@@ -280,6 +305,7 @@ func RunPushgw(ctx context.Context, c PushgwConfig, env Env, ln net.Listener) er
 		}
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return ServePprof(gctx, c.PprofAddr, env.Logger) })
 	g.Go(func() error { return gw.Run(gctx) })
 	g.Go(func() error { return server.Serve(gctx, ln, mux, shutdownGrace) })
 	g.Go(func() error {

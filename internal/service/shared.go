@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cloudwego/eino-ext/components/model/openai"
 	"github.com/cloudwego/eino/components/model"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -18,6 +20,7 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/internal/tracing"
+	"github.com/turnpike-dev/turnpike/internal/worker"
 	"github.com/turnpike-dev/turnpike/pkg/echo"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 )
@@ -135,9 +138,68 @@ func (s Shared) NewModel() (model.ToolCallingChatModel, error) {
 	case "echo":
 		return echo.New(echo.Config{Delay: s.EchoDelay})
 	case "openai":
-		return nil, errors.New("TURNPIKE_MODEL=openai is not available yet: it arrives with issue #9; use echo")
+		if s.OpenAI.Model == "" {
+			return nil, errors.New("TURNPIKE_OPENAI_MODEL is required with TURNPIKE_MODEL=openai")
+		}
+		return newOpenAIModel(s.OpenAI.BaseURL, s.OpenAI.APIKey, s.OpenAI.Model)
 	}
 	return nil, fmt.Errorf("TURNPIKE_MODEL %q: want echo or openai", s.Model)
+}
+
+// ModelName labels the configured model's token usage in metrics: echo,
+// or the OpenAI-compatible model's name.
+func (s Shared) ModelName() string {
+	if s.Model == "openai" {
+		return s.OpenAI.Model
+	}
+	return s.Model
+}
+
+// newOpenAIModel is eino-ext's OpenAI chat model on an OpenAI-compatible
+// API at baseURL (default: OpenAI's), streaming with usage in the last
+// chunk. The run's context bounds each call (TURNPIKE_RUN_TIMEOUT).
+func newOpenAIModel(baseURL, apiKey, name string) (model.ToolCallingChatModel, error) {
+	m, err := openai.NewChatModel(context.Background(), &openai.ChatModelConfig{BaseURL: baseURL, APIKey: apiKey, Model: name})
+	if err != nil {
+		return nil, fmt.Errorf("openai model %s: %w", name, err)
+	}
+	return m, nil
+}
+
+// NewAgentModels builds the models the agent configuration names. An
+// openai model without a base_url uses TURNPIKE_OPENAI_BASE_URL, and reads
+// its API key from api_key_env, else TURNPIKE_OPENAI_API_KEY.
+func (s Shared) NewAgentModels(c *worker.AgentConfig, getenv func(string) string) (map[string]model.ToolCallingChatModel, error) {
+	if c == nil {
+		return nil, nil
+	}
+	out := make(map[string]model.ToolCallingChatModel, len(c.Models))
+	var errs []error
+	for name, spec := range c.Models {
+		var m model.ToolCallingChatModel
+		var err error
+		switch spec.Provider {
+		case worker.ProviderEcho:
+			m, err = echo.New(echo.Config{Delay: s.EchoDelay})
+		case worker.ProviderOpenAI:
+			baseURL, key := cmp.Or(spec.BaseURL, s.OpenAI.BaseURL), s.OpenAI.APIKey
+			if spec.APIKeyEnv != "" {
+				if key = getenv(spec.APIKeyEnv); key == "" {
+					err = fmt.Errorf("api_key_env %s is not set", spec.APIKeyEnv)
+					break
+				}
+			}
+			m, err = newOpenAIModel(baseURL, key, spec.Model)
+		default:
+			err = fmt.Errorf("provider %q: want echo or openai", spec.Provider)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("agent config: models.%s: %w", name, err))
+			continue
+		}
+		out[name] = m
+	}
+	return out, errors.Join(errs...)
 }
 
 // OpenStore connects to MongoDB and opens the history store (creating its

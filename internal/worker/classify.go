@@ -6,6 +6,9 @@ import (
 	"net"
 	"syscall"
 
+	einoopenai "github.com/cloudwego/eino-ext/components/model/openai"
+	goopenai "github.com/meguminnnnnnnnn/go-openai"
+
 	"github.com/turnpike-dev/turnpike/pkg/bridge"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
@@ -67,8 +70,18 @@ func transientModelError(err error) bool {
 	}
 	var status interface{ StatusCode() int }
 	if errors.As(err, &status) {
-		c := status.StatusCode()
-		return c == 408 || c == 429 || c >= 500
+		return transientStatus(status.StatusCode())
+	}
+	// The OpenAI-compatible client (eino-ext openai) reports an HTTP error
+	// answer as an APIError when its body is OpenAI's error JSON, else as
+	// go-openai's RequestError; both carry the status in a field.
+	var apiErr *einoopenai.APIError
+	if errors.As(err, &apiErr) && apiErr.HTTPStatusCode > 0 {
+		return transientStatus(apiErr.HTTPStatusCode)
+	}
+	var reqErr *goopenai.RequestError
+	if errors.As(err, &reqErr) && reqErr.HTTPStatusCode > 0 {
+		return transientStatus(reqErr.HTTPStatusCode)
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
@@ -76,3 +89,7 @@ func transientModelError(err error) bool {
 	}
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }
+
+// transientStatus says whether an HTTP status of a model server is worth
+// a retry: 408, 429 and 5xx.
+func transientStatus(c int) bool { return c == 408 || c == 429 || c >= 500 }

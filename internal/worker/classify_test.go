@@ -7,6 +7,9 @@ import (
 	"syscall"
 	"testing"
 
+	einoopenai "github.com/cloudwego/eino-ext/components/model/openai"
+	goopenai "github.com/meguminnnnnnnnn/go-openai"
+
 	"github.com/turnpike-dev/turnpike/pkg/bridge"
 	"github.com/turnpike-dev/turnpike/pkg/echo"
 	"github.com/turnpike-dev/turnpike/pkg/events"
@@ -49,6 +52,11 @@ func TestTransientModelError(t *testing.T) {
 		{"429 is transient", statusErr(429), true},
 		{"503 is transient", fmt.Errorf("openai: %w", statusErr(503)), true},
 		{"400 is not", statusErr(400), false},
+		{"an OpenAI-compatible server's 429 is transient", fmt.Errorf("[NodeRunError] %w", &einoopenai.APIError{HTTPStatusCode: 429, Message: "slow down"}), true},
+		{"an OpenAI-compatible server's 401 is not", &einoopenai.APIError{HTTPStatusCode: 401}, false},
+		{"a 503 with a body that is not OpenAI's error JSON is transient", fmt.Errorf("stream: %w", &goopenai.RequestError{HTTPStatusCode: 503}), true},
+		{"a 404 with a body that is not OpenAI's error JSON is not", &goopenai.RequestError{HTTPStatusCode: 404}, false},
+		{"an error event inside an OpenAI stream (no status) is not", &einoopenai.APIError{Message: "overloaded"}, false},
 		{"a refused connection is transient", fmt.Errorf("dial: %w", syscall.ECONNREFUSED), true},
 		{"the echo model's injected failure is not", echo.ErrInjectedFailure, false},
 		{"a cancelled run is not", context.Canceled, false},

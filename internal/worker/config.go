@@ -66,6 +66,19 @@ type Config struct {
 	// CommitInterval is how often each partition commits its highest
 	// contiguous completed offset, when it moved. Default 200ms.
 	CommitInterval time.Duration
+	// CompactTokens is the token budget of the model's window (estimated
+	// as bytes/4 per message, plus 4): over it, the older messages are
+	// condensed into a model-written summary (context compaction). Zero
+	// (the default) turns compaction off.
+	CompactTokens int
+	// CompactKeep is how many of the newest stored messages compaction
+	// keeps verbatim (rounded so that they start with a user message).
+	// Default 6.
+	CompactKeep int
+	// AgentFile is the path of the agent configuration file
+	// (TURNPIKE_AGENT_CONFIG; see AgentConfig). The service package loads
+	// it into Deps.Agent; the Worker itself never reads it. Default: none.
+	AgentFile string
 }
 
 // Orderings.
@@ -98,6 +111,7 @@ func (c *Config) setDefaults() {
 		c.Ordering = OrderingKey
 	}
 	def(&c.MaxInflight, 1024)
+	def(&c.CompactKeep, 6)
 	def(&c.ReadAhead, 512)
 	def(&c.MaxAttempts, 5)
 	defDur(&c.CommitInterval, 200*time.Millisecond)
@@ -144,6 +158,12 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("worker: %s %d < 1", name, v))
 		}
 	}
+	if c.CompactTokens < 0 {
+		errs = append(errs, fmt.Errorf("worker: CompactTokens %d < 0", c.CompactTokens))
+	}
+	if c.CompactKeep < 0 {
+		errs = append(errs, fmt.Errorf("worker: CompactKeep %d < 0", c.CompactKeep))
+	}
 	if c.CommitInterval < 0 {
 		errs = append(errs, fmt.Errorf("worker: CommitInterval %v < 0", c.CommitInterval))
 	}
@@ -169,4 +189,9 @@ func (c *Config) BindFlags(set *flagenv.Set) {
 	set.Int(&c.ReadAhead, "read-ahead", "TURNPIKE_READ_AHEAD", 512, "records fetched and not yet done, per partition")
 	set.Duration(&c.SessionTimeout, "session-timeout", "TURNPIKE_SESSION_TIMEOUT", 10*time.Second, "consumer group session timeout: how long a crashed worker's partitions wait")
 	set.Int(&c.MaxAttempts, "max-attempts", "TURNPIKE_MAX_ATTEMPTS", 5, "runs of a record failing transiently in the model before it is dead-lettered")
+	set.Int(&c.CompactTokens, "compact-tokens", "TURNPIKE_COMPACT_TOKENS", 0,
+		"token budget of the model's window (bytes/4): over it, older messages are condensed into a summary; 0: off")
+	set.Int(&c.CompactKeep, "compact-keep", "TURNPIKE_COMPACT_KEEP", 6, "newest stored messages compaction keeps verbatim")
+	set.String(&c.AgentFile, "agent-config", "TURNPIKE_AGENT_CONFIG", "",
+		"agent configuration file (JSON): agents, sub-agents, models, tools, what is streamed and persisted")
 }

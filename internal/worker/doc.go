@@ -8,6 +8,15 @@
 // Ordering: all records of a conversation share a key and so a partition;
 // each partition is processed in topic order.
 //
+// Agents (agent.go, agentconfig.go, tools.go): the agent is one eino
+// ChatModelAgent, or a supervisor with sub-agents, built from the agent
+// configuration file (AgentConfig) with the built-in tools current_time and
+// ask_user. An interrupted run (ask_user) is checkpointed in the history
+// store; a request record with resume_of resumes it (resume.go), in the
+// conversation's order like any request. compact.go condenses long windows
+// into a stored summary (context compaction). AgentConfig and its
+// functions are plain data and safe for concurrent use.
+//
 // Goroutines: Run owns everything it starts — one goroutine per assigned
 // partition (started through the consumer group generation, so none
 // outlives its partition) plus the bridge's two per run — and waits for all

@@ -21,6 +21,11 @@ type metrics struct {
 	inflight     prometheus.Gauge
 	runs         *prometheus.CounterVec
 	runSeconds   prometheus.Histogram
+	tokens       *prometheus.CounterVec
+	transfers    prometheus.Counter
+	interrupts   prometheus.Counter
+	resumes      *prometheus.CounterVec
+	compactions  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -69,9 +74,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "turnpike_worker_run_duration_seconds", Help: "Duration of runs, from start to run.completed.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
 		}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "turnpike_worker_model_tokens_total", Help: "Tokens the models reported, by model and kind (prompt, completion); summaries included.",
+		}, []string{"model", "kind"}),
+		transfers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnpike_worker_agent_transfers_total", Help: "Transfers between agents (supervisor and sub-agents).",
+		}),
+		interrupts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnpike_worker_interrupts_total", Help: "Runs that stopped to ask the user something.",
+		}),
+		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "turnpike_worker_resumes_total", Help: "Resume requests, by result (resumed, rejected).",
+		}, []string{"result"}),
+		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "turnpike_worker_compactions_total", Help: "Windows over the token budget, by result (summarized, failed, kept: nothing old enough to condense).",
+		}, []string{"result"}),
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.lag, m.streamWrite, m.cancelled, m.fenced, m.committed, m.running, m.peakInflight, m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds} {
+	for _, c := range []prometheus.Collector{m.lag, m.streamWrite, m.cancelled, m.fenced, m.committed, m.running, m.peakInflight, m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds,
+		m.tokens, m.transfers, m.interrupts, m.resumes, m.compactions} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}
@@ -80,4 +101,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// countTokens adds a model's reported usage to the token counters.
+func (m *metrics) countTokens(model string, prompt, completion int) {
+	if prompt > 0 {
+		m.tokens.WithLabelValues(model, "prompt").Add(float64(prompt))
+	}
+	if completion > 0 {
+		m.tokens.WithLabelValues(model, "completion").Add(float64(completion))
+	}
 }

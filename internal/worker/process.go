@@ -216,13 +216,36 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 	defer stopGeneration()
 	pending := history.Begin(w.store, id, req.RequestID, req.Content, req.CreatedAt)
 	pending.SetSource(src)
-	window, err := pending.Window(ctx, w.cfg.WindowMessages)
-	if err != nil {
-		return fmt.Errorf("load window: %w", err)
+	var iter *adk.AsyncIterator[*adk.AgentEvent]
+	if req.ResumeOf != "" {
+		// A resume continues the interrupted run from its checkpoint; the
+		// answer is this request's (persisted) user message.
+		var err error
+		if iter, err = w.resume(runCtx, ctx, id, req); errors.Is(err, errNothingToResume) {
+			log.Info("resume rejected", slog.String("resume_of", req.ResumeOf), slog.Any("reason", err))
+			return w.rejectResume(ctx, id, req.RequestID, err)
+		} else if err != nil {
+			return fmt.Errorf("resume %s: %w", req.ResumeOf, err)
+		}
+		w.metrics.resumes.WithLabelValues("resumed").Inc()
+	} else {
+		window, err := pending.Window(ctx, w.cfg.WindowMessages)
+		if err != nil {
+			return fmt.Errorf("load window: %w", err)
+		}
+		input, err := w.compactWindow(ctx, id, window)
+		if err != nil {
+			return fmt.Errorf("compact window: %w", err)
+		}
+		runner, err := w.agents.runner()
+		if err != nil {
+			return fmt.Errorf("build agent: %w", err)
+		}
+		// An interrupt saves the run's checkpoint under this request's id.
+		iter = runner.Run(runCtx, input, adk.WithCheckPointID(checkpointKey(id, req.RequestID)))
 	}
 	w.runStarted()
 	defer w.runEnded()
-	iter := w.runner.Run(runCtx, toMessages(window))
 	sink := w.stream.run(w.tracing.KafkaHeaders(ctx))
 	h := w.bridge.Start(ctx, bridge.Run{
 		Identity:       id,
@@ -267,6 +290,7 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 	}
 	w.control.completed(id, req.RequestID, res.Status)
 	w.metrics.runs.WithLabelValues(string(res.Status)).Inc()
+	w.countRun(res)
 	w.metrics.runSeconds.Observe(w.now().Sub(start).Seconds())
 	log.Info("run completed", slog.String("status", string(res.Status)), slog.Int64("turn", res.Committed.N),
 		slog.Int("tokens", res.Tokens), slog.Duration("took", w.now().Sub(start)))
@@ -281,8 +305,20 @@ func toMessages(window []history.Message) []adk.Message {
 		case history.RoleUser:
 			out = append(out, schema.UserMessage(m.Content))
 		case history.RoleAssistant:
-			out = append(out, schema.AssistantMessage(m.Content, nil))
+			out = append(out, schema.AssistantMessage(windowText(m), nil))
 		}
 	}
 	return out
+}
+
+// windowText is a message's text as the model sees it: an interrupted
+// answer ends with the question it asked.
+func windowText(m history.Message) string {
+	if m.Interrupt == nil || m.Interrupt.Question == "" {
+		return m.Content
+	}
+	if m.Content == "" {
+		return m.Interrupt.Question
+	}
+	return m.Content + "\n\n" + m.Interrupt.Question
 }

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cloudwego/eino/adk"
 	"github.com/cloudwego/eino/components/model"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
@@ -25,8 +24,22 @@ import (
 type Deps struct {
 	// Store keeps the conversations. Required.
 	Store history.Store
-	// Model answers. Required.
+	// Model answers. Required: the agent's model, or the model named
+	// "default" in the agent configuration.
 	Model model.ToolCallingChatModel
+	// ModelName labels Model's token usage in metrics. Default "default".
+	ModelName string
+	// Agent is the agent configuration (TURNPIKE_AGENT_CONFIG). Default:
+	// one agent named Config.AgentName with Config.Instruction and no
+	// tools, whose assistant text is streamed and persisted.
+	Agent *AgentConfig
+	// Models are the models the agent configuration names, by name, built
+	// from its models section.
+	Models map[string]model.ToolCallingChatModel
+	// Summarizer, if set, writes the summaries of context compaction
+	// instead of the model the agent configuration chooses (tests use a
+	// scripted one).
+	Summarizer model.BaseChatModel
 	// Registerer receives the worker's metrics. Default: not exported.
 	Registerer prometheus.Registerer
 	// Logger. Default: discard.
@@ -42,7 +55,7 @@ type Deps struct {
 type Worker struct {
 	cfg     Config
 	store   history.Store
-	runner  *adk.Runner
+	agents  *agents
 	log     *slog.Logger
 	now     func() time.Time
 	tracing *tracing.Tracing
@@ -93,20 +106,14 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx := context.Background()
-	agent, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{
-		Name:        cfg.AgentName,
-		Description: "Turnpike conversation agent",
-		Instruction: cfg.Instruction,
-		Model:       d.Model,
-	})
+	ag, err := buildAgents(context.Background(), cfg, d.Agent, d)
 	if err != nil {
 		return nil, fmt.Errorf("worker: build agent: %w", err)
 	}
 	return &Worker{
 		cfg:      cfg,
 		store:    d.Store,
-		runner:   adk.NewRunner(ctx, adk.RunnerConfig{Agent: agent, EnableStreaming: true}),
+		agents:   ag,
 		log:      d.Logger,
 		now:      d.Now,
 		tracing:  d.Tracing,
@@ -166,7 +173,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.stream = newStreamWriter(w.cfg.Brokers, w.cfg.Topics.Stream, w.cfg.StreamBatchTimeout, w.metrics.streamWrite)
 	w.dlq = newDeadLetters(w.cfg.Brokers, w.cfg.Topics.DLQ)
-	b, err := bridge.New(bridge.Config{Logger: w.log, Now: w.now, RetryModelError: transientModelError})
+	b, err := bridge.New(bridge.Config{Logger: w.log, Now: w.now, RetryModelError: transientModelError,
+		Stream: w.agents.stream, Persist: w.agents.persist})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

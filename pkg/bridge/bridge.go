@@ -41,6 +41,16 @@ type Turn interface {
 	Discard()
 }
 
+// AnswerTurn is a Turn that also persists the run's token usage and
+// interrupt, and an interrupted answer without text; *history.Pending
+// implements it. With a plain Turn, usage is not persisted and an
+// interrupted run is persisted as incomplete (discarded when it has no
+// text).
+type AnswerTurn interface {
+	Turn
+	CommitAnswer(ctx context.Context, a history.Answer) (history.Committed, error)
+}
+
 // Skip tells an OnSkip observer what the bridge left out and why.
 type Skip struct {
 	Source Source
@@ -163,8 +173,17 @@ type Result struct {
 	Tokens, Events int
 	// ModelErr is the first model error (event or stream), if any.
 	ModelErr error
-	// Usage is the token usage the model reported last, if any.
+	// Usage is the run's token usage: for each message of the run (each
+	// model call), the usage it reported last, summed over the messages,
+	// selected or not. Nil when the model reported none.
 	Usage *schema.TokenUsage
+	// UsageByAgent splits Usage by the agent whose messages reported it.
+	UsageByAgent map[string]schema.TokenUsage
+	// Interrupt is set when the run stopped to ask the user something
+	// (Status interrupted): what it asked, and where it resumes.
+	Interrupt *history.Interrupt
+	// Transfers counts the agent.transfer events emitted.
+	Transfers int
 }
 
 // Handle controls a started run.
@@ -280,11 +299,13 @@ func (b *Bridge) Start(ctx context.Context, run Run, iter *adk.AsyncIterator[*ad
 type itemKind uint8
 
 const (
-	itemDelta    itemKind = iota // a piece of a selected message
-	itemToolCall                 // the current message turned out to be a tool call
-	itemErr                      // a model error
-	itemCutOff                   // the model cut the message off (length, content filter)
-	itemUsage                    // token usage reported by the model
+	itemDelta     itemKind = iota // a piece of a selected message
+	itemToolCall                  // the current message turned out to be a tool call
+	itemErr                       // a model error
+	itemCutOff                    // the model cut the message off (length, content filter)
+	itemUsage                     // token usage reported by the model
+	itemTransfer                  // an agent handed over to another (text: the destination)
+	itemInterrupt                 // the run stopped to ask the user something
 )
 
 // item is what the reader hands the coordinator.
@@ -297,6 +318,7 @@ type item struct {
 	persist bool
 	err     error
 	usage   *schema.TokenUsage
+	intr    *history.Interrupt
 }
 
 type runner struct {
@@ -330,39 +352,87 @@ func (r *runner) read(iter *adk.AsyncIterator[*adk.AgentEvent]) {
 		if ev.Action != nil {
 			r.cfg.OnSkip(Skip{Source: Source{Agent: ev.AgentName}, Reason: "action"})
 		}
-		if ev.Output == nil || ev.Output.MessageOutput == nil {
-			continue
-		}
-		mo := ev.Output.MessageOutput
-		msg++
-		src := Source{Agent: ev.AgentName, Role: mo.Role}
-		if src.Role == "" {
-			src.Role = schema.Assistant
-		}
-		if src.Role == schema.Tool {
-			r.cfg.OnSkip(Skip{Source: src, Reason: "tool-call"})
-			if mo.IsStreaming && mo.MessageStream != nil {
-				mo.MessageStream.Close()
-			}
-			continue
-		}
-		stream, persist := r.cfg.Stream(src), r.cfg.Persist(src)
-		if !stream && !persist {
-			r.cfg.OnSkip(Skip{Source: src, Reason: "not-selected"})
-			if mo.IsStreaming && mo.MessageStream != nil {
-				mo.MessageStream.Close()
-			}
-			continue
-		}
-		base := item{kind: itemDelta, msg: msg, agent: ev.AgentName, stream: stream, persist: persist}
-		if !mo.IsStreaming {
-			if !r.message(src, base, mo.Message, true) {
+		if ev.Output != nil && ev.Output.MessageOutput != nil {
+			msg++
+			if !r.output(ev, msg) {
 				return
 			}
-			continue
 		}
-		if !r.stream(src, base, mo.MessageStream) {
-			return
+		// An action comes after the output of its event (the transfer
+		// tool's result, the message before an interrupt).
+		if a := ev.Action; a != nil {
+			if a.TransferToAgent != nil && !r.send(item{kind: itemTransfer, agent: ev.AgentName, text: a.TransferToAgent.DestAgentName}) {
+				return
+			}
+			if a.Interrupted != nil && !r.send(item{kind: itemInterrupt, agent: ev.AgentName, intr: interruptOf(ev.AgentName, a.Interrupted)}) {
+				return
+			}
+		}
+	}
+}
+
+// output hands the message of one event to the coordinator. It returns
+// false when the coordinator has finished.
+func (r *runner) output(ev *adk.AgentEvent, msg int) bool {
+	mo := ev.Output.MessageOutput
+	src := Source{Agent: ev.AgentName, Role: mo.Role}
+	if src.Role == "" {
+		src.Role = schema.Assistant
+	}
+	unused := item{kind: itemUsage, msg: msg, agent: ev.AgentName}
+	if src.Role == schema.Tool {
+		r.cfg.OnSkip(Skip{Source: src, Reason: "tool-call"})
+		return r.usageOnly(unused, mo)
+	}
+	stream, persist := r.cfg.Stream(src), r.cfg.Persist(src)
+	if !stream && !persist {
+		r.cfg.OnSkip(Skip{Source: src, Reason: "not-selected"})
+		return r.usageOnly(unused, mo)
+	}
+	base := item{kind: itemDelta, msg: msg, agent: ev.AgentName, stream: stream, persist: persist}
+	if !mo.IsStreaming {
+		return r.message(src, base, mo.Message, true)
+	}
+	return r.stream(src, base, mo.MessageStream)
+}
+
+// usageOnly reads a message that is not streamed or persisted (a tool
+// result, another agent's text) only for the token usage it reports.
+func (r *runner) usageOnly(base item, mo *adk.MessageVariant) bool {
+	if !mo.IsStreaming {
+		if m := mo.Message; m != nil && m.ResponseMeta != nil && m.ResponseMeta.Usage != nil {
+			it := base
+			it.usage = m.ResponseMeta.Usage
+			return r.send(it)
+		}
+		return true
+	}
+	if mo.MessageStream == nil {
+		return true
+	}
+	defer mo.MessageStream.Close()
+	return r.drainUsage(base, mo.MessageStream)
+}
+
+// drainUsage reads s to its end, handing over only the usage its chunks
+// report. The caller closes s.
+func (r *runner) drainUsage(base item, s adk.MessageStream) bool {
+	for {
+		select {
+		case <-r.quit:
+			return false
+		default:
+		}
+		m, err := s.Recv()
+		if err != nil {
+			return true // io.EOF, or an error the event reports as well
+		}
+		if m != nil && m.ResponseMeta != nil && m.ResponseMeta.Usage != nil {
+			it := base
+			it.usage = m.ResponseMeta.Usage
+			if !r.send(it) {
+				return false
+			}
 		}
 	}
 }
@@ -388,10 +458,11 @@ func (r *runner) stream(src Source, base item, s adk.MessageStream) bool {
 			return false
 		}
 		if m != nil && len(m.ToolCalls) > 0 {
-			// A tool-call message: drop the rest of it. Whatever text it
-			// carried before the tool call was already streamed; the
-			// coordinator removes it from the persisted answer.
-			return true
+			// A tool-call message: drop the rest of it but its usage.
+			// Whatever text it carried before the tool call was already
+			// streamed; the coordinator removes it from the persisted
+			// answer.
+			return r.drainUsage(item{kind: itemUsage, msg: base.msg, agent: base.agent}, s)
 		}
 	}
 }
@@ -415,7 +486,7 @@ func (r *runner) message(src Source, base item, m *schema.Message, whole bool) b
 		r.cfg.OnSkip(Skip{Source: src, Reason: "empty"})
 	}
 	if rm := m.ResponseMeta; rm != nil {
-		if rm.Usage != nil && !r.send(item{kind: itemUsage, usage: rm.Usage}) {
+		if rm.Usage != nil && !r.send(item{kind: itemUsage, msg: base.msg, agent: base.agent, usage: rm.Usage}) {
 			return false
 		}
 		if rm.FinishReason == "length" || rm.FinishReason == "content_filter" {
@@ -446,7 +517,8 @@ func (r *runner) coordinate() (Result, error) {
 		incomplete bool
 		retry      bool // a transient model error before any content
 		cancelled  bool
-		pending    []item // a batch drained from the buffer
+		pending    []item           // a batch drained from the buffer
+		usage      = map[int]item{} // the last usage each message reported
 	)
 	ctx := r.ctx
 	emit := func(f func() error) {
@@ -541,18 +613,43 @@ loop:
 				r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "model error",
 					slog.String("request_id", r.run.RequestID), slog.String("run_id", r.run.RunID), slog.Any("error", it.err))
 			case itemUsage:
-				res.Usage = it.usage
+				usage[it.msg] = it
+			case itemTransfer:
+				flush()
+				from, to := it.agent, it.text
+				res.Transfers++
+				emit(func() error { return r.emit.Transfer(ctx, from, to) })
+			case itemInterrupt:
+				flush()
+				if res.Interrupt == nil {
+					res.Interrupt = it.intr
+				} else {
+					// Several interrupts in one run (parallel tool calls):
+					// one answer resumes them all.
+					res.Interrupt.Targets = append(res.Interrupt.Targets, it.intr.Targets...)
+				}
 			}
 		}
 		flush()
 	}
+	res.Usage, res.UsageByAgent = sumUsage(usage)
 
 	if retry && res.Tokens == 0 && !cancelled {
 		r.run.Turn.Discard()
 		res.Events = int(r.emit.Seq())
 		return res, errors.Join(fmt.Errorf("%w: %w", ErrModelRetry, res.ModelErr), sinkErr)
 	}
+	at, canCommit := r.run.Turn.(AnswerTurn)
+	interrupted := res.Interrupt != nil && !cancelled && !incomplete && canCommit
+	if res.Interrupt != nil && !interrupted {
+		// An error or a cancel overrides the interrupt: the run cannot be
+		// resumed, and ends as it would without it.
+		res.Interrupt = nil
+		incomplete = incomplete || !cancelled
+	}
 	switch {
+	case interrupted:
+		res.Status = events.StatusInterrupted
 	case len(answer) == 0 && cancelled:
 		// Cancelled before any content: nothing to persist, but the
 		// client asked for the cancel and is told so.
@@ -568,9 +665,19 @@ loop:
 	default:
 		res.Status = events.StatusComplete
 	}
-	if len(answer) > 0 {
+	if len(answer) > 0 || interrupted {
 		res.Answer = string(answer)
-		c, err := r.run.Turn.Commit(ctx, res.Answer, res.Agent, res.Status, r.cfg.Now())
+		if res.Agent == "" && interrupted {
+			res.Agent = res.Interrupt.Agent
+		}
+		var c history.Committed
+		var err error
+		if canCommit {
+			c, err = at.CommitAnswer(ctx, history.Answer{Text: res.Answer, Agent: res.Agent, Status: res.Status,
+				At: r.cfg.Now(), Usage: toEventsUsage(res.Usage), Interrupt: res.Interrupt})
+		} else {
+			c, err = r.run.Turn.Commit(ctx, res.Answer, res.Agent, res.Status, r.cfg.Now())
+		}
 		if err != nil {
 			res.Events = int(r.emit.Seq())
 			return res, errors.Join(fmt.Errorf("commit turn: %w", err), sinkErr)
@@ -578,7 +685,40 @@ loop:
 		res.Committed = c
 		res.Status = c.Status // a duplicate reports the status first committed
 	}
-	emit(func() error { return r.emit.Completed(ctx, res.Status) })
+	if res.Status == events.StatusInterrupted && res.Interrupt != nil {
+		in := events.Interrupt{Agent: res.Interrupt.Agent, Tool: res.Interrupt.Tool, Question: res.Interrupt.Question}
+		emit(func() error { return r.emit.Interrupted(ctx, in) })
+	}
+	emit(func() error { return r.emit.CompletedWithUsage(ctx, res.Status, toEventsUsage(res.Usage)) })
 	res.Events = int(r.emit.Seq())
 	return res, sinkErr
+}
+
+// sumUsage adds up the last usage each message reported, in total and by
+// agent. Both are nil when no message reported any.
+func sumUsage(byMsg map[int]item) (*schema.TokenUsage, map[string]schema.TokenUsage) {
+	if len(byMsg) == 0 {
+		return nil, nil
+	}
+	total := &schema.TokenUsage{}
+	byAgent := make(map[string]schema.TokenUsage)
+	for _, it := range byMsg {
+		u := it.usage
+		total.PromptTokens += u.PromptTokens
+		total.CompletionTokens += u.CompletionTokens
+		total.TotalTokens += u.TotalTokens
+		a := byAgent[it.agent]
+		a.PromptTokens += u.PromptTokens
+		a.CompletionTokens += u.CompletionTokens
+		a.TotalTokens += u.TotalTokens
+		byAgent[it.agent] = a
+	}
+	return total, byAgent
+}
+
+func toEventsUsage(u *schema.TokenUsage) *events.Usage {
+	if u == nil {
+		return nil
+	}
+	return &events.Usage{PromptTokens: int64(u.PromptTokens), CompletionTokens: int64(u.CompletionTokens), TotalTokens: int64(u.TotalTokens)}
 }

@@ -19,6 +19,14 @@
 //     the generation nor the persistence. Only Handle.Cancel (persist the
 //     partial answer as cancelled) and Handle.Abort (persist nothing) stop a
 //     run.
+//   - agents: a transfer between agents (eino adk TransferToAgent) is
+//     streamed as an agent.transfer event, in order with the tokens; an
+//     interrupt (eino adk Interrupted) ends the run interrupted: the answer
+//     so far and the question are committed (with a Turn that implements
+//     AnswerTurn), then run.interrupted is emitted before run.completed.
+//   - usage: the token usage of every model call of the run (selected or
+//     not, tool-call rounds included) is summed, committed with the answer
+//     and sent on run.completed.
 //
 // Every emitted event carries request_id, run_id, a contiguous seq starting
 // at 1, and ts. A turn is committed before its run.completed is emitted.

@@ -76,3 +76,23 @@ func (e *Emitter) Notice(ctx context.Context, msg string) error {
 func (e *Emitter) Completed(ctx context.Context, status events.Status) error {
 	return e.sink.Emit(ctx, e.id, &events.RunCompletedEvent{Meta: e.meta(), Status: status})
 }
+
+// CompletedWithUsage emits run.completed with status and the run's token
+// usage (nil: none reported).
+func (e *Emitter) CompletedWithUsage(ctx context.Context, status events.Status, usage *events.Usage) error {
+	return e.sink.Emit(ctx, e.id, &events.RunCompletedEvent{Meta: e.meta(), Status: status, Usage: usage})
+}
+
+// Transfer emits agent.transfer: agent from handed over to agent to.
+func (e *Emitter) Transfer(ctx context.Context, from, to string) error {
+	return e.sink.Emit(ctx, e.id, &events.AgentTransferEvent{Meta: e.meta(),
+		From: truncateText(from, events.MaxAgentBytes), To: truncateText(to, events.MaxAgentBytes)})
+}
+
+// Interrupted emits run.interrupted with what the run asks the user.
+func (e *Emitter) Interrupted(ctx context.Context, in events.Interrupt) error {
+	in.Agent = truncateText(in.Agent, events.MaxAgentBytes)
+	in.Tool = truncateText(in.Tool, events.MaxAgentBytes)
+	in.Question = truncateText(in.Question, events.MaxQuestionBytes)
+	return e.sink.Emit(ctx, e.id, &events.RunInterruptedEvent{Meta: e.meta(), Interrupt: in})
+}

@@ -17,6 +17,11 @@ const (
 	TypeToken        Type = "token"
 	TypeNotice       Type = "notice"
 	TypeRunCompleted Type = "run.completed"
+	// TypeAgentTransfer and TypeRunInterrupted extend API.md (issue #9):
+	// one agent handed the conversation to another; a run stopped to ask
+	// the user something.
+	TypeAgentTransfer  Type = "agent.transfer"
+	TypeRunInterrupted Type = "run.interrupted"
 )
 
 // Status is how a request ended, carried by run.completed and by assistant
@@ -31,18 +36,22 @@ const (
 	StatusDiscarded  Status = "discarded"
 	StatusRejected   Status = "rejected"
 	StatusFailed     Status = "failed"
+	// StatusInterrupted extends API.md (issue #9): the run stopped to ask
+	// the user something (run.interrupted says what); its partial answer
+	// and the question are persisted, and POST …/resume continues it.
+	StatusInterrupted Status = "interrupted"
 )
 
 // Persisted reports whether the status means an assistant message (and its
 // user message) was persisted for the request.
 func (s Status) Persisted() bool {
-	return s == StatusComplete || s == StatusIncomplete || s == StatusCancelled
+	return s == StatusComplete || s == StatusIncomplete || s == StatusCancelled || s == StatusInterrupted
 }
 
 // Validate reports whether s is a known status.
 func (s Status) Validate() error {
 	switch s {
-	case StatusComplete, StatusIncomplete, StatusCancelled, StatusDiscarded, StatusRejected, StatusFailed:
+	case StatusComplete, StatusIncomplete, StatusCancelled, StatusDiscarded, StatusRejected, StatusFailed, StatusInterrupted:
 		return nil
 	}
 	return fmt.Errorf("%w status %q", ErrInvalid, truncate(string(s), 32))
@@ -55,13 +64,15 @@ func (s Status) Validate() error {
 // bytes), so what DecodeEvent accepts, AppendEvent re-encodes into something
 // DecodeEvent accepts again.
 const (
-	MaxDeltaBytes   = 8 << 10
-	MaxNoticeBytes  = 4 << 10
-	MaxAgentBytes   = 256
-	MaxCursorBytes  = 128
-	MaxEventBytes   = 64 << 10
-	maxRoleBytes    = 32
-	maxMetaIDFields = MaxIDLen
+	MaxDeltaBytes  = 8 << 10
+	MaxNoticeBytes = 4 << 10
+	MaxAgentBytes  = 256
+	MaxCursorBytes = 128
+	// MaxQuestionBytes bounds the question of an interrupt.
+	MaxQuestionBytes = 4 << 10
+	MaxEventBytes    = 64 << 10
+	maxRoleBytes     = 32
+	maxMetaIDFields  = MaxIDLen
 )
 
 // Meta holds the fields every stream event carries.
@@ -79,7 +90,8 @@ type Meta struct {
 }
 
 // Event is one stream event. The concrete types are *RunStartedEvent,
-// *TokenEvent, *NoticeEvent and *RunCompletedEvent.
+// *TokenEvent, *NoticeEvent, *RunCompletedEvent, *AgentTransferEvent and
+// *RunInterruptedEvent.
 type Event interface {
 	Type() Type
 	// Header returns the common fields; callers may modify them.
@@ -108,16 +120,56 @@ type NoticeEvent struct {
 type RunCompletedEvent struct {
 	Meta
 	Status Status
+	// Usage is the run's token usage, when the model reported any
+	// ("usage" is absent otherwise): an extension of API.md (issue #9).
+	Usage *Usage
 }
 
-func (*RunStartedEvent) Type() Type        { return TypeRunStarted }
-func (*TokenEvent) Type() Type             { return TypeToken }
-func (*NoticeEvent) Type() Type            { return TypeNotice }
-func (*RunCompletedEvent) Type() Type      { return TypeRunCompleted }
-func (e *RunStartedEvent) Header() *Meta   { return &e.Meta }
-func (e *TokenEvent) Header() *Meta        { return &e.Meta }
-func (e *NoticeEvent) Header() *Meta       { return &e.Meta }
-func (e *RunCompletedEvent) Header() *Meta { return &e.Meta }
+// Usage counts the tokens of a run, summed over its model calls.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+// AgentTransferEvent says agent From handed the conversation to agent To
+// (an eino adk transfer between a supervisor and its sub-agents).
+type AgentTransferEvent struct {
+	Meta
+	From, To string
+}
+
+// RunInterruptedEvent says the run stopped to ask the user something. It
+// is followed by run.completed with status interrupted; POST …/resume
+// with the user's answer continues the run.
+type RunInterruptedEvent struct {
+	Meta
+	Interrupt Interrupt
+}
+
+// Interrupt describes what an interrupted run waits for.
+type Interrupt struct {
+	// Agent is the agent that was interrupted.
+	Agent string `json:"agent"`
+	// Tool is the tool that interrupted ("" when the agent itself did).
+	Tool string `json:"tool"`
+	// Question is the text to show the user (for example the ask_user
+	// tool's question, or what an approval is needed for).
+	Question string `json:"question"`
+}
+
+func (*RunStartedEvent) Type() Type          { return TypeRunStarted }
+func (*TokenEvent) Type() Type               { return TypeToken }
+func (*NoticeEvent) Type() Type              { return TypeNotice }
+func (*RunCompletedEvent) Type() Type        { return TypeRunCompleted }
+func (*AgentTransferEvent) Type() Type       { return TypeAgentTransfer }
+func (*RunInterruptedEvent) Type() Type      { return TypeRunInterrupted }
+func (e *AgentTransferEvent) Header() *Meta  { return &e.Meta }
+func (e *RunInterruptedEvent) Header() *Meta { return &e.Meta }
+func (e *RunStartedEvent) Header() *Meta     { return &e.Meta }
+func (e *TokenEvent) Header() *Meta          { return &e.Meta }
+func (e *NoticeEvent) Header() *Meta         { return &e.Meta }
+func (e *RunCompletedEvent) Header() *Meta   { return &e.Meta }
 
 // AppendEvent appends the JSON encoding of e to dst. "type" comes first,
 // then the common fields in a fixed order, then the type's own fields.
@@ -150,6 +202,28 @@ func AppendEvent(dst []byte, e Event) []byte {
 	case *RunCompletedEvent:
 		dst = append(dst, `,"status":`...)
 		dst = appendString(dst, string(e.Status))
+		if u := e.Usage; u != nil {
+			dst = append(dst, `,"usage":{"prompt_tokens":`...)
+			dst = strconv.AppendInt(dst, u.PromptTokens, 10)
+			dst = append(dst, `,"completion_tokens":`...)
+			dst = strconv.AppendInt(dst, u.CompletionTokens, 10)
+			dst = append(dst, `,"total_tokens":`...)
+			dst = strconv.AppendInt(dst, u.TotalTokens, 10)
+			dst = append(dst, '}')
+		}
+	case *AgentTransferEvent:
+		dst = append(dst, `,"from":`...)
+		dst = appendString(dst, e.From)
+		dst = append(dst, `,"to":`...)
+		dst = appendString(dst, e.To)
+	case *RunInterruptedEvent:
+		dst = append(dst, `,"interrupt":{"agent":`...)
+		dst = appendString(dst, e.Interrupt.Agent)
+		dst = append(dst, `,"tool":`...)
+		dst = appendString(dst, e.Interrupt.Tool)
+		dst = append(dst, `,"question":`...)
+		dst = appendString(dst, e.Interrupt.Question)
+		dst = append(dst, '}')
 	}
 	if m.Cursor != "" {
 		return AppendCursor(dst, m.Cursor)
@@ -240,11 +314,72 @@ type wireEvent struct {
 	Role         *string `json:"role"`
 	Message      *string `json:"message"`
 	Status       *Status `json:"status"`
+	From         *string `json:"from"`
+	To           *string `json:"to"`
+	// Nested objects are checked as strictly as the event itself.
+	Usage     json.RawMessage `json:"usage"`
+	Interrupt json.RawMessage `json:"interrupt"`
 }
 
 var eventKeys = map[string]bool{
 	"type": true, "conversation": true, "request_id": true, "run_id": true, "seq": true, "ts": true,
 	"cursor": true, "delta": true, "agent": true, "role": true, "message": true, "status": true,
+	"from": true, "to": true, "usage": true, "interrupt": true,
+}
+
+var (
+	usageKeys     = map[string]bool{"prompt_tokens": true, "completion_tokens": true, "total_tokens": true}
+	interruptKeys = map[string]bool{"agent": true, "tool": true, "question": true}
+)
+
+// isNull reports whether a raw JSON value is absent or null.
+func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
+
+// decodeUsage strictly decodes a usage object: exactly its three counts,
+// each an integer >= 0.
+func decodeUsage(raw json.RawMessage) (*Usage, error) {
+	if err := checkKeys(raw, MaxEventBytes, usageKeys); err != nil {
+		return nil, fmt.Errorf("usage: %w", err)
+	}
+	var w struct {
+		PromptTokens     *int64 `json:"prompt_tokens"`
+		CompletionTokens *int64 `json:"completion_tokens"`
+		TotalTokens      *int64 `json:"total_tokens"`
+	}
+	if err := decodeStrict(raw, MaxEventBytes, &w); err != nil {
+		return nil, fmt.Errorf("usage: %w", err)
+	}
+	if w.PromptTokens == nil || w.CompletionTokens == nil || w.TotalTokens == nil {
+		return nil, fmt.Errorf("%w usage: want prompt_tokens, completion_tokens and total_tokens", ErrInvalid)
+	}
+	if *w.PromptTokens < 0 || *w.CompletionTokens < 0 || *w.TotalTokens < 0 {
+		return nil, fmt.Errorf("%w usage: negative token count", ErrInvalid)
+	}
+	return &Usage{PromptTokens: *w.PromptTokens, CompletionTokens: *w.CompletionTokens, TotalTokens: *w.TotalTokens}, nil
+}
+
+// decodeInterrupt strictly decodes an interrupt object.
+func decodeInterrupt(raw json.RawMessage) (Interrupt, error) {
+	if err := checkKeys(raw, MaxEventBytes, interruptKeys); err != nil {
+		return Interrupt{}, fmt.Errorf("interrupt: %w", err)
+	}
+	var w struct {
+		Agent    *string `json:"agent"`
+		Tool     *string `json:"tool"`
+		Question *string `json:"question"`
+	}
+	if err := decodeStrict(raw, MaxEventBytes, &w); err != nil {
+		return Interrupt{}, fmt.Errorf("interrupt: %w", err)
+	}
+	switch {
+	case w.Agent == nil || w.Tool == nil || w.Question == nil:
+		return Interrupt{}, fmt.Errorf("%w interrupt: want agent, tool and question", ErrInvalid)
+	case len(*w.Agent) > MaxAgentBytes || len(*w.Tool) > MaxAgentBytes:
+		return Interrupt{}, fmt.Errorf("%w interrupt: agent or tool over %d bytes", ErrInvalid, MaxAgentBytes)
+	case len(*w.Question) > MaxQuestionBytes:
+		return Interrupt{}, fmt.Errorf("%w interrupt: question over %d bytes", ErrInvalid, MaxQuestionBytes)
+	}
+	return Interrupt{Agent: *w.Agent, Tool: *w.Tool, Question: *w.Question}, nil
 }
 
 // DecodeEvent strictly decodes one stream event, as read from the stream
@@ -269,29 +404,37 @@ func DecodeEvent(b []byte) (Event, error) {
 		}
 		m.Cursor = *w.Cursor
 	}
-	allowed := func(fields ...bool) error {
-		// fields lists, in the order delta, agent, role, message, status,
-		// whether the event type has that field.
-		present := []bool{w.Delta != nil, w.Agent != nil, w.Role != nil, w.Message != nil, w.Status != nil}
-		names := []string{"delta", "agent", "role", "message", "status"}
-		for i, want := range fields {
-			if present[i] != want {
-				if want {
-					return fmt.Errorf("%w %s event: missing %s", ErrInvalid, w.Type, names[i])
+	// present says which of the type-specific fields the event has; usage
+	// is optional (on run.completed only) and checked apart.
+	present := map[string]bool{"delta": w.Delta != nil, "agent": w.Agent != nil, "role": w.Role != nil,
+		"message": w.Message != nil, "status": w.Status != nil, "from": w.From != nil, "to": w.To != nil,
+		"interrupt": !isNull(w.Interrupt)}
+	allowed := func(fields ...string) error {
+		want := make(map[string]bool, len(fields))
+		for _, f := range fields {
+			want[f] = true
+		}
+		for _, name := range []string{"delta", "agent", "role", "message", "status", "from", "to", "interrupt"} {
+			if present[name] != want[name] {
+				if want[name] {
+					return fmt.Errorf("%w %s event: missing %s", ErrInvalid, w.Type, name)
 				}
-				return fmt.Errorf("%w %s event: unexpected field %s", ErrInvalid, w.Type, names[i])
+				return fmt.Errorf("%w %s event: unexpected field %s", ErrInvalid, w.Type, name)
 			}
+		}
+		if !isNull(w.Usage) && w.Type != TypeRunCompleted {
+			return fmt.Errorf("%w %s event: unexpected field usage", ErrInvalid, w.Type)
 		}
 		return nil
 	}
 	switch w.Type {
 	case TypeRunStarted:
-		if err := allowed(false, false, false, false, false); err != nil {
+		if err := allowed(); err != nil {
 			return nil, err
 		}
 		return &RunStartedEvent{Meta: m}, nil
 	case TypeToken:
-		if err := allowed(true, true, true, false, false); err != nil {
+		if err := allowed("delta", "agent", "role"); err != nil {
 			return nil, err
 		}
 		switch {
@@ -304,7 +447,7 @@ func DecodeEvent(b []byte) (Event, error) {
 		}
 		return &TokenEvent{Meta: m, Delta: *w.Delta, Agent: *w.Agent, Role: *w.Role}, nil
 	case TypeNotice:
-		if err := allowed(false, false, false, true, false); err != nil {
+		if err := allowed("message"); err != nil {
 			return nil, err
 		}
 		if len(*w.Message) > MaxNoticeBytes {
@@ -312,13 +455,38 @@ func DecodeEvent(b []byte) (Event, error) {
 		}
 		return &NoticeEvent{Meta: m, Message: *w.Message}, nil
 	case TypeRunCompleted:
-		if err := allowed(false, false, false, false, true); err != nil {
+		if err := allowed("status"); err != nil {
 			return nil, err
 		}
 		if err := w.Status.Validate(); err != nil {
 			return nil, fmt.Errorf("run.completed event: %w", err)
 		}
-		return &RunCompletedEvent{Meta: m, Status: *w.Status}, nil
+		e := &RunCompletedEvent{Meta: m, Status: *w.Status}
+		if !isNull(w.Usage) {
+			u, err := decodeUsage(w.Usage)
+			if err != nil {
+				return nil, fmt.Errorf("run.completed event: %w", err)
+			}
+			e.Usage = u
+		}
+		return e, nil
+	case TypeAgentTransfer:
+		if err := allowed("from", "to"); err != nil {
+			return nil, err
+		}
+		if len(*w.From) > MaxAgentBytes || *w.To == "" || len(*w.To) > MaxAgentBytes {
+			return nil, fmt.Errorf("%w agent.transfer event: from must be 0..%d bytes, to 1..%d", ErrInvalid, MaxAgentBytes, MaxAgentBytes)
+		}
+		return &AgentTransferEvent{Meta: m, From: *w.From, To: *w.To}, nil
+	case TypeRunInterrupted:
+		if err := allowed("interrupt"); err != nil {
+			return nil, err
+		}
+		in, err := decodeInterrupt(w.Interrupt)
+		if err != nil {
+			return nil, fmt.Errorf("run.interrupted event: %w", err)
+		}
+		return &RunInterruptedEvent{Meta: m, Interrupt: in}, nil
 	case "":
 		return nil, fmt.Errorf("%w event: missing type", ErrInvalid)
 	}

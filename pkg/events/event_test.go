@@ -25,6 +25,10 @@ var (
 	noticeJSON       = `{"type":"notice","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":3,"ts":1700000000123456789,"message":"model failed: injected failure"}`
 	runCompletedJSON = `{"type":"run.completed","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":4,"ts":1700000000123456789,"status":"incomplete"}`
 	tokenCursorJSON  = `{"type":"token","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":2,"ts":1700000000123456789,"delta":"echo ","agent":"echo","role":"assistant","cursor":"0-17"}`
+	// Extensions of issue #9.
+	transferJSON    = `{"type":"agent.transfer","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":2,"ts":1700000000123456789,"from":"supervisor","to":"researcher"}`
+	interruptedJSON = `{"type":"run.interrupted","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":3,"ts":1700000000123456789,"interrupt":{"agent":"assistant","tool":"ask_user","question":"Which city?"}}`
+	usageJSON       = `{"type":"run.completed","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":4,"ts":1700000000123456789,"status":"complete","usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}`
 )
 
 // splice replaces the first occurrence of old in s, failing loudly when the
@@ -69,11 +73,22 @@ func TestDecodeEventAcceptsEveryType(t *testing.T) {
 			&events.RunCompletedEvent{Meta: meta(4, ""), Status: events.StatusComplete}},
 		{"Escaped text decodes to the unescaped text.", splice(tokenJSON, `"delta":"echo "`, `"delta":"a\"\\\/\b\f\n\r\t\u0001\u2028\ud83d\ude00é"`),
 			&events.TokenEvent{Meta: meta(2, ""), Delta: "a\"\\/\b\f\n\r\t\x01\u2028😀é", Agent: "echo", Role: "assistant"}},
+		{"An agent.transfer event decodes.", transferJSON, &events.AgentTransferEvent{Meta: meta(2, ""), From: "supervisor", To: "researcher"}},
+		{"A transfer from an unnamed agent decodes.", splice(transferJSON, `"supervisor"`, `""`), &events.AgentTransferEvent{Meta: meta(2, ""), To: "researcher"}},
+		{"A run.interrupted event decodes.", interruptedJSON,
+			&events.RunInterruptedEvent{Meta: meta(3, ""), Interrupt: events.Interrupt{Agent: "assistant", Tool: "ask_user", Question: "Which city?"}}},
+		{"An interrupt of an agent without a tool or question decodes.", splice(interruptedJSON, `"tool":"ask_user","question":"Which city?"`, `"tool":"","question":""`),
+			&events.RunInterruptedEvent{Meta: meta(3, ""), Interrupt: events.Interrupt{Agent: "assistant"}}},
+		{"run.completed with usage decodes with it.", usageJSON,
+			&events.RunCompletedEvent{Meta: meta(4, ""), Status: events.StatusComplete, Usage: &events.Usage{PromptTokens: 12, CompletionTokens: 5, TotalTokens: 17}}},
+		{"A null usage counts as absent.", splice(runCompletedJSON, `}`, `,"usage":null}`), &events.RunCompletedEvent{Meta: meta(4, ""), Status: events.StatusIncomplete}},
+		{"Usage members may come in any order.", splice(usageJSON, `"prompt_tokens":12,"completion_tokens":5,"total_tokens":17`, `"total_tokens":17,"prompt_tokens":12,"completion_tokens":5`),
+			&events.RunCompletedEvent{Meta: meta(4, ""), Status: events.StatusComplete, Usage: &events.Usage{PromptTokens: 12, CompletionTokens: 5, TotalTokens: 17}}},
 		{"The largest seq and ts are accepted.", splice(splice(runStartedJSON, `"seq":1`, `"seq":9223372036854775807`), `"ts":1700000000123456789`, `"ts":9223372036854775807`),
 			&events.RunStartedEvent{Meta: events.Meta{Conversation: "c1", RequestID: "r-1", RunID: "run-1", Seq: 1<<63 - 1, TS: 1<<63 - 1}}},
 	}
 	for _, s := range []events.Status{events.StatusComplete, events.StatusIncomplete, events.StatusCancelled,
-		events.StatusDiscarded, events.StatusRejected, events.StatusFailed} {
+		events.StatusDiscarded, events.StatusRejected, events.StatusFailed, events.StatusInterrupted} {
 		tests = append(tests, struct {
 			name string
 			in   string
@@ -165,6 +180,31 @@ func TestDecodeEventRejectsBadEvents(t *testing.T) {
 		{"run.completed with a capitalised status is rejected.", splice(runCompletedJSON, `"incomplete"`, `"Complete"`)},
 		{"run.completed with an empty status is rejected.", splice(runCompletedJSON, `"incomplete"`, `""`)},
 		{"run.completed with a delta is rejected.", splice(runCompletedJSON, `}`, `,"delta":""}`)},
+		{"agent.transfer without to is rejected.", splice(transferJSON, `,"to":"researcher"`, ``)},
+		{"agent.transfer without from is rejected.", splice(transferJSON, `"from":"supervisor",`, ``)},
+		{"agent.transfer to an empty agent is rejected.", splice(transferJSON, `"researcher"`, `""`)},
+		{"agent.transfer to an agent of 257 bytes is rejected.", splice(transferJSON, `"researcher"`, `"`+strings.Repeat("a", 257)+`"`)},
+		{"agent.transfer with a delta is rejected.", splice(transferJSON, `}`, `,"delta":"x"}`)},
+		{"A token with a to field is rejected.", splice(tokenJSON, `}`, `,"to":"x"}`)},
+		{"run.interrupted without interrupt is rejected.", splice(interruptedJSON, `,"interrupt":{"agent":"assistant","tool":"ask_user","question":"Which city?"}`, ``)},
+		{"run.interrupted with a null interrupt is rejected.", splice(interruptedJSON, `{"agent":"assistant","tool":"ask_user","question":"Which city?"}`, `null`)},
+		{"An interrupt that is not an object is rejected.", splice(interruptedJSON, `{"agent":"assistant","tool":"ask_user","question":"Which city?"}`, `"ask"`)},
+		{"An interrupt without a question is rejected.", splice(interruptedJSON, `,"question":"Which city?"`, ``)},
+		{"An interrupt with an unknown field is rejected.", splice(interruptedJSON, `"question":"Which city?"`, `"question":"Which city?","id":"x"`)},
+		{"An interrupt with a duplicated field is rejected.", splice(interruptedJSON, `"question":"Which city?"`, `"question":"Which city?","question":"x"`)},
+		{"An interrupt with a case-variant field is rejected.", splice(interruptedJSON, `"question"`, `"Question"`)},
+		{"An interrupt question one byte over the limit is rejected.", splice(interruptedJSON, `"Which city?"`, `"`+strings.Repeat("q", events.MaxQuestionBytes+1)+`"`)},
+		{"An interrupt with invalid UTF-8 is rejected.", splice(interruptedJSON, `"Which city?"`, "\"Wh\xffich\"")},
+		{"run.interrupted with a status is rejected.", splice(interruptedJSON, `}}`, `},"status":"interrupted"}`)},
+		{"A notice with an interrupt is rejected.", splice(noticeJSON, `}`, `,"interrupt":{"agent":"a","tool":"","question":""}}`)},
+		{"Usage on a token event is rejected.", splice(tokenJSON, `}`, `,"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)},
+		{"Usage without total_tokens is rejected.", splice(usageJSON, `,"total_tokens":17`, ``)},
+		{"Usage with a negative count is rejected.", splice(usageJSON, `"completion_tokens":5`, `"completion_tokens":-5`)},
+		{"Usage with a fractional count is rejected.", splice(usageJSON, `"completion_tokens":5`, `"completion_tokens":5.5`)},
+		{"Usage with an unknown field is rejected.", splice(usageJSON, `"total_tokens":17`, `"total_tokens":17,"cached_tokens":1`)},
+		{"Usage with a case-variant field is rejected.", splice(usageJSON, `"total_tokens"`, `"Total_Tokens"`)},
+		{"Usage with a duplicated field is rejected.", splice(usageJSON, `"total_tokens":17`, `"total_tokens":17,"total_tokens":18`)},
+		{"Usage given as an array is rejected.", splice(usageJSON, `{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}`, `[12,5,17]`)},
 		{"An event over the event size limit is rejected.", splice(runStartedJSON, `}`, strings.Repeat(" ", events.MaxEventBytes)+`}`)},
 	}
 	for _, tt := range tests {
@@ -198,6 +238,11 @@ func TestAppendEventWritesTheDocumentedShape(t *testing.T) {
 		{"token carries delta, agent and role.", &events.TokenEvent{Meta: meta(2), Delta: "echo ", Agent: "echo", Role: "assistant"}, tokenJSON},
 		{"notice carries a message.", &events.NoticeEvent{Meta: meta(3), Message: "model failed: injected failure"}, noticeJSON},
 		{"run.completed carries a status.", &events.RunCompletedEvent{Meta: meta(4), Status: events.StatusIncomplete}, runCompletedJSON},
+		{"agent.transfer carries from and to.", &events.AgentTransferEvent{Meta: meta(2), From: "supervisor", To: "researcher"}, transferJSON},
+		{"run.interrupted carries the interrupt.", &events.RunInterruptedEvent{Meta: meta(3),
+			Interrupt: events.Interrupt{Agent: "assistant", Tool: "ask_user", Question: "Which city?"}}, interruptedJSON},
+		{"run.completed carries usage when it is known.", &events.RunCompletedEvent{Meta: meta(4), Status: events.StatusComplete,
+			Usage: &events.Usage{PromptTokens: 12, CompletionTokens: 5, TotalTokens: 17}}, usageJSON},
 		{"A cursor in the header is written last.", &events.TokenEvent{Meta: events.Meta{Conversation: "c1", RequestID: "r-1", RunID: "run-1",
 			Seq: 2, TS: 1700000000123456789, Cursor: "0-17"}, Delta: "echo ", Agent: "echo", Role: "assistant"}, tokenCursorJSON},
 	}
@@ -381,6 +426,11 @@ func TestMaximalEventsFitTheEventLimit(t *testing.T) {
 		for _, e := range []events.Event{
 			&events.TokenEvent{Meta: maxMeta, Delta: rep(events.MaxDeltaBytes), Agent: rep(events.MaxAgentBytes), Role: rep(30)},
 			&events.NoticeEvent{Meta: maxMeta, Message: rep(events.MaxNoticeBytes)},
+			&events.AgentTransferEvent{Meta: maxMeta, From: rep(events.MaxAgentBytes), To: rep(events.MaxAgentBytes)},
+			&events.RunInterruptedEvent{Meta: maxMeta, Interrupt: events.Interrupt{Agent: rep(events.MaxAgentBytes),
+				Tool: rep(events.MaxAgentBytes), Question: rep(events.MaxQuestionBytes)}},
+			&events.RunCompletedEvent{Meta: maxMeta, Status: events.StatusInterrupted,
+				Usage: &events.Usage{PromptTokens: 1<<63 - 1, CompletionTokens: 1<<63 - 1, TotalTokens: 1<<63 - 1}},
 		} {
 			b := events.MarshalEvent(e)
 			if len(b) > events.MaxEventBytes {
@@ -399,6 +449,7 @@ func TestStatusPersisted(t *testing.T) {
 	want := map[events.Status]bool{
 		events.StatusComplete: true, events.StatusIncomplete: true, events.StatusCancelled: true,
 		events.StatusDiscarded: false, events.StatusRejected: false, events.StatusFailed: false,
+		events.StatusInterrupted: true,
 	}
 	for s, persisted := range want {
 		if s.Persisted() != persisted {
@@ -420,7 +471,8 @@ func TestStatusPersisted(t *testing.T) {
 
 func TestHeaderGivesAccessToTheCommonFields(t *testing.T) {
 	t.Parallel()
-	for _, e := range []events.Event{&events.RunStartedEvent{}, &events.TokenEvent{}, &events.NoticeEvent{}, &events.RunCompletedEvent{}} {
+	for _, e := range []events.Event{&events.RunStartedEvent{}, &events.TokenEvent{}, &events.NoticeEvent{}, &events.RunCompletedEvent{},
+		&events.AgentTransferEvent{}, &events.RunInterruptedEvent{}} {
 		e.Header().Seq = 7
 		if e.Header().Seq != 7 {
 			t.Errorf("%s: Header() does not point into the event", e.Type())

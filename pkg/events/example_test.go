@@ -46,3 +46,27 @@ func Example() {
 	// acme/alice/c1 hi there
 	// true
 }
+
+// A client reads the end of a run that stopped to ask the user something,
+// and the usage of the run.
+func ExampleDecodeEvent_interrupted() {
+	for _, frame := range []string{
+		`{"type":"run.interrupted","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":3,"ts":1700000000000000000,"interrupt":{"agent":"assistant","tool":"ask_user","question":"Which day?"},"cursor":"1-4-9"}`,
+		`{"type":"run.completed","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":4,"ts":1700000000000000000,"status":"interrupted","usage":{"prompt_tokens":20,"completion_tokens":3,"total_tokens":23},"cursor":"1-4-10"}`,
+	} {
+		e, err := events.DecodeEvent([]byte(frame))
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		switch e := e.(type) {
+		case *events.RunInterruptedEvent:
+			fmt.Printf("%s asks: %s (answer with POST …/resume, request_id %s)\n", e.Interrupt.Agent, e.Interrupt.Question, e.RequestID)
+		case *events.RunCompletedEvent:
+			fmt.Println(e.Status, e.Status.Persisted(), e.Usage.TotalTokens)
+		}
+	}
+	// Output:
+	// assistant asks: Which day? (answer with POST …/resume, request_id r-1)
+	// interrupted true 23
+}

@@ -20,6 +20,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"v":1,"tenant":"acme","user":"bob","conversation":"c1","content":"x"} {}`,
 		`{"v":2}`,
 		`[]`,
+		`{"v":1,"request_id":"r-2","tenant":"acme","user":"bob","conversation":"c1","content":"yes, Paris","resume_of":"r-1"}`,
+		`{"v":1,"request_id":"r-1","tenant":"acme","user":"bob","conversation":"c1","content":"x","resume_of":"r-1"}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -56,7 +58,10 @@ func FuzzDecodeRequest(f *testing.F) {
 
 func FuzzDecodeEvent(f *testing.F) {
 	for _, seed := range []string{
-		runStartedJSON, tokenJSON, noticeJSON, runCompletedJSON, tokenCursorJSON,
+		runStartedJSON, tokenJSON, noticeJSON, runCompletedJSON, tokenCursorJSON, transferJSON, interruptedJSON, usageJSON,
+		`{"type":"run.interrupted","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":3,"ts":1,"interrupt":{"agent":"a","tool":"t","question":"\u2028\ud83d\ude00é","Tool":"x"}}`,
+		`{"type":"run.completed","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":4,"ts":1,"status":"interrupted","usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0},"cursor":"1-2-3"}`,
+		`{"type":"agent.transfer","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":2,"ts":1,"from":"","to":"b","usage":null}`,
 		`{"type":"token","conversation":"c1","request_id":"r-1","run_id":"run-2","seq":9,"ts":1,"delta":"\u2028\b\f\u0001\\\"é😀","agent":"","role":"assistant","cursor":"2-99"}`,
 		`{"type":"run.completed","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":2,"ts":5,"status":"rejected","cursor":null}`,
 		`{"type":"token","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":2,"ts":5,"delta":"\ud83d","agent":"a","role":"r"}`,

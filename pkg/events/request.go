@@ -70,6 +70,14 @@ type Request struct {
 	Content      string    `json:"content"`
 	Strategy     Strategy  `json:"strategy,omitempty"`
 	CreatedAt    time.Time `json:"created_at,omitzero"`
+	// ResumeOf, when set, makes the record a resume (an extension of
+	// API.md, issue #9): Content is the user's answer to the question of
+	// request ResumeOf, whose run was interrupted, and the worker continues
+	// that run from its checkpoint instead of starting a new one. It runs in
+	// the conversation's order like any request; it is rejected when
+	// ResumeOf is not the conversation's latest turn or that turn is not
+	// interrupted.
+	ResumeOf string `json:"resume_of,omitempty"`
 }
 
 // Identity returns the identity triple of the request.
@@ -88,6 +96,12 @@ func (r *Request) Validate(maxContent int) error {
 		errs = append(errs, ValidateID("request_id", r.RequestID))
 	}
 	errs = append(errs, r.Identity().Validate(), ValidateContent(r.Content, maxContent), r.Strategy.Validate())
+	if r.ResumeOf != "" {
+		errs = append(errs, ValidateID("resume_of", r.ResumeOf))
+		if r.RequestID != "" && r.ResumeOf == r.RequestID {
+			errs = append(errs, fmt.Errorf("%w resume_of: a request cannot resume itself", ErrInvalid))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -116,7 +130,7 @@ func ValidateContent(s string, max int) error {
 
 var requestKeys = map[string]bool{
 	"v": true, "request_id": true, "tenant": true, "user": true, "conversation": true,
-	"content": true, "strategy": true, "created_at": true,
+	"content": true, "strategy": true, "created_at": true, "resume_of": true,
 }
 
 // DecodeRequest strictly decodes and validates a request record value.

@@ -91,6 +91,9 @@ func TestDecodeRequestAcceptsGoodRecords(t *testing.T) {
 			with(func(r *events.Request) { r.Content = "éééé" })},
 		{"Identifiers of 128 bytes are accepted.", record(map[string]string{"tenant": `"` + strings.Repeat("t", 128) + `"`}), 0,
 			with(func(r *events.Request) { r.Tenant = strings.Repeat("t", 128) })},
+		{"A resume names the interrupted request.", record(map[string]string{"resume_of": `"r-0"`}), 0,
+			with(func(r *events.Request) { r.ResumeOf = "r-0" })},
+		{"An empty resume_of counts as absent.", record(map[string]string{"resume_of": `""`}), 0, base},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -115,6 +118,8 @@ func TestDecodeRequestRejectsBadRecords(t *testing.T) {
 		tooLarge   bool // the error must also wrap ErrTooLarge
 	}{
 		{"A version of 0 is rejected.", record(map[string]string{"v": "0"}), 0, false},
+		{"A resume_of breaking the ID rule is rejected.", record(map[string]string{"resume_of": `"r 0"`}), 0, false},
+		{"A request resuming itself is rejected.", record(map[string]string{"request_id": `"r-1"`, "resume_of": `"r-1"`}), 0, false},
 		{"A version of 2 is rejected.", record(map[string]string{"v": "2"}), 0, false},
 		{"A missing version is rejected.", record(map[string]string{"v": ""}), 0, false},
 		{"A null version is rejected.", record(map[string]string{"v": "null"}), 0, false},

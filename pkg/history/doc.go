@@ -9,6 +9,12 @@
 // its answer, so a request that produces no assistant content leaves nothing
 // behind.
 //
+// Besides turns, a Store keeps how requests ended without a turn
+// (outcomes), durable cancels, one compaction Summary per conversation
+// (messages are never deleted) and agent checkpoints of interrupted runs,
+// all bound to the identity. Assistant messages carry the run's token
+// usage and, when interrupted, the question asked (Interrupt).
+//
 // Implementations: MongoStore (MongoDB and FerretDB; its doc comment
 // describes the storage layout and commit protocol) and MemoryStore (for
 // unit tests of other packages). Package historytest is the conformance

@@ -29,8 +29,53 @@ type Message struct {
 	// Agent is the agent that wrote an assistant message ("" for user messages).
 	Agent     string
 	CreatedAt time.Time
-	// Status is set on assistant messages only: complete, incomplete or cancelled.
+	// Status is set on assistant messages only: complete, incomplete,
+	// cancelled or interrupted.
 	Status events.Status
+	// Usage is the token usage of an assistant message's run, when the
+	// model reported it.
+	Usage *events.Usage
+	// Interrupt is set on an interrupted assistant message: what the run
+	// asked the user.
+	Interrupt *Interrupt
+}
+
+// Interrupt is what an interrupted answer waits for: the question to the
+// user, and where the run resumes with the answer.
+type Interrupt struct {
+	// Agent and Tool are the agent and tool that interrupted (Tool is ""
+	// when the agent itself did).
+	Agent, Tool string
+	// Question is shown to the user.
+	Question string
+	// Targets are the interrupt points (eino interrupt ids) that receive
+	// the user's answer when the run resumes.
+	Targets []string
+}
+
+// Maximum sizes of an Interrupt's parts.
+const (
+	maxInterruptTargets     = 16
+	maxInterruptTargetBytes = 1 << 10
+)
+
+func (in *Interrupt) validate() error {
+	var errs []error
+	if len(in.Agent) > events.MaxAgentBytes || len(in.Tool) > events.MaxAgentBytes {
+		errs = append(errs, fmt.Errorf("%w interrupt: agent or tool over %d bytes", events.ErrInvalid, events.MaxAgentBytes))
+	}
+	if len(in.Question) > events.MaxQuestionBytes {
+		errs = append(errs, fmt.Errorf("%w interrupt: question over %d bytes", events.ErrInvalid, events.MaxQuestionBytes))
+	}
+	if len(in.Targets) == 0 || len(in.Targets) > maxInterruptTargets {
+		errs = append(errs, fmt.Errorf("%w interrupt: %d targets, want 1..%d", events.ErrInvalid, len(in.Targets), maxInterruptTargets))
+	}
+	for _, t := range in.Targets {
+		if t == "" || len(t) > maxInterruptTargetBytes {
+			errs = append(errs, fmt.Errorf("%w interrupt: target of %d bytes, want 1..%d", events.ErrInvalid, len(t), maxInterruptTargetBytes))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Incomplete reports whether an assistant message is anything but complete.
@@ -45,12 +90,18 @@ type Turn struct {
 	User string
 	// UserAt is when the user message was received.
 	UserAt time.Time
-	// Answer is the concatenated assistant text. Never empty (no-dangling-user).
+	// Answer is the concatenated assistant text. Never empty
+	// (no-dangling-user), except for an interrupted answer: there the
+	// question in Interrupt is the assistant's content.
 	Answer string
 	Agent  string
-	// Status is complete, incomplete or cancelled.
+	// Status is complete, incomplete, cancelled or interrupted.
 	Status      events.Status
 	CommittedAt time.Time
+	// Usage is the run's token usage, if the model reported it.
+	Usage *events.Usage
+	// Interrupt is required with status interrupted and allowed only there.
+	Interrupt *Interrupt
 	// Source, when set, is the request's record: Commit refuses a turn
 	// whose record is older than the one of the conversation's last turn
 	// (ErrFenced), so a worker that lost its partition (a zombie) cannot
@@ -89,14 +140,25 @@ func (t Turn) Validate() error {
 	if t.User == "" {
 		errs = append(errs, fmt.Errorf("%w turn: empty user message", events.ErrInvalid))
 	}
-	if t.Answer == "" {
+	if t.Answer == "" && t.Status != events.StatusInterrupted {
 		errs = append(errs, fmt.Errorf("%w turn: %w", events.ErrInvalid, ErrEmptyAnswer))
+	}
+	switch {
+	case t.Status == events.StatusInterrupted && t.Interrupt == nil:
+		errs = append(errs, fmt.Errorf("%w turn: status interrupted without an interrupt", events.ErrInvalid))
+	case t.Status != events.StatusInterrupted && t.Interrupt != nil:
+		errs = append(errs, fmt.Errorf("%w turn: an interrupt with status %q", events.ErrInvalid, truncate(string(t.Status), 32)))
+	case t.Interrupt != nil:
+		errs = append(errs, t.Interrupt.validate())
+	}
+	if u := t.Usage; u != nil && (u.PromptTokens < 0 || u.CompletionTokens < 0 || u.TotalTokens < 0) {
+		errs = append(errs, fmt.Errorf("%w turn: negative token usage", events.ErrInvalid))
 	}
 	if t.Source != nil && t.Source.Topic == "" {
 		errs = append(errs, fmt.Errorf("%w turn: source without topic", events.ErrInvalid))
 	}
 	if !t.Status.Persisted() {
-		errs = append(errs, fmt.Errorf("%w turn: status %q: must be complete, incomplete or cancelled", events.ErrInvalid, truncate(string(t.Status), 32)))
+		errs = append(errs, fmt.Errorf("%w turn: status %q: must be complete, incomplete, cancelled or interrupted", events.ErrInvalid, truncate(string(t.Status), 32)))
 	}
 	return errors.Join(errs...)
 }
@@ -176,6 +238,19 @@ type Store interface {
 	// Cancelled reports whether a recorded cancel covers request requestID
 	// whose record is at src.
 	Cancelled(ctx context.Context, id events.Identity, requestID string, src Source) (bool, error)
+	// Summary returns the conversation's summary, if one was saved.
+	Summary(ctx context.Context, id events.Identity) (Summary, bool, error)
+	// SaveSummary keeps s as the conversation's summary unless the stored
+	// one already covers as much (Through >= s.Through): summaries only
+	// move forward, and saving the same one again is harmless. Messages
+	// are never deleted.
+	SaveSummary(ctx context.Context, id events.Identity, s Summary) error
+	// SaveCheckpoint stores an agent checkpoint under name (ID rule),
+	// replacing any earlier one of that name: writing it again is
+	// harmless. At most MaxCheckpointBytes.
+	SaveCheckpoint(ctx context.Context, id events.Identity, name string, data []byte) error
+	// LoadCheckpoint returns the checkpoint stored under name, if any.
+	LoadCheckpoint(ctx context.Context, id events.Identity, name string) ([]byte, bool, error)
 }
 
 // validateOutcome checks the arguments of RecordOutcome.

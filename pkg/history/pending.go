@@ -70,21 +70,43 @@ func (p *Pending) Window(ctx context.Context, n int) ([]Message, error) {
 // Commits return ErrClosed; after a failed one it may be retried (Commit is
 // idempotent per request id).
 func (p *Pending) Commit(ctx context.Context, answer, agent string, status events.Status, at time.Time) (Committed, error) {
+	return p.CommitAnswer(ctx, Answer{Text: answer, Agent: agent, Status: status, At: at})
+}
+
+// Answer is what CommitAnswer persists with the pending user message.
+type Answer struct {
+	// Text is the assistant's answer; it may be empty only when the answer
+	// is interrupted.
+	Text   string
+	Agent  string
+	Status events.Status
+	At     time.Time
+	// Usage, if known, is the run's token usage.
+	Usage *events.Usage
+	// Interrupt is set, with status interrupted, when the run stopped to
+	// ask the user something.
+	Interrupt *Interrupt
+}
+
+// CommitAnswer is Commit with the answer's token usage and interrupt.
+func (p *Pending) CommitAnswer(ctx context.Context, a Answer) (Committed, error) {
 	if p.closed {
 		return Committed{}, fmt.Errorf("commit: %w", ErrClosed)
 	}
-	if answer == "" {
+	if a.Text == "" && a.Interrupt == nil {
 		return Committed{}, fmt.Errorf("commit: %w", ErrEmptyAnswer)
 	}
 	c, err := p.store.Commit(ctx, p.id, Turn{
 		RequestID:   p.requestID,
 		User:        p.content,
 		UserAt:      p.at,
-		Answer:      answer,
-		Agent:       agent,
-		Status:      status,
-		CommittedAt: at,
+		Answer:      a.Text,
+		Agent:       a.Agent,
+		Status:      a.Status,
+		CommittedAt: a.At,
 		Source:      p.source,
+		Usage:       a.Usage,
+		Interrupt:   a.Interrupt,
 	})
 	if err != nil {
 		return Committed{}, err

@@ -1,7 +1,10 @@
 package history
 
 import (
+	"slices"
 	"time"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
 // MaxListLimit is the largest page List returns; a larger limit is clamped
@@ -33,6 +36,8 @@ func (x numbered) messages() [2]Message {
 			Agent:     x.t.Agent,
 			CreatedAt: x.t.CommittedAt,
 			Status:    x.t.Status,
+			Usage:     cloneUsage(x.t.Usage),
+			Interrupt: cloneInterrupt(x.t.Interrupt),
 		},
 	}
 }
@@ -99,9 +104,28 @@ func storedTime(t time.Time, now func() time.Time) time.Time {
 	return t.UTC().Truncate(time.Millisecond)
 }
 
-// normalize returns t with its times as stored.
+// normalize returns t with its times as stored, sharing nothing with the
+// caller's t.
 func normalize(t Turn, now func() time.Time) Turn {
 	t.UserAt = storedTime(t.UserAt, now)
 	t.CommittedAt = storedTime(t.CommittedAt, now)
+	t.Usage, t.Interrupt = cloneUsage(t.Usage), cloneInterrupt(t.Interrupt)
 	return t
+}
+
+func cloneUsage(u *events.Usage) *events.Usage {
+	if u == nil {
+		return nil
+	}
+	c := *u
+	return &c
+}
+
+func cloneInterrupt(in *Interrupt) *Interrupt {
+	if in == nil {
+		return nil
+	}
+	c := *in
+	c.Targets = slices.Clone(in.Targets)
+	return &c
 }

@@ -21,10 +21,12 @@ type MemoryStore struct {
 }
 
 type memConv struct {
-	turns    []numbered               // turns[i].n == i+1
-	requests map[string]int64         // request id -> turn number
-	outcomes map[string]events.Status // request id -> outcome without a turn
-	cancels  map[int]cancelState      // by partition of the requests topic
+	summary     *Summary
+	checkpoints map[string][]byte
+	turns       []numbered               // turns[i].n == i+1
+	requests    map[string]int64         // request id -> turn number
+	outcomes    map[string]events.Status // request id -> outcome without a turn
+	cancels     map[int]cancelState      // by partition of the requests topic
 }
 
 // conv returns the conversation of key, creating it. s.mu must be held.
@@ -32,7 +34,7 @@ func (s *MemoryStore) conv(key string) *memConv {
 	c := s.convs[key]
 	if c == nil {
 		c = &memConv{requests: make(map[string]int64), outcomes: make(map[string]events.Status),
-			cancels: make(map[int]cancelState)}
+			cancels: make(map[int]cancelState), checkpoints: make(map[string][]byte)}
 		s.convs[key] = c
 	}
 	return c
@@ -202,4 +204,61 @@ func (s *MemoryStore) Conversations(_ context.Context, tenant, user string, befo
 	}
 	s.mu.Unlock()
 	return conversationPage(found, clampLimit(limit)), nil
+}
+
+// Summary implements Store.
+func (s *MemoryStore) Summary(_ context.Context, id events.Identity) (Summary, bool, error) {
+	if err := id.Validate(); err != nil {
+		return Summary{}, false, fmt.Errorf("summary: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.convs[id.Key()]; c != nil && c.summary != nil {
+		return *c.summary, true, nil
+	}
+	return Summary{}, false, nil
+}
+
+// SaveSummary implements Store.
+func (s *MemoryStore) SaveSummary(_ context.Context, id events.Identity, sum Summary) error {
+	if err := validateSummary(id, sum); err != nil {
+		return err
+	}
+	sum.CreatedAt = storedTime(sum.CreatedAt, time.Now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.conv(id.Key())
+	if c.summary == nil || c.summary.Through < sum.Through {
+		c.summary = &sum
+	}
+	return nil
+}
+
+// SaveCheckpoint implements Store.
+func (s *MemoryStore) SaveCheckpoint(_ context.Context, id events.Identity, name string, data []byte) error {
+	if err := validateCheckpoint(id, name, data); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.conv(id.Key()).checkpoints[name] = append([]byte{}, data...)
+	return nil
+}
+
+// LoadCheckpoint implements Store.
+func (s *MemoryStore) LoadCheckpoint(_ context.Context, id events.Identity, name string) ([]byte, bool, error) {
+	if err := validateCheckpoint(id, name, nil); err != nil {
+		return nil, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.convs[id.Key()]
+	if c == nil {
+		return nil, false, nil
+	}
+	data, ok := c.checkpoints[name]
+	if !ok {
+		return nil, false, nil
+	}
+	return append([]byte{}, data...), true, nil
 }

@@ -26,6 +26,12 @@ type MongoConfig struct {
 	// Requests is the collection of request documents (one per committed
 	// request id: the idempotency record). Default "requests".
 	Requests string
+	// Summaries is the collection of conversation summaries (one per
+	// conversation). Default "summaries".
+	Summaries string
+	// Checkpoints is the collection of agent checkpoints (one per
+	// interrupted run). Default "checkpoints".
+	Checkpoints string
 	// ReadConcurrency bounds the point reads one Window or List call has in
 	// flight. Default 8.
 	ReadConcurrency int
@@ -49,6 +55,12 @@ func (c MongoConfig) withDefaults() MongoConfig {
 	if c.Requests == "" {
 		c.Requests = "requests"
 	}
+	if c.Summaries == "" {
+		c.Summaries = "summaries"
+	}
+	if c.Checkpoints == "" {
+		c.Checkpoints = "checkpoints"
+	}
 	if c.ReadConcurrency == 0 {
 		c.ReadConcurrency = 8
 	}
@@ -71,8 +83,14 @@ func (c MongoConfig) Validate() error {
 	if c.CommitAttempts < 1 {
 		errs = append(errs, fmt.Errorf("commit attempts %d: must be at least 1", c.CommitAttempts))
 	}
-	if c.Conversations == c.Turns || c.Conversations == c.Requests || c.Turns == c.Requests {
-		errs = append(errs, fmt.Errorf("collections %q, %q, %q: must be distinct", c.Conversations, c.Turns, c.Requests))
+	names := []string{c.Conversations, c.Turns, c.Requests, c.Summaries, c.Checkpoints}
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		if seen[n] {
+			errs = append(errs, fmt.Errorf("collections %q: must be distinct", names))
+			break
+		}
+		seen[n] = true
 	}
 	return errors.Join(errs...)
 }
@@ -100,10 +118,12 @@ func (c MongoConfig) Validate() error {
 // expression), so there a point read scans the table up to the document,
 // or all of it when the document is missing.
 type MongoStore struct {
-	cfg   MongoConfig
-	convs *mongo.Collection
-	turns *mongo.Collection
-	reqs  *mongo.Collection
+	cfg       MongoConfig
+	convs     *mongo.Collection
+	turns     *mongo.Collection
+	reqs      *mongo.Collection
+	summaries *mongo.Collection
+	cps       *mongo.Collection
 }
 
 var _ Store = (*MongoStore)(nil)
@@ -125,6 +145,9 @@ func NewMongoStore(ctx context.Context, db *mongo.Database, cfg MongoConfig) (*M
 		convs: db.Collection(cfg.Conversations),
 		turns: db.Collection(cfg.Turns),
 		reqs:  db.Collection(cfg.Requests),
+
+		summaries: db.Collection(cfg.Summaries),
+		cps:       db.Collection(cfg.Checkpoints),
 	}
 	if err := s.createIndexes(ctx); err != nil {
 		return nil, fmt.Errorf("new mongo store: %w", err)
@@ -202,6 +225,50 @@ type assistantDoc struct {
 	Agent     string        `bson:"agent"`
 	Status    events.Status `bson:"status"`
 	CreatedAt time.Time     `bson:"created_at"`
+	// Usage and Interrupt are absent when unknown or not interrupted.
+	Usage     *usageDoc     `bson:"usage,omitempty"`
+	Interrupt *interruptDoc `bson:"interrupt,omitempty"`
+}
+
+type usageDoc struct {
+	Prompt     int64 `bson:"prompt"`
+	Completion int64 `bson:"completion"`
+	Total      int64 `bson:"total"`
+}
+
+type interruptDoc struct {
+	Agent    string   `bson:"agent"`
+	Tool     string   `bson:"tool"`
+	Question string   `bson:"question"`
+	Targets  []string `bson:"targets"`
+}
+
+func toUsageDoc(u *events.Usage) *usageDoc {
+	if u == nil {
+		return nil
+	}
+	return &usageDoc{Prompt: u.PromptTokens, Completion: u.CompletionTokens, Total: u.TotalTokens}
+}
+
+func (d *usageDoc) usage() *events.Usage {
+	if d == nil {
+		return nil
+	}
+	return &events.Usage{PromptTokens: d.Prompt, CompletionTokens: d.Completion, TotalTokens: d.Total}
+}
+
+func toInterruptDoc(in *Interrupt) *interruptDoc {
+	if in == nil {
+		return nil
+	}
+	return &interruptDoc{Agent: in.Agent, Tool: in.Tool, Question: in.Question, Targets: in.Targets}
+}
+
+func (d *interruptDoc) interrupt() *Interrupt {
+	if d == nil {
+		return nil
+	}
+	return &Interrupt{Agent: d.Agent, Tool: d.Tool, Question: d.Question, Targets: d.Targets}
 }
 
 type requestDoc struct {
@@ -231,6 +298,8 @@ func newTurnDoc(id events.Identity, n int64, t Turn) turnDoc {
 			Agent:     t.Agent,
 			Status:    t.Status,
 			CreatedAt: t.CommittedAt,
+			Usage:     toUsageDoc(t.Usage),
+			Interrupt: toInterruptDoc(t.Interrupt),
 		},
 		Source: toSourceDoc(t.Source),
 	}
@@ -260,6 +329,8 @@ func (d turnDoc) numbered() numbered {
 		Status:      d.Assistant.Status,
 		CommittedAt: d.Assistant.CreatedAt.UTC(),
 		Source:      d.Source.source(),
+		Usage:       d.Assistant.Usage.usage(),
+		Interrupt:   d.Assistant.Interrupt.interrupt(),
 	}}
 }
 
@@ -794,4 +865,97 @@ func (s *MongoStore) Cancelled(ctx context.Context, id events.Identity, requestI
 		return false, nil
 	}
 	return cancelState{topic: d.Topic, before: d.Before, requests: d.Requests}.covers(requestID, src), nil
+}
+
+type summaryDoc struct {
+	ID           string    `bson:"_id"`
+	Tenant       string    `bson:"tenant"`
+	User         string    `bson:"user"`
+	Conversation string    `bson:"conversation"`
+	Through      int64     `bson:"through"`
+	Text         string    `bson:"text"`
+	CreatedAt    time.Time `bson:"created_at"`
+}
+
+// Summary implements Store: one point read.
+func (s *MongoStore) Summary(ctx context.Context, id events.Identity) (Summary, bool, error) {
+	if err := id.Validate(); err != nil {
+		return Summary{}, false, fmt.Errorf("summary: %w", err)
+	}
+	d, found, err := findByID[summaryDoc](ctx, s.summaries, id.Key())
+	if err != nil {
+		return Summary{}, false, fmt.Errorf("summary: %w", err)
+	}
+	if !found {
+		return Summary{}, false, nil
+	}
+	return Summary{Through: d.Through, Text: d.Text, CreatedAt: d.CreatedAt.UTC()}, true, nil
+}
+
+// SaveSummary implements Store with one conditional upsert: it matches the
+// conversation's document only while that covers less, and an insert
+// refused as a duplicate means a summary covering as much is already
+// there. (FerretDB pushes the _id equality of this filter down.)
+func (s *MongoStore) SaveSummary(ctx context.Context, id events.Identity, sum Summary) error {
+	if err := validateSummary(id, sum); err != nil {
+		return err
+	}
+	filter := bson.D{{Key: "_id", Value: id.Key()}, {Key: "through", Value: bson.D{{Key: "$lt", Value: sum.Through}}}}
+	update := bson.D{{Key: "$set", Value: bson.D{
+		{Key: "tenant", Value: id.Tenant},
+		{Key: "user", Value: id.User},
+		{Key: "conversation", Value: id.Conversation},
+		{Key: "through", Value: sum.Through},
+		{Key: "text", Value: sum.Text},
+		{Key: "created_at", Value: storedTime(sum.CreatedAt, s.cfg.Now)},
+	}}}
+	_, err := s.summaries.UpdateOne(ctx, filter, update, options.UpdateOne().SetUpsert(true))
+	if err != nil && !mongo.IsDuplicateKeyError(err) {
+		return fmt.Errorf("save summary: %w", err)
+	}
+	return nil
+}
+
+type checkpointDoc struct {
+	ID        string    `bson:"_id"`
+	Data      []byte    `bson:"data"`
+	UpdatedAt time.Time `bson:"updated_at"`
+}
+
+func checkpointDocID(key, name string) string { return key + "#cp#" + name }
+
+// SaveCheckpoint implements Store: one replace by _id, with upsert.
+func (s *MongoStore) SaveCheckpoint(ctx context.Context, id events.Identity, name string, data []byte) error {
+	if err := validateCheckpoint(id, name, data); err != nil {
+		return err
+	}
+	doc := checkpointDoc{ID: checkpointDocID(id.Key(), name), Data: data, UpdatedAt: storedTime(time.Time{}, s.cfg.Now)}
+	filter := bson.D{{Key: "_id", Value: doc.ID}}
+	opts := options.Replace().SetUpsert(true)
+	_, err := s.cps.ReplaceOne(ctx, filter, doc, opts)
+	if mongo.IsDuplicateKeyError(err) { // two first writes upserted at once
+		_, err = s.cps.ReplaceOne(ctx, filter, doc, opts)
+	}
+	if err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	return nil
+}
+
+// LoadCheckpoint implements Store: one point read.
+func (s *MongoStore) LoadCheckpoint(ctx context.Context, id events.Identity, name string) ([]byte, bool, error) {
+	if err := validateCheckpoint(id, name, nil); err != nil {
+		return nil, false, err
+	}
+	d, found, err := findByID[checkpointDoc](ctx, s.cps, checkpointDocID(id.Key(), name))
+	if err != nil {
+		return nil, false, fmt.Errorf("load checkpoint: %w", err)
+	}
+	if !found {
+		return nil, false, nil
+	}
+	if d.Data == nil {
+		d.Data = []byte{}
+	}
+	return d.Data, true, nil
 }

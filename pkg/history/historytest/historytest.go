@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -57,6 +58,10 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"A new turn moves its conversation to the top of the listing", testConversationsReorder},
 		{"A user without conversations gets an empty listing", testConversationsEmpty},
 		{"Conversations rejects invalid owners and cursors", testConversationsInvalid},
+		{"Token usage and interrupts round-trip on assistant messages", testUsageAndInterrupt},
+		{"An interrupt goes with status interrupted, and only there an empty answer is allowed", testInterruptRules},
+		{"A summary is saved per conversation and only moves forward", testSummaries},
+		{"Checkpoints are kept by name per conversation and replaced by a second write", testCheckpoints},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -168,6 +173,10 @@ func equalMessages(got, want []history.Message) error {
 		g, w := got[i], want[i]
 		gt, wt := g.CreatedAt, w.CreatedAt
 		g.CreatedAt, w.CreatedAt = time.Time{}, time.Time{}
+		if !reflect.DeepEqual(g.Usage, w.Usage) || !reflect.DeepEqual(g.Interrupt, w.Interrupt) {
+			return fmt.Errorf("message %d (seq %d): usage %+v interrupt %+v, want %+v and %+v", i, g.Seq, g.Usage, g.Interrupt, w.Usage, w.Interrupt)
+		}
+		g.Usage, w.Usage, g.Interrupt, w.Interrupt = nil, nil, nil, nil
 		if g != w {
 			return fmt.Errorf("message %d: got %+v, want %+v", i, g, w)
 		}

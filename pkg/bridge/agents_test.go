@@ -1,0 +1,261 @@
+package bridge_test
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/schema"
+
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+)
+
+// answerTurn is a fakeTurn that also takes usage and interrupts, as
+// *history.Pending does.
+type answerTurn struct {
+	fakeTurn
+	answers []history.Answer
+}
+
+func (t *answerTurn) CommitAnswer(ctx context.Context, a history.Answer) (history.Committed, error) {
+	t.mu.Lock()
+	t.answers = append(t.answers, a)
+	t.mu.Unlock()
+	return t.Commit(ctx, a.Text, a.Agent, a.Status, a.At)
+}
+
+func withUsage(m *schema.Message, prompt, completion int) *schema.Message {
+	m.ResponseMeta = &schema.ResponseMeta{Usage: &schema.TokenUsage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}}
+	return m
+}
+
+func transfer(to string) *adk.AgentAction { return adk.NewTransferToAgentAction(to) }
+
+func askUser(agent, question string) *adk.AgentAction {
+	return &adk.AgentAction{Interrupted: &adk.InterruptInfo{InterruptContexts: []*adk.InterruptCtx{
+		{ID: "agent:" + agent, Address: adk.Address{{Type: adk.AddressSegmentAgent, ID: agent}}, Info: "composite"},
+		{ID: "agent:" + agent + ";tool:ask_user:call-1", Address: adk.Address{{Type: adk.AddressSegmentAgent, ID: agent},
+			{Type: adk.AddressSegmentTool, ID: "ask_user", SubID: "call-1"}}, Info: question, IsRootCause: true},
+	}}}
+}
+
+func TestTransfersAreStreamedInOrderAndPredicatesPickTheSupervisor(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	sink := &recordingSink{}
+	supervisor := bridge.AgentRole("supervisor", schema.Assistant)
+	b := newBridge(t, sink, func(c *bridge.Config) { c.Stream, c.Persist = supervisor, supervisor })
+	iter, done := script(ctx,
+		step{agent: "supervisor", chunks: []*schema.Message{text("Asking the researcher. "), toolCall()}},
+		step{agent: "supervisor", role: schema.Tool, whole: schema.ToolMessage("transferred", "call-1"), action: transfer("researcher")},
+		step{agent: "researcher", chunks: []*schema.Message{text("raw notes"), withUsage(text(""), 7, 3)}},
+		step{agent: "researcher", role: schema.Tool, whole: schema.ToolMessage("transferred", "call-2"), action: transfer("supervisor")},
+		step{agent: "supervisor", chunks: []*schema.Message{text("Paris."), withUsage(text(""), 20, 2)}},
+	)
+	turn := &answerTurn{}
+	res, err := b.Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range sink.snapshot() {
+		switch e := e.(type) {
+		case *events.TokenEvent:
+			got = append(got, e.Agent+": "+e.Delta)
+		case *events.AgentTransferEvent:
+			got = append(got, e.From+" -> "+e.To)
+		case *events.RunCompletedEvent:
+			got = append(got, string(e.Status))
+		}
+	}
+	want := []string{"supervisor: Asking the researcher. ", "supervisor -> researcher", "researcher -> supervisor", "supervisor: Paris.", "complete"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("stream %q, want %q", got, want)
+	}
+	summarize(t, sink.snapshot(), "run-1") // contiguous seqs, every event survives the wire
+	if len(turn.answers) != 1 || turn.answers[0].Text != "Paris." || turn.answers[0].Agent != "supervisor" {
+		t.Fatalf("persisted %+v, want the supervisor's answer only", turn.answers)
+	}
+	// The researcher's usage counts although its text was not selected.
+	if u := turn.answers[0].Usage; u == nil || *u != (events.Usage{PromptTokens: 27, CompletionTokens: 5, TotalTokens: 32}) {
+		t.Fatalf("persisted usage %+v, want 27/5/32", u)
+	}
+	if res.Transfers != 2 || res.UsageByAgent["researcher"].TotalTokens != 10 || res.UsageByAgent["supervisor"].TotalTokens != 22 {
+		t.Fatalf("result transfers %d usage by agent %+v", res.Transfers, res.UsageByAgent)
+	}
+}
+
+func TestUsageIsSummedOverModelCallsIncludingToolCalls(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	sink := &recordingSink{}
+	iter, done := script(ctx,
+		// A tool-call message reports its usage in a chunk after the call.
+		step{agent: "a", chunks: []*schema.Message{toolCall(), withUsage(text(""), 10, 1)}},
+		step{agent: "a", role: schema.Tool, whole: schema.ToolMessage("12:00", "call-1")},
+		// A model reporting cumulative usage in several chunks counts once.
+		step{agent: "a", chunks: []*schema.Message{withUsage(text("It is "), 11, 2), withUsage(text("noon"), 11, 3)}},
+	)
+	turn := &answerTurn{}
+	res, err := newBridge(t, sink, nil).Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := events.Usage{PromptTokens: 21, CompletionTokens: 4, TotalTokens: 25}
+	if res.Usage == nil || res.Usage.TotalTokens != 25 || turn.answers[0].Usage == nil || *turn.answers[0].Usage != want {
+		t.Fatalf("usage %+v persisted %+v, want %+v", res.Usage, turn.answers[0].Usage, want)
+	}
+	evs := sink.snapshot()
+	done2, ok := evs[len(evs)-1].(*events.RunCompletedEvent)
+	if !ok || done2.Usage == nil || *done2.Usage != want {
+		t.Fatalf("run.completed %+v, want usage %+v", evs[len(evs)-1], want)
+	}
+}
+
+func TestARunWithoutUsageCompletesWithoutUsage(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	sink := &recordingSink{}
+	iter, done := script(ctx, step{agent: "a", chunks: []*schema.Message{text("hi")}})
+	turn := &answerTurn{}
+	if _, err := newBridge(t, sink, nil).Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	evs := sink.snapshot()
+	if c := evs[len(evs)-1].(*events.RunCompletedEvent); c.Usage != nil || turn.answers[0].Usage != nil {
+		t.Fatalf("usage %+v / %+v without any reported", c.Usage, turn.answers[0].Usage)
+	}
+}
+
+func TestAnInterruptPersistsThePartialAnswerWithTheQuestion(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		steps      []step
+		plain      bool // the turn has no CommitAnswer
+		cancel     bool
+		wantStatus events.Status
+		wantText   string // persisted; "" with wantStatus discarded means nothing
+		wantAsked  bool   // run.interrupted streamed and the interrupt persisted
+	}{
+		{
+			name: "an interrupt after some text persists that text as interrupted with the question",
+			steps: []step{
+				{agent: "a", chunks: []*schema.Message{text("Let me check. ")}},
+				{agent: "a", chunks: []*schema.Message{toolCall()}},
+				{agent: "a", action: askUser("a", "Which city?")},
+			},
+			wantStatus: events.StatusInterrupted, wantText: "Let me check. ", wantAsked: true,
+		},
+		{
+			name:       "an interrupt before any text persists the question alone",
+			steps:      []step{{agent: "a", chunks: []*schema.Message{toolCall()}}, {agent: "a", action: askUser("a", "Which city?")}},
+			wantStatus: events.StatusInterrupted, wantAsked: true,
+		},
+		{
+			name:       "an error with the interrupt makes the run incomplete and not resumable",
+			steps:      []step{{agent: "a", chunks: []*schema.Message{text("Let me check. ")}}, {agent: "a", err: context.DeadlineExceeded}, {agent: "a", action: askUser("a", "Which city?")}},
+			wantStatus: events.StatusIncomplete, wantText: "Let me check. ",
+		},
+		{
+			name:       "a turn that cannot hold an interrupt persists the text as incomplete",
+			steps:      []step{{agent: "a", chunks: []*schema.Message{text("Let me check. ")}}, {agent: "a", action: askUser("a", "Which city?")}},
+			plain:      true,
+			wantStatus: events.StatusIncomplete, wantText: "Let me check. ",
+		},
+		{
+			name:       "a turn that cannot hold an interrupt without text persists nothing",
+			steps:      []step{{agent: "a", action: askUser("a", "Which city?")}},
+			plain:      true,
+			wantStatus: events.StatusDiscarded,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			sink := &recordingSink{}
+			iter, done := script(ctx, tt.steps...)
+			at := &answerTurn{}
+			var turn bridge.Turn = at
+			if tt.plain {
+				turn = &at.fakeTurn
+			}
+			res, err := newBridge(t, sink, nil).Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+			<-done
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs := sink.snapshot()
+			summarize(t, evs, "run-1")
+			var asked *events.RunInterruptedEvent
+			for i, e := range evs {
+				if e, ok := e.(*events.RunInterruptedEvent); ok {
+					asked = e
+					if i != len(evs)-2 {
+						t.Errorf("run.interrupted at %d of %d events, want right before run.completed", i, len(evs))
+					}
+				}
+			}
+			if res.Status != tt.wantStatus || evs[len(evs)-1].(*events.RunCompletedEvent).Status != tt.wantStatus {
+				t.Fatalf("status %s, want %s", res.Status, tt.wantStatus)
+			}
+			if (asked != nil) != tt.wantAsked {
+				t.Fatalf("run.interrupted %+v, want one: %v", asked, tt.wantAsked)
+			}
+			if tt.wantAsked {
+				want := events.Interrupt{Agent: "a", Tool: "ask_user", Question: "Which city?"}
+				if asked.Interrupt != want {
+					t.Fatalf("run.interrupted %+v, want %+v", asked.Interrupt, want)
+				}
+				a := at.answers[0]
+				if a.Interrupt == nil || a.Interrupt.Question != "Which city?" || !reflect.DeepEqual(a.Interrupt.Targets, []string{"agent:a;tool:ask_user:call-1"}) {
+					t.Fatalf("persisted interrupt %+v", a.Interrupt)
+				}
+			}
+			if tt.wantStatus == events.StatusDiscarded {
+				if len(at.committed) != 0 || at.discarded != 1 {
+					t.Fatalf("committed %q, discarded %d; want nothing persisted", at.committed, at.discarded)
+				}
+				return
+			}
+			if len(at.committed) != 1 || at.committed[0] != tt.wantText || at.statuses[0] != tt.wantStatus {
+				t.Fatalf("committed %q %v, want %q %s", at.committed, at.statuses, tt.wantText, tt.wantStatus)
+			}
+		})
+	}
+}
+
+func TestACancelBeforeTheInterruptWinsOverIt(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	sink := &recordingSink{}
+	hold := make(chan struct{})
+	iter, done := script(ctx,
+		step{agent: "a", chunks: []*schema.Message{text("Let me check. ")}},
+		step{agent: "a", chunks: []*schema.Message{toolCall()}, hold: hold},
+		step{agent: "a", action: askUser("a", "Which city?")},
+	)
+	turn := &answerTurn{}
+	h := newBridge(t, sink, nil).Start(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+	for len(sink.snapshot()) < 2 { // run.started and the first token
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		default:
+		}
+	}
+	h.Cancel()
+	close(hold)
+	res, err := h.Wait()
+	<-done
+	if err != nil || res.Status != events.StatusCancelled || res.Interrupt != nil {
+		t.Fatalf("result %+v %v, want cancelled without an interrupt", res, err)
+	}
+}
