@@ -188,6 +188,10 @@ func printEvent(out io.Writer, e events.Event, verbose bool) bool {
 		fmt.Fprint(out, e.Delta)
 	case *events.NoticeEvent:
 		fmt.Fprintf(out, "\n[notice: %s]\n", e.Message)
+	case *events.AgentTransferEvent:
+		fmt.Fprintf(out, "\n[%s → %s]\n", e.From, e.To)
+	case *events.RunInterruptedEvent:
+		fmt.Fprintf(out, "\n[interrupted: %s asks %q]\n", e.Interrupt.Agent, e.Interrupt.Question)
 	case *events.RunCompletedEvent:
 		if verbose {
 			fmt.Fprintf(out, "\n[%s %s, cursor %s]\n", e.RequestID, e.Status, e.Cursor)

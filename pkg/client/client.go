@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
 // Client talks to one Turnpike deployment as one identity (the token's).
@@ -86,6 +88,10 @@ type Message struct {
 	CreatedAt  time.Time `json:"created_at"`
 	Status     string    `json:"status,omitempty"`
 	Incomplete bool      `json:"incomplete,omitempty"`
+	// Usage is the model's token usage of an assistant message, when known.
+	Usage *events.Usage `json:"usage,omitempty"`
+	// Interrupt is the question of an interrupted assistant message.
+	Interrupt *events.Interrupt `json:"interrupt,omitempty"`
 }
 
 // HistoryPage is one page of history, oldest first.

@@ -80,7 +80,7 @@ class Turn {
     a.text.textContent = text;
     a.el.setAttribute('aria-busy', status ? 'false' : 'true');
     a.el.dataset.status = status ?? 'streaming';
-    a.status.textContent = status === 'incomplete' || status === 'cancelled' ? status : '';
+    a.status.textContent = status === 'incomplete' || status === 'cancelled' || status === 'interrupted' ? status : '';
     a.status.hidden = a.status.textContent === '';
     this.showCancel(!status);
   }
@@ -272,6 +272,9 @@ function applyEvent(ev) {
   const bottom = atBottom();
   const a = state.answers.apply(ev);
   if (!a) return;
+  if (ev.type === 'run.interrupted' && ev.interrupt?.question) {
+    turn.line('system', `The assistant asks: ${ev.interrupt.question} (answer with POST …/resume)`);
+  }
   if (ev.type === 'notice') {
     turn.line('notice', ev.message); // shown, never persisted
   } else if (ev.rerun) {

@@ -22,8 +22,8 @@
 // HTTP calls go to the ingest API at baseURL (default: the page's origin).
 // They reject with a TurnpikeError carrying the API's error code.
 
-const PERSISTED = new Set(['complete', 'incomplete', 'cancelled']);
-const EVENT_TYPES = new Set(['run.started', 'token', 'notice', 'run.completed']);
+const PERSISTED = new Set(['complete', 'incomplete', 'cancelled', 'interrupted']);
+const EVENT_TYPES = new Set(['run.started', 'token', 'notice', 'agent.transfer', 'run.interrupted', 'run.completed']);
 
 /** An error answer of the API, or a network failure (status 0, code "network"). */
 export class TurnpikeError extends Error {
@@ -583,6 +583,12 @@ export class Answers {
         break;
       case 'notice':
         a.notices.push(ev.message ?? '');
+        break;
+      case 'agent.transfer':
+        a.agent = ev.to ?? a.agent;
+        break;
+      case 'run.interrupted':
+        a.interrupt = ev.interrupt ?? null; // the question the agent asks
         break;
       case 'run.completed':
         a.status = ev.status;
