@@ -30,16 +30,19 @@ const closeLinger = time.Second
 
 // client is one WebSocket connection. It owns two goroutines: serve (the
 // writer, which also tears the connection down) and read. Frames reach the
-// writer only through queue.
+// writer only through out.
+//
+// An idle client holds little besides its two goroutines: its queue, its
+// subscriptions map and its logger are made when first needed.
 type client struct {
 	gw        *Gateway
 	hub       *hub
 	conn      *websocket.Conn
 	principal auth.Principal
-	log       *slog.Logger
+	user      string // tenant/user: the key of the per-user rate limits
 	metrics   *metrics
 
-	queue      chan []byte   // bounded outbound queue, QueueSize frames
+	out        outbox        // bounded outbound queue
 	done       chan struct{} // closed by fail: the client is closing
 	readerDone chan struct{} // closed when read returns
 	closeOnce  sync.Once
@@ -49,23 +52,27 @@ type client struct {
 	mu sync.Mutex
 	// Guarded by mu.
 	closed  bool                     // teardown began; no new replays
-	subs    map[string]*subscription // by conversation
+	subs    map[string]*subscription // by conversation; nil until the first
 	replays sync.WaitGroup           // Add only under mu while !closed
 }
 
-func newClient(gw *Gateway, h *hub, conn *websocket.Conn, p auth.Principal) *client {
+func newClient(gw *Gateway, h *hub, conn *websocket.Conn, p auth.Principal, user string) *client {
 	return &client{
 		gw:         gw,
 		hub:        h,
 		conn:       conn,
 		principal:  p,
-		log:        gw.log.With("tenant", p.Tenant, "user", p.User, "remote", conn.RemoteAddr().String()),
+		user:       user,
 		metrics:    gw.metrics,
-		queue:      make(chan []byte, gw.cfg.QueueSize),
+		out:        outbox{maxFrames: gw.cfg.QueueSize, maxBytes: gw.cfg.QueueBytes, wake: make(chan struct{}, 1)},
 		done:       make(chan struct{}),
 		readerDone: make(chan struct{}),
-		subs:       make(map[string]*subscription),
 	}
+}
+
+// logger returns the client's logger, made on demand: most clients never log.
+func (c *client) logger() *slog.Logger {
+	return c.gw.log.With("tenant", c.principal.Tenant, "user", c.principal.User, "remote", c.conn.RemoteAddr().String())
 }
 
 // fail starts closing the client with code (0: no close frame, the
@@ -89,12 +96,15 @@ func (c *client) shed(text string) {
 }
 
 // deliver implements sink: it queues frame without blocking, or sheds the
-// client when its queue is full.
+// client when its queue is full (in frames or bytes).
 func (c *client) deliver(frame []byte) bool {
 	select {
-	case c.queue <- frame:
-		return true
+	case <-c.done:
+		return false
 	default:
+	}
+	if c.out.tryPush(frame) {
+		return true
 	}
 	c.shed("queue full")
 	c.metrics.framesDropped.Inc()
@@ -108,13 +118,7 @@ func (c *client) overflow() { c.shed("replay buffer full") }
 // for a client (unlike the live fan-out). It reports false when ctx ended or
 // the client is closing.
 func (c *client) send(ctx context.Context, frame []byte) bool {
-	select {
-	case c.queue <- frame:
-		return true
-	case <-ctx.Done():
-	case <-c.done:
-	}
-	return false
+	return c.out.push(ctx, c.done, frame)
 }
 
 // serve runs the connection until it closes: it starts the reader, writes
@@ -122,7 +126,6 @@ func (c *client) send(ctx context.Context, frame []byte) bool {
 func (c *client) serve(ctx context.Context) {
 	c.metrics.connections.Inc()
 	defer c.metrics.connections.Dec()
-	c.log.Debug("client connected")
 	go c.read(ctx) // owned: teardown waits for readerDone
 	c.write(ctx)
 	c.teardown()
@@ -134,31 +137,73 @@ func (c *client) write(ctx context.Context) {
 	defer ping.Stop()
 	for {
 		select {
-		case <-c.done: // closing: drop whatever is still queued
-			return
-		default:
-		}
-		select {
 		case <-ctx.Done():
 			c.fail(websocket.CloseGoingAway, "server shutting down")
+			return
 		case <-c.done:
-		case f := <-c.queue:
-			select {
-			case <-c.done: // closed while this frame waited: drop it too
-				c.metrics.framesDropped.Inc()
+			return
+		case <-c.out.wake:
+			if !c.flush(ctx) {
 				return
-			default:
-			}
-			_ = c.conn.SetWriteDeadline(time.Now().Add(c.gw.cfg.WriteTimeout))
-			if err := c.conn.WriteMessage(websocket.TextMessage, f); err != nil {
-				c.fail(0, fmt.Sprintf("write: %v", err))
 			}
 		case <-ping.C:
 			if err := c.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.gw.cfg.WriteTimeout)); err != nil {
 				c.fail(0, fmt.Sprintf("ping: %v", err))
+				return
 			}
 		}
 	}
+}
+
+// flush writes the queued frames until the queue is empty. When frames
+// wait behind the one being written, it batches them (see wire): one
+// system call for many frames. It returns false when the client is closing
+// (what is left in the queue is dropped).
+func (c *client) flush(ctx context.Context) bool {
+	wire, _ := c.conn.NetConn().(*wire)
+	batching := false
+	for {
+		f, ok := c.out.pop()
+		if !ok {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			c.fail(websocket.CloseGoingAway, "server shutting down")
+		default:
+		}
+		select {
+		case <-c.done: // closed while this frame waited: drop it too
+			c.out.sent(len(f))
+			c.metrics.framesDropped.Inc()
+			if batching {
+				_ = wire.end()
+			}
+			return false
+		default:
+		}
+		if !batching && wire != nil && c.out.waiting() > 0 {
+			wire.begin()
+			batching = true
+		}
+		_ = c.conn.SetWriteDeadline(time.Now().Add(c.gw.cfg.WriteTimeout))
+		err := c.conn.WriteMessage(websocket.TextMessage, f)
+		c.out.sent(len(f))
+		if err != nil {
+			c.fail(0, fmt.Sprintf("write: %v", err))
+			if batching {
+				_ = wire.end()
+			}
+			return false
+		}
+	}
+	if batching {
+		if err := wire.end(); err != nil {
+			c.fail(0, fmt.Sprintf("write: %v", err))
+			return false
+		}
+	}
+	return true
 }
 
 // teardown ends every subscription and replay, sends the close frame (with
@@ -176,7 +221,7 @@ func (c *client) teardown() {
 		}
 	}
 	c.replays.Wait()
-	if n := len(c.queue); n > 0 {
+	if n, _ := c.out.size(); n > 0 {
 		c.metrics.framesDropped.Add(float64(n))
 	}
 	if c.closeCode != 0 {
@@ -197,7 +242,9 @@ func (c *client) teardown() {
 	if c.closeCode == CloseSlowConsumer {
 		level = slog.LevelInfo
 	}
-	c.log.Log(context.Background(), level, "client closed", "code", c.closeCode, "reason", c.closeText)
+	if c.gw.log.Enabled(context.Background(), level) {
+		c.logger().Log(context.Background(), level, "client closed", "code", c.closeCode, "reason", c.closeText)
+	}
 }
 
 // read is the reader loop: one client frame at a time, each answered
@@ -245,6 +292,14 @@ func (c *client) readFailed(err error) {
 // reply queues a frame answering the client, waiting for room.
 func (c *client) reply(frame []byte) { c.send(context.Background(), frame) }
 
+// frameError is an error for the client's eyes with its error frame code.
+type frameError struct {
+	code string
+	msg  string
+}
+
+func (e *frameError) Error() string { return e.msg }
+
 // handle runs one client operation.
 func (c *client) handle(ctx context.Context, data []byte) {
 	req, err := decodeRequest(data)
@@ -256,18 +311,27 @@ func (c *client) handle(ctx context.Context, data []byte) {
 	case opPing:
 		c.reply([]byte(pongFrame))
 	case opSubscribe:
+		if ok, wait := c.gw.subscribeLimit.allow(c.user); !ok {
+			c.metrics.rejected.WithLabelValues(rejectSubscribeRate).Inc()
+			err = &frameError{codeRateLimited, fmt.Sprintf("too many subscribes: retry in %v", wait.Round(time.Millisecond))}
+			break
+		}
 		err = c.subscribe(ctx, req)
 	case opUnsubscribe:
 		err = c.unsubscribe(req.Conversation)
 	}
 	if err != nil {
-		c.reply(errorFrame(codeInvalidArgument, err.Error()))
+		code := codeInvalidArgument
+		if fe, ok := err.(*frameError); ok {
+			code = fe.code
+		}
+		c.reply(errorFrame(code, err.Error()))
 	}
 }
 
 // subscribe registers a subscription of the principal's identity for
 // req.Conversation and, with since, starts its replay. The error is for the
-// client (invalid_argument).
+// client: a *frameError, or invalid_argument.
 func (c *client) subscribe(ctx context.Context, req request) error {
 	sn, err := parseSince(req)
 	if err != nil {
@@ -275,8 +339,13 @@ func (c *client) subscribe(ctx context.Context, req request) error {
 	}
 	key := c.principal.Identity(req.Conversation).Key()
 	sub := &subscription{sink: c, key: key, conversation: req.Conversation, partition: c.hub.partitionOf(key), since: sn}
-	if sn.kind == sinceAfter && sn.partition != sub.partition {
-		return errors.New("since: cursor is not from this conversation")
+	if sn.kind == sinceAfter {
+		if sn.partition != sub.partition {
+			return errors.New("since: cursor is not from this conversation")
+		}
+		if err := c.awaitCursor(ctx, sn); err != nil {
+			return err
+		}
 	}
 	rctx := ctx
 	if sn.kind != sinceLive {
@@ -308,6 +377,32 @@ func (c *client) subscribe(ctx context.Context, req request) error {
 	return nil
 }
 
+// awaitCursor returns once this gateway has dispatched the cursor's record.
+// A cursor past the end of its partition never will be: invalid_argument at
+// once. Otherwise the cursor comes from a replica further ahead, and this
+// one gets CursorWait to catch up before the subscribe fails with
+// unavailable (the client retries, here or elsewhere).
+func (c *client) awaitCursor(ctx context.Context, sn since) error {
+	if c.hub.dispatched(sn.partition, sn.offset) {
+		return nil
+	}
+	wait := c.gw.cfg.CursorWait
+	kctx, cancel := context.WithTimeout(ctx, wait)
+	end, err := c.gw.endOffset(kctx, sn.partition)
+	cancel()
+	if err == nil && sn.offset >= end {
+		return errCursorAhead
+	}
+	switch err := c.hub.awaitDispatched(ctx, c.done, sn.partition, sn.offset, wait); {
+	case err == nil:
+		return nil
+	case errors.Is(err, errCursorAhead):
+		return &frameError{codeUnavailable, "since: this gateway has not caught up with the cursor yet; subscribe again"}
+	default:
+		return &frameError{codeUnavailable, "connection is closing"}
+	}
+}
+
 // add records sub on the connection, within MaxSubscriptions.
 func (c *client) add(sub *subscription) error {
 	c.mu.Lock()
@@ -319,6 +414,9 @@ func (c *client) add(sub *subscription) error {
 		return fmt.Errorf("already subscribed to %q", sub.conversation)
 	case len(c.subs) >= c.gw.cfg.MaxSubscriptions:
 		return fmt.Errorf("too many subscriptions: at most %d per connection", c.gw.cfg.MaxSubscriptions)
+	}
+	if c.subs == nil {
+		c.subs = make(map[string]*subscription)
 	}
 	c.subs[sub.conversation] = sub
 	return nil
@@ -382,7 +480,7 @@ func (c *client) replay(ctx context.Context, sub *subscription) {
 	if errors.Is(err, errCursorExpired) {
 		code, msg = codeCursorExpired, "since: cursor is older than the retained stream"
 	} else {
-		c.log.Warn("replay failed", "conversation", sub.conversation, "err", err)
+		c.logger().Warn("replay failed", "conversation", sub.conversation, "err", err)
 	}
 	c.send(ctx, errorFrame(code, msg))
 }

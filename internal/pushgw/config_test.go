@@ -18,7 +18,13 @@ func TestConfigValidate(t *testing.T) {
 		{"An empty broker address is refused.", Config{Brokers: []string{""}}, []string{"brokers[0]"}},
 		{"Negative sizes are all reported.", Config{Brokers: []string{"k"}, QueueSize: -1, MaxSubscriptions: -1, ReplayConcurrency: -1, ReplayBuffer: -1},
 			[]string{"queue size", "max subscriptions", "replay concurrency", "replay buffer"}},
-		{"Negative durations are reported.", Config{Brokers: []string{"k"}, WriteTimeout: -time.Second}, []string{"write timeout"}},
+		{"Negative byte bounds and bursts are all reported.",
+			Config{Brokers: []string{"k"}, QueueBytes: -1, RingBytes: -1, ReplayBufferBytes: -1, ConnectBurst: -1, SubscribeBurst: -1},
+			[]string{"queue bytes", "ring bytes", "replay buffer bytes", "connect burst", "subscribe burst"}},
+		{"A negative rate is not an error: it turns the limit off.", Config{Brokers: []string{"k"}, ConnectPerMinute: -1, SubscribePerMinute: -1}, nil},
+		{"Negative durations are reported.", Config{Brokers: []string{"k"}, WriteTimeout: -time.Second, CursorWait: -time.Second},
+			[]string{"write timeout", "cursor wait"}},
+		{"A malformed allowed origin is refused.", Config{Brokers: []string{"k"}, AllowedOrigins: []string{"*", "example.com"}}, []string{"allowed origin \"example.com\""}},
 		{"A ping interval not shorter than the pong wait is refused.", Config{Brokers: []string{"k"}, PingInterval: time.Minute, PongWait: time.Minute},
 			[]string{"ping interval"}},
 		{"A default ping interval above a short pong wait is refused.", Config{Brokers: []string{"k"}, PongWait: time.Second}, []string{"ping interval"}},
@@ -48,8 +54,10 @@ func TestConfigValidate(t *testing.T) {
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	c := Config{Brokers: []string{"k"}}.withDefaults()
-	if c.Topic != "turnpike.stream" || c.QueueSize != 1024 || c.MaxSubscriptions != 100 || c.PingInterval != 25*time.Second ||
-		c.PongWait != time.Minute || c.WriteTimeout != 10*time.Second || c.ReplayConcurrency != 64 || c.ReplayBuffer != 4096 {
+	if c.Topic != "turnpike.stream" || c.QueueSize != 1024 || c.QueueBytes != 1<<20 || c.MaxSubscriptions != 100 || c.PingInterval != 25*time.Second ||
+		c.PongWait != time.Minute || c.WriteTimeout != 10*time.Second || c.ReplayConcurrency != 64 || c.ReplayBuffer != 4096 ||
+		c.ReplayBufferBytes != 4<<20 || c.RingBytes != 64<<20 || c.CursorWait != 2*time.Second || len(c.AllowedOrigins) != 0 ||
+		c.ConnectPerMinute != 600 || c.ConnectBurst != 100 || c.SubscribePerMinute != 6000 || c.SubscribeBurst != 1000 {
 		t.Fatalf("defaults = %+v", c)
 	}
 }

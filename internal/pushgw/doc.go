@@ -3,13 +3,25 @@
 // events, live or resumed from a cursor, without gap or duplicate.
 //
 // Pieces, one file each:
-//   - gateway.go: Gateway, New, Run, ServeHTTP, Ready.
+//   - gateway.go: Gateway, New, Run, ServeHTTP (origin, auth, connect rate),
+//     Ready.
 //   - hub.go: the per-partition index of subscriptions, the fan-out, and the
 //     replay-to-live hand-over (its comment is the correctness argument).
+//   - ring.go: each partition's in-memory ring of recent records, bounded
+//     by bytes, that serves recent resumes without Kafka.
 //   - live.go: one kafka.Reader per partition feeding the hub.
-//   - replay.go: a subscription's catch-up read with a reader of its own.
-//   - client.go: one connection: reader and writer goroutines, bounded queue.
+//   - replay.go: a subscription's catch-up, from the ring or from Kafka
+//     with a reader of its own.
+//   - client.go: one connection: reader and writer goroutines.
+//   - outbox.go: a connection's outbound queue, bounded in frames and bytes.
+//   - wire.go: the socket under a connection, which coalesces a backlog of
+//     frames into one write.
+//   - origin.go, ratelimit.go: the origin policy and per-user token buckets.
 //   - frames.go: client and server frames; cursor.go: the cursor format.
+//
+// Every replica reads the whole stream topic (no consumer group) and serves
+// its own clients; a cursor is a partition offset, so it resumes on any
+// replica.
 //
 // Goroutines: Run owns the live readers and waits for every client; each
 // client owns its reader goroutine and its replays; the writer goroutine of
@@ -17,8 +29,9 @@
 // client whose queue is full is closed with 4008.
 //
 // Locks, in order: a shard's mutex (hub.go) may be held while a client's
-// close state is set (client.fail); client.mu is never held while taking a
-// shard lock. Gateway.mu is a leaf.
+// outbox mutex is taken (outbox.mu is a leaf) and while its close state is
+// set (client.fail); client.mu is never held while taking a shard lock.
+// Gateway.mu, a limiter's mutex and a wire's mutex are leaves.
 //
 // Gateway's methods are safe for concurrent use; Run is called once.
 // FormatCursor and ParseCursor are pure functions.

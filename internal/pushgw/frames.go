@@ -24,6 +24,7 @@ const sinceEarliest = "earliest"
 const (
 	codeInvalidArgument = "invalid_argument"
 	codeCursorExpired   = "cursor_expired"
+	codeRateLimited     = "rate_limited"
 	codeUnavailable     = "unavailable"
 )
 

@@ -22,6 +22,18 @@ import (
 // kafkaTimeout bounds each metadata and list-offsets request.
 const kafkaTimeout = 10 * time.Second
 
+// WebSocket buffer sizes. A connection owns only its read buffer; write
+// buffers come from a pool and are held only while a frame is written, so
+// an idle connection holds none. Client frames are a few hundred bytes; a
+// bigger one (up to MaxFrameBytes) is read through the buffer in pieces.
+const (
+	readBufferSize  = 512
+	writeBufferSize = 8 << 10
+)
+
+// codePermissionDenied answers an upgrade from an origin not allowed (403).
+const codePermissionDenied = "permission_denied"
+
 // Gateway is the WebSocket push gateway: it serves GET /v1/stream upgrades
 // and, while Run runs, streams the stream topic's events to subscribers.
 type Gateway struct {
@@ -32,9 +44,18 @@ type Gateway struct {
 	transport      *kafka.Transport
 	kafka          *kafka.Client
 	upgrader       websocket.Upgrader
+	origins        originPolicy
+	connectLimit   *limiter      // nil: no limit
+	subscribeLimit *limiter      // nil: no limit
 	replaySlots    chan struct{} // ReplayConcurrency tokens
+	batches        sync.Pool     // write batch buffers (*[]byte) of the clients' wires
 	running        atomic.Bool   // Run was called
 	failingReaders atomic.Int32  // live readers whose last fetch failed
+
+	// beforeDispatch, if set before Run, is called by the live readers
+	// before each record is dispatched: tests use it to hold one replica
+	// back.
+	beforeDispatch func(partition int, offset int64)
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -57,27 +78,37 @@ func New(cfg Config, v *auth.Verifier, reg prometheus.Registerer, log *slog.Logg
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	origins, err := newOriginPolicy(cfg.AllowedOrigins)
+	if err != nil { // Validate has reported it already
+		return nil, fmt.Errorf("push gateway config: %w", err)
+	}
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("push gateway: %w", err)
 	}
 	tr := &kafka.Transport{}
 	g := &Gateway{
-		cfg:         cfg,
-		verifier:    v,
-		log:         log,
-		metrics:     m,
-		transport:   tr,
-		kafka:       &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: kafkaTimeout, Transport: tr},
-		replaySlots: make(chan struct{}, cfg.ReplayConcurrency),
+		cfg:            cfg,
+		verifier:       v,
+		log:            log,
+		metrics:        m,
+		transport:      tr,
+		kafka:          &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: kafkaTimeout, Transport: tr},
+		origins:        origins,
+		connectLimit:   newLimiter(cfg.ConnectPerMinute, cfg.ConnectBurst, nil),
+		subscribeLimit: newLimiter(cfg.SubscribePerMinute, cfg.SubscribeBurst, nil),
+		replaySlots:    make(chan struct{}, cfg.ReplayConcurrency),
+	}
+	g.batches.New = func() any {
+		b := make([]byte, 0, batchBytes)
+		return &b
 	}
 	g.upgrader = websocket.Upgrader{
 		HandshakeTimeout: cfg.WriteTimeout,
-		ReadBufferSize:   4 << 10,
-		WriteBufferSize:  4 << 10,
+		ReadBufferSize:   readBufferSize,
+		WriteBufferSize:  writeBufferSize,
 		WriteBufferPool:  &sync.Pool{},
-		// Tokens, not cookies, authenticate, so a foreign page gains nothing
-		// by connecting. An origin allow-list comes with a later issue.
+		// ServeHTTP has checked the origin against the policy already.
 		CheckOrigin: func(*http.Request) bool { return true },
 		Error: func(w http.ResponseWriter, _ *http.Request, status int, reason error) {
 			code := server.CodeInvalidArgument
@@ -124,7 +155,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	h := newHub(starts, g.cfg.ReplayBuffer, g.metrics, g.log)
+	h := newHub(starts, hubConfig{replayBuffer: g.cfg.ReplayBuffer, replayBufferBytes: g.cfg.ReplayBufferBytes, ringBytes: g.cfg.RingBytes}, g.metrics, g.log)
 	g.mu.Lock()
 	g.hub, g.ctx = h, runCtx
 	g.mu.Unlock()
@@ -172,14 +203,27 @@ func (g *Gateway) Ready(ctx context.Context) error {
 	return topic.Ping(ctx, g.cfg.Brokers)
 }
 
-// ServeHTTP upgrades GET /v1/stream. Without a valid bearer token (header or
-// ?access_token=) it answers 401 without upgrading; before Run has the live
-// start positions, or while it shuts down, 503.
+// ServeHTTP upgrades GET /v1/stream. In order: an Origin the policy does
+// not allow is answered 403; without a valid bearer token (header or
+// ?access_token=), 401; a user over the connect rate limit, 429 with
+// Retry-After; before Run has the live start positions, or while it shuts
+// down, 503. None of them upgrades.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !g.origins.allowed(r) {
+		g.metrics.rejected.WithLabelValues(rejectOrigin).Inc()
+		server.WriteError(w, http.StatusForbidden, codePermissionDenied, "origin not allowed", 0)
+		return
+	}
 	p, err := g.verifier.Verify(auth.BearerToken(r, true))
 	if err != nil {
 		w.Header().Set("WWW-Authenticate", "Bearer")
 		server.WriteError(w, http.StatusUnauthorized, server.CodeUnauthenticated, "missing, invalid or expired bearer token", 0)
+		return
+	}
+	user := p.Tenant + "/" + p.User
+	if ok, wait := g.connectLimit.allow(user); !ok {
+		g.metrics.rejected.WithLabelValues(rejectConnectRate).Inc()
+		server.WriteError(w, http.StatusTooManyRequests, server.CodeRateLimited, "too many connections for this user; retry later", wait)
 		return
 	}
 	g.mu.Lock()
@@ -193,12 +237,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		server.WriteError(w, http.StatusServiceUnavailable, server.CodeUnavailable, "push gateway is not running", time.Second)
 		return
 	}
-	conn, err := g.upgrader.Upgrade(w, r, nil)
+	conn, err := g.upgrader.Upgrade(wireHijacker{ResponseWriter: w, pool: &g.batches, timeout: g.cfg.WriteTimeout}, r, nil)
 	if err != nil { // the upgrader has answered
 		g.clients.Done()
 		return
 	}
-	c := newClient(g, h, conn, p)
+	c := newClient(g, h, conn, p, user)
 	go func() { // owned: Run waits on g.clients
 		defer g.clients.Done()
 		c.serve(ctx)

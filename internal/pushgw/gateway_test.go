@@ -35,13 +35,19 @@ const (
 )
 
 // fixture is a stream topic on a test broker, a producer, and (after start)
-// a running gateway behind an httptest server.
+// a running gateway behind an httptest server. More gateways on the same
+// topic (replicas) come from launch.
 type fixture struct {
 	t       *testing.T
 	brokers []string
 	topic   string
 	writer  *kafka.Writer
 
+	*instance // the gateway of start
+}
+
+// instance is one running gateway.
+type instance struct {
 	gw     *Gateway
 	reg    *prometheus.Registry
 	srv    *httptest.Server
@@ -72,9 +78,16 @@ func newFixture(t *testing.T, ctx context.Context) *fixture {
 	return f
 }
 
-// start runs a gateway on the fixture's topic; mod adjusts its config and
+// start runs the fixture's gateway on its topic; mod adjusts its config and
 // wrap (optional) the httptest listener.
 func (f *fixture) start(ctx context.Context, mod func(*Config), wrap func(net.Listener) net.Listener) {
+	f.t.Helper()
+	f.instance = f.launch(ctx, mod, wrap, nil)
+}
+
+// launch runs a gateway on the fixture's topic and waits until it is ready.
+// hook, if set, runs before each live record is dispatched.
+func (f *fixture) launch(ctx context.Context, mod func(*Config), wrap func(net.Listener) net.Listener, hook func(partition int, offset int64)) *instance {
 	t := f.t
 	t.Helper()
 	cfg := Config{Brokers: f.brokers, Topic: f.topic}
@@ -85,47 +98,48 @@ func (f *fixture) start(ctx context.Context, mod func(*Config), wrap func(net.Li
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.reg = prometheus.NewRegistry()
+	in := &instance{reg: prometheus.NewRegistry()}
 	level := slog.LevelWarn
 	if testing.Verbose() {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	f.gw, err = New(cfg, v, f.reg, log)
+	in.gw, err = New(cfg, v, in.reg, log)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	in.gw.beforeDispatch = hook
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	f.stop = stop
-	f.runErr = make(chan error, 1)
-	go func() { f.runErr <- f.gw.Run(runCtx) }()
-	f.srv = httptest.NewUnstartedServer(f.gw)
+	in.stop = stop
+	in.runErr = make(chan error, 1)
+	go func() { in.runErr <- in.gw.Run(runCtx) }()
+	in.srv = httptest.NewUnstartedServer(in.gw)
 	if wrap != nil {
-		f.srv.Listener = wrap(f.srv.Listener)
+		in.srv.Listener = wrap(in.srv.Listener)
 	}
-	f.srv.Start()
-	f.url = "ws" + strings.TrimPrefix(f.srv.URL, "http") + "/v1/stream"
+	in.srv.Start()
+	in.url = "ws" + strings.TrimPrefix(in.srv.URL, "http") + "/v1/stream"
 	t.Cleanup(func() {
-		f.stop()
+		in.stop()
 		select {
-		case err := <-f.runErr:
+		case err := <-in.runErr:
 			if err != nil {
 				t.Errorf("Run: %v", err)
 			}
 		case <-time.After(30 * time.Second):
 			t.Errorf("Run did not return within 30s of its context ending")
 		}
-		f.srv.Close()
+		in.srv.Close()
 	})
 	for {
-		if err := f.gw.Ready(ctx); err == nil {
-			return
+		if err := in.gw.Ready(ctx); err == nil {
+			return in
 		}
 		select {
 		case <-ctx.Done():
 			t.Fatalf("gateway not ready: %v", ctx.Err())
-		case err := <-f.runErr:
-			f.runErr <- err
+		case err := <-in.runErr:
+			in.runErr <- err
 			t.Fatalf("Run returned early: %v", err)
 		case <-time.After(10 * time.Millisecond):
 		}
@@ -183,13 +197,20 @@ type frame struct {
 	Message      string `json:"message"`
 	Conversation string `json:"conversation"`
 	RequestID    string `json:"request_id"`
+	RunID        string `json:"run_id"`
 	Seq          int    `json:"seq"`
 	Cursor       string `json:"cursor"`
 }
 
 func (f *fixture) dial(ctx context.Context, tok string) *wsClient {
 	f.t.Helper()
-	conn, resp, err := websocket.DefaultDialer.DialContext(ctx, f.url, http.Header{"Authorization": {"Bearer " + tok}})
+	return f.dialURL(ctx, f.url, tok)
+}
+
+// dialURL connects to the gateway at url (for replicas).
+func (f *fixture) dialURL(ctx context.Context, url, tok string) *wsClient {
+	f.t.Helper()
+	conn, resp, err := websocket.DefaultDialer.DialContext(ctx, url, http.Header{"Authorization": {"Bearer " + tok}})
 	if err != nil {
 		status := 0
 		if resp != nil {
@@ -374,6 +395,26 @@ func TestLiveSubscriptionReceivesLaterEventsInOrderWithCursors(t *testing.T) {
 	if n := metricValue(t, f.reg, "turnpike_pushgw_subscriptions"); n != 1 {
 		t.Errorf("subscriptions = %v, want 1", n)
 	}
+	for _, h := range []string{"turnpike_pushgw_fanout_seconds", "turnpike_pushgw_delivery_lag_seconds"} {
+		if n := histogramCount(t, f.reg, h); n < 20 {
+			t.Errorf("%s counts %d records, want the 20 delivered", h, n)
+		}
+	}
+}
+
+func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	t.Fatalf("histogram %s not registered", name)
+	return 0
 }
 
 func TestSinceEarliestReplaysRetainedEventsThenGoesLive(t *testing.T) {
@@ -731,9 +772,25 @@ func (l smallBuffers) Accept() (net.Conn, error) {
 
 func TestASlowClientIsClosedWith4008WhileOthersGetEveryEvent(t *testing.T) {
 	t.Parallel()
+	tests := []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"A queue bounded in frames sheds the client past its frames.", func(c *Config) { c.QueueSize = 16 }},
+		{"A queue bounded in bytes sheds the client past its bytes.", func(c *Config) { c.QueueBytes = 24 << 10 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			testSlowClient(t, tt.mod)
+		})
+	}
+}
+
+func testSlowClient(t *testing.T, mod func(*Config)) {
 	ctx := testenv.Context(t, 40*time.Second)
 	f := newFixture(t, ctx)
-	f.start(ctx, func(c *Config) { c.QueueSize = 16 }, func(l net.Listener) net.Listener { return smallBuffers{l} })
+	f.start(ctx, mod, func(l net.Listener) net.Listener { return smallBuffers{l} })
 	conv := testenv.Name(t, "c")
 	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
 	tok := token(t, auth.DefaultTenant, "alice")

@@ -1,10 +1,12 @@
 package pushgw
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -24,21 +26,31 @@ import (
 // register records liveStart = shard.next under the lock. From then on the
 // dispatcher hands the subscription every record with offset >= liveStart
 // and none below it. A subscription with since is registered "replaying":
-// the dispatcher appends its frames to sub.pending (at most ReplayBuffer,
-// beyond that the client is shed with 4008) instead of queueing them. The
-// replay reads exactly [start, liveStart) from Kafka with its own reader, so
-// the two ranges neither overlap (no duplicate) nor leave a hole (no gap).
-// When the replay is done, takePending hands the buffered frames over in
-// batches; the batch that comes back empty flips sub.live under the lock, so
-// the next dispatched frame goes straight to the client's queue, after every
-// frame of the replay and of the buffer. A subscription without since is
-// live from registration on; its subscribed frame is queued under the same
-// lock, so it precedes the subscription's first event.
+// the dispatcher appends its frames to sub.pending (at most ReplayBuffer
+// frames and ReplayBufferBytes, beyond that the client is shed with 4008)
+// instead of queueing them. The replay produces exactly the records of
+// [start, liveStart), so the two ranges neither overlap (no duplicate) nor
+// leave a hole (no gap). When the replay is done, takePending hands the
+// buffered frames over in batches; the batch that comes back empty flips
+// sub.live under the lock, so the next dispatched frame goes straight to
+// the client's queue, after every frame of the replay and of the buffer. A
+// subscription without since is live from registration on; its subscribed
+// frame is queued under the same lock, so it precedes the subscription's
+// first event.
+//
+// The replay has two sources for [start, liveStart). The shard's ring holds
+// every record of [ring.from, shard.next); register takes a view of it
+// under the same lock as liveStart, so that view holds exactly the records
+// of [ring.from, liveStart). When start >= ring.from the replay reads the
+// view and never touches Kafka; otherwise a reader of its own reads
+// [start, liveStart) from Kafka.
 //
 // A cursor names the record at (partition, offset); since it means start =
-// offset+1. Offsets at or above liveStart have not been dispatched here yet,
-// so such a cursor is refused. "earliest" means start = the partition's first
-// retained offset. An empty range (start >= liveStart) skips Kafka.
+// offset+1. Offsets at or above liveStart have not been dispatched here
+// yet: a cursor from a replica further ahead. awaitDispatched waits
+// (boundedly) for the dispatcher to pass it, and register refuses it if it
+// has not. "earliest" means start = the partition's first retained offset.
+// An empty range (start >= liveStart) needs no read at all.
 //
 // Only records of the subscription's partition can reach it: subscriptions
 // live in the shard of the partition their key hashes to, and each shard
@@ -70,44 +82,67 @@ type subscription struct {
 	cancel  func()        // stops the replay
 	stopped chan struct{} // closed when the replay can no longer queue frames
 
-	// liveStart is written by register under the shard lock before the
-	// subscription can be dispatched to or replayed, and read-only after.
-	liveStart int64
+	// Written by register under the shard lock before the subscription can
+	// be dispatched to or replayed, then read only by the replay.
+	liveStart int64    // the first offset the dispatcher delivers to it
+	ringFrom  int64    // the ring holds every record of [ringFrom, liveStart)
+	ring      ringView // those records; the replay drops it once read
 
 	// Guarded by the mutex of the subscription's shard.
-	indexed    bool     // in the shard's index
-	removed    bool     // ended: never (again) in the index
-	live       bool     // frames go straight to the sink
-	overflowed bool     // pending overflowed and the client was shed
-	pending    [][]byte // live frames held back while replaying
+	indexed      bool     // in the shard's index
+	removed      bool     // ended: never (again) in the index
+	live         bool     // frames go straight to the sink
+	overflowed   bool     // pending overflowed and the client was shed
+	pending      [][]byte // live frames held back while replaying
+	pendingBytes int
 }
 
 // hub routes the records of the stream topic to subscriptions. Its methods
 // are safe for concurrent use; dispatch must be called by one goroutine per
 // partition, in offset order.
 type hub struct {
-	partitions   []int          // sorted partition ids, as the producers' balancer sees them
-	shards       map[int]*shard // one per partition; the map itself is read-only
-	replayBuffer int
-	metrics      *metrics
-	log          *slog.Logger
+	partitions        []int          // sorted partition ids, as the producers' balancer sees them
+	shards            map[int]*shard // one per partition; the map itself is read-only
+	replayBuffer      int
+	replayBufferBytes int
+	metrics           *metrics
+	log               *slog.Logger
 }
 
-// shard holds one partition's subscriptions.
+// shard holds one partition's subscriptions and recent records.
 type shard struct {
 	mu sync.Mutex
 	// Guarded by mu.
-	next int64                      // the next offset the live dispatcher delivers
-	subs map[string][]*subscription // by identity key
+	next     int64                      // the next offset the live dispatcher delivers
+	subs     map[string][]*subscription // by identity key
+	ring     ring
+	advanced chan struct{} // closed when next advances; nil while no one waits
+}
+
+// hubConfig sizes a hub.
+type hubConfig struct {
+	replayBuffer      int // frames held back per replaying subscription
+	replayBufferBytes int // bytes of those
+	ringBytes         int // ring bytes, split between the partitions
 }
 
 // newHub returns a hub whose dispatchers start at starts (partition → first
 // offset they will deliver).
-func newHub(starts map[int]int64, replayBuffer int, m *metrics, log *slog.Logger) *hub {
-	h := &hub{shards: make(map[int]*shard, len(starts)), replayBuffer: replayBuffer, metrics: m, log: log}
+func newHub(starts map[int]int64, cfg hubConfig, m *metrics, log *slog.Logger) *hub {
+	h := &hub{
+		shards:            make(map[int]*shard, len(starts)),
+		replayBuffer:      cfg.replayBuffer,
+		replayBufferBytes: cfg.replayBufferBytes,
+		metrics:           m,
+		log:               log,
+	}
+	perPartition := 0
+	if len(starts) > 0 {
+		perPartition = cfg.ringBytes / len(starts)
+	}
 	for p, off := range starts {
 		h.partitions = append(h.partitions, p)
-		h.shards[p] = &shard{next: off, subs: make(map[string][]*subscription)}
+		h.shards[p] = &shard{next: off, subs: make(map[string][]*subscription), ring: newRing(perPartition, off)}
 	}
 	slices.Sort(h.partitions)
 	return h
@@ -118,11 +153,50 @@ func (h *hub) partitionOf(key string) int {
 	return kafka.Murmur2Balancer{}.Balance(kafka.Message{Key: []byte(key)}, h.partitions...)
 }
 
-// register adds sub to the index and sets sub.liveStart. A subscription
-// without since becomes live at once, with hello (its subscribed frame)
-// delivered first; one with since buffers until its replay calls
-// takePending. A cursor at or beyond liveStart is refused (errCursorAhead),
-// and so is a subscription removed already (errStopped).
+// dispatched reports whether partition's dispatcher has delivered offset.
+func (h *hub) dispatched(partition int, offset int64) bool {
+	s := h.shards[partition]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return offset < s.next
+}
+
+// awaitDispatched waits until partition's dispatcher has delivered offset,
+// for at most wait. It returns errCursorAhead when wait runs out and
+// errStopped when ctx ends or stop is closed.
+func (h *hub) awaitDispatched(ctx context.Context, stop <-chan struct{}, partition int, offset int64, wait time.Duration) error {
+	s := h.shards[partition]
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		if offset < s.next {
+			s.mu.Unlock()
+			return nil
+		}
+		if s.advanced == nil {
+			s.advanced = make(chan struct{})
+		}
+		advanced := s.advanced
+		s.mu.Unlock()
+		select {
+		case <-advanced:
+		case <-timer.C:
+			return errCursorAhead
+		case <-ctx.Done():
+			return errStopped
+		case <-stop:
+			return errStopped
+		}
+	}
+}
+
+// register adds sub to the index and sets sub.liveStart (and, with since,
+// the ring view). A subscription without since becomes live at once, with
+// hello (its subscribed frame) delivered first; one with since buffers
+// until its replay calls takePending. A cursor at or beyond liveStart is
+// refused (errCursorAhead), and so is a subscription removed already
+// (errStopped).
 func (h *hub) register(sub *subscription, hello []byte) error {
 	s := h.shards[sub.partition]
 	s.mu.Lock()
@@ -138,6 +212,8 @@ func (h *hub) register(sub *subscription, hello []byte) error {
 	if sub.since.kind == sinceLive {
 		sub.live = true
 		sub.sink.deliver(hello)
+	} else {
+		sub.ringFrom, sub.ring = s.ring.from, s.ring.view()
 	}
 	s.subs[sub.key] = append(s.subs[sub.key], sub)
 	sub.indexed = true
@@ -152,7 +228,7 @@ func (h *hub) remove(sub *subscription) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub.removed = true
-	sub.pending = nil
+	sub.pending, sub.pendingBytes = nil, 0
 	if !sub.indexed {
 		return
 	}
@@ -185,27 +261,32 @@ func (h *hub) takePending(sub *subscription, spare [][]byte) (frames [][]byte, l
 		sub.live = true
 		return nil, true, true
 	}
-	frames, sub.pending = sub.pending, spare[:0]
+	frames, sub.pending, sub.pendingBytes = sub.pending, spare[:0], 0
 	return frames, false, true
 }
 
 // dispatch routes the record at offset of partition to the subscriptions of
-// its key. The frame is built once and shared by every recipient; nothing
-// here blocks on a client.
-func (h *hub) dispatch(partition int, offset int64, key, value []byte) {
+// its key and keeps it in the partition's ring. The frame is built once and
+// shared by every recipient and the ring; nothing here blocks on a client.
+// recorded is the record's Kafka timestamp, for the delivery lag metric.
+func (h *hub) dispatch(partition int, offset int64, key, value []byte, recorded time.Time) {
 	s := h.shards[partition]
 	if s == nil {
 		return
 	}
+	began := time.Now()
 	bad := ""
 	if _, err := events.ParseKey(string(key)); err != nil {
 		bad = err.Error()
 	} else if !validValue(value) {
 		bad = "value is not a JSON object ending in '}'"
 	}
+	var frame []byte
 	if bad != "" {
 		h.metrics.badRecords.Inc()
 		h.log.Debug("skipped bad stream record", "partition", partition, "offset", offset, "reason", bad)
+	} else {
+		frame = eventFrame(value, partition, offset)
 	}
 
 	s.mu.Lock()
@@ -213,12 +294,27 @@ func (h *hub) dispatch(partition int, offset int64, key, value []byte) {
 	if offset < s.next {
 		return // already dispatched; delivering it again would duplicate it
 	}
+	if offset > s.next {
+		// The stream topic is neither compacted nor transactional, so its
+		// offsets are dense: the live reader skipped records (retention
+		// deleted them before it read them). The ring must not claim them.
+		h.metrics.skippedRecords.Add(float64(offset - s.next))
+		h.log.Warn("live reader skipped records", "partition", partition, "from", s.next, "to", offset)
+		s.ring.reset(offset)
+	}
 	s.next = offset + 1
-	subs := s.subs[string(key)]
-	if bad != "" || len(subs) == 0 {
+	if s.advanced != nil {
+		close(s.advanced)
+		s.advanced = nil
+	}
+	if bad != "" {
 		return
 	}
-	frame := eventFrame(value, partition, offset)
+	s.ring.add(offset, key, frame)
+	subs := s.subs[string(key)]
+	if len(subs) == 0 {
+		return
+	}
 	delivered := 0
 	for _, sub := range subs {
 		switch {
@@ -227,14 +323,20 @@ func (h *hub) dispatch(partition int, offset int64, key, value []byte) {
 				delivered++
 			}
 		case sub.overflowed:
-		case len(sub.pending) >= h.replayBuffer:
-			sub.overflowed, sub.pending = true, nil
+		case len(sub.pending) >= h.replayBuffer || (len(sub.pending) > 0 && sub.pendingBytes+len(frame) > h.replayBufferBytes):
+			sub.overflowed, sub.pending, sub.pendingBytes = true, nil, 0
 			sub.sink.overflow()
 		default:
 			sub.pending = append(sub.pending, frame)
+			sub.pendingBytes += len(frame)
 		}
 	}
 	if delivered > 0 {
 		h.metrics.eventsOut.Add(float64(delivered))
+		done := time.Now()
+		h.metrics.fanout.Observe(done.Sub(began).Seconds())
+		if !recorded.IsZero() {
+			h.metrics.deliveryLag.Observe(max(0, done.Sub(recorded).Seconds()))
+		}
 	}
 }

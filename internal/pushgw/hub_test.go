@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
@@ -31,11 +32,16 @@ func (s *fakeSink) overflow() { s.overflew = true }
 
 func newTestHub(t testing.TB, starts map[int]int64, replayBuffer int) *hub {
 	t.Helper()
+	return newTestHubWith(t, starts, hubConfig{replayBuffer: replayBuffer, replayBufferBytes: DefaultReplayBufferBytes, ringBytes: DefaultRingBytes})
+}
+
+func newTestHubWith(t testing.TB, starts map[int]int64, cfg hubConfig) *hub {
+	t.Helper()
 	m, err := newMetrics(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newHub(starts, replayBuffer, m, slog.New(slog.DiscardHandler))
+	return newHub(starts, cfg, m, slog.New(slog.DiscardHandler))
 }
 
 func testValue(seq int) []byte {
@@ -71,9 +77,9 @@ func TestHubHandsOverFromReplayToLiveWithoutGapOrDuplicate(t *testing.T) {
 		t.Fatalf("liveStart = %d, want the dispatcher's next offset 10", sub.liveStart)
 	}
 	// Live records arrive while the replay runs: they are held back.
-	h.dispatch(0, 10, []byte(key), testValue(11))
-	h.dispatch(0, 11, []byte("t/u/other"), testValue(99))
-	h.dispatch(0, 12, []byte(key), testValue(13))
+	h.dispatch(0, 10, []byte(key), testValue(11), time.Time{})
+	h.dispatch(0, 11, []byte("t/u/other"), testValue(99), time.Time{})
+	h.dispatch(0, 12, []byte(key), testValue(13), time.Time{})
 	if len(sink.frames) != 0 {
 		t.Fatalf("frames reached a replaying subscription: %q", seqs(t, sink.frames))
 	}
@@ -84,7 +90,7 @@ func TestHubHandsOverFromReplayToLiveWithoutGapOrDuplicate(t *testing.T) {
 		t.Fatalf("takePending = %d frames, live %v, ok %v; want the 2 held frames", len(frames), live, ok)
 	}
 	sink.frames = append(sink.frames, frames...)
-	h.dispatch(0, 13, []byte(key), testValue(14)) // arrives during the flush
+	h.dispatch(0, 13, []byte(key), testValue(14), time.Time{}) // arrives during the flush
 	frames, live, ok = h.takePending(sub, frames[:0])
 	if !ok || live || len(frames) != 1 {
 		t.Fatalf("second takePending = %d frames, live %v, ok %v; want 1 held frame", len(frames), live, ok)
@@ -93,8 +99,8 @@ func TestHubHandsOverFromReplayToLiveWithoutGapOrDuplicate(t *testing.T) {
 	if _, live, ok = h.takePending(sub, nil); !ok || !live {
 		t.Fatalf("third takePending: live %v ok %v, want the switch to live", live, ok)
 	}
-	h.dispatch(0, 14, []byte(key), testValue(15))
-	h.dispatch(0, 14, []byte(key), testValue(15)) // a redelivered offset is not sent twice
+	h.dispatch(0, 14, []byte(key), testValue(15), time.Time{})
+	h.dispatch(0, 14, []byte(key), testValue(15), time.Time{}) // a redelivered offset is not sent twice
 	want := []string{"9", "10", "11", "13", "14", "15"}
 	if got := seqs(t, sink.frames); !slices.Equal(got, want) {
 		t.Fatalf("frames = %q, want %q", got, want)
@@ -112,12 +118,12 @@ func TestHubLiveSubscriptionGetsHelloFirstThenOnlyItsKey(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h.dispatch(0, 0, []byte("t/alice/c"), testValue(1))
-	h.dispatch(0, 1, []byte("t/bob/c"), testValue(2))
-	h.dispatch(0, 2, []byte("t/alice/c/x"), testValue(3)) // bad key
-	h.dispatch(0, 3, []byte("t/alice/c"), []byte(`{}`))   // bad value
-	h.dispatch(1, 0, []byte("t/alice/c"), testValue(4))   // another partition's shard
-	h.dispatch(0, 4, []byte("T/alice/c"), testValue(5))   // another tenant
+	h.dispatch(0, 0, []byte("t/alice/c"), testValue(1), time.Time{})
+	h.dispatch(0, 1, []byte("t/bob/c"), testValue(2), time.Time{})
+	h.dispatch(0, 2, []byte("t/alice/c/x"), testValue(3), time.Time{}) // bad key
+	h.dispatch(0, 3, []byte("t/alice/c"), []byte(`{}`), time.Time{})   // bad value
+	h.dispatch(1, 0, []byte("t/alice/c"), testValue(4), time.Time{})   // another partition's shard
+	h.dispatch(0, 4, []byte("T/alice/c"), testValue(5), time.Time{})   // another tenant
 	if got, want := seqs(t, a.frames), []string{"hello", "1"}; !slices.Equal(got, want) {
 		t.Fatalf("alice got %q, want %q", got, want)
 	}
@@ -126,7 +132,7 @@ func TestHubLiveSubscriptionGetsHelloFirstThenOnlyItsKey(t *testing.T) {
 	}
 	h.remove(subA)
 	h.remove(subA)
-	h.dispatch(0, 5, []byte("t/alice/c"), testValue(6))
+	h.dispatch(0, 5, []byte("t/alice/c"), testValue(6), time.Time{})
 	if len(a.frames) != 2 {
 		t.Fatalf("a removed subscription still got frames: %q", seqs(t, a.frames))
 	}
@@ -141,7 +147,7 @@ func TestHubRefusesToRegisterARemovedSubscription(t *testing.T) {
 	if err := h.register(sub, []byte("hello")); err == nil {
 		t.Fatal("register after remove succeeded")
 	}
-	h.dispatch(0, 0, []byte("t/u/c"), testValue(1))
+	h.dispatch(0, 0, []byte("t/u/c"), testValue(1), time.Time{})
 	if len(sink.frames) != 0 || len(h.shards[0].subs) != 0 {
 		t.Fatalf("a removed subscription is indexed or got frames: %q", seqs(t, sink.frames))
 	}
@@ -171,12 +177,12 @@ func TestHubShedsAClientWhoseReplayBufferOverflows(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		h.dispatch(0, int64(i), []byte("t/u/c"), testValue(i+1))
+		h.dispatch(0, int64(i), []byte("t/u/c"), testValue(i+1), time.Time{})
 	}
 	if sink.overflew {
 		t.Fatal("shed at exactly ReplayBuffer frames")
 	}
-	h.dispatch(0, 3, []byte("t/u/c"), testValue(4))
+	h.dispatch(0, 3, []byte("t/u/c"), testValue(4), time.Time{})
 	if !sink.overflew {
 		t.Fatal("not shed beyond ReplayBuffer frames")
 	}
@@ -195,7 +201,7 @@ func TestHubShedsOnlyTheClientWithAFullQueue(t *testing.T) {
 		}
 	}
 	for i := range 5 {
-		h.dispatch(0, int64(i), []byte("t/u/c"), testValue(i+1))
+		h.dispatch(0, int64(i), []byte("t/u/c"), testValue(i+1), time.Time{})
 	}
 	if !slow.shed || fast.shed {
 		t.Fatalf("slow shed %v, fast shed %v; want only the slow one", slow.shed, fast.shed)
@@ -214,7 +220,7 @@ func BenchmarkFanout(b *testing.B) {
 			const queue = 256
 			clients := make([]*client, n)
 			for i := range clients {
-				clients[i] = &client{queue: make(chan []byte, queue), done: make(chan struct{}), metrics: h.metrics}
+				clients[i] = &client{out: outbox{maxFrames: queue, maxBytes: DefaultQueueBytes, wake: make(chan struct{}, 1)}, done: make(chan struct{}), metrics: h.metrics}
 				sub := &subscription{sink: clients[i], key: "t/u/c", conversation: "c", partition: 0}
 				if err := h.register(sub, []byte("hello")); err != nil {
 					b.Fatal(err)
@@ -222,8 +228,12 @@ func BenchmarkFanout(b *testing.B) {
 			}
 			drain := func() {
 				for _, c := range clients {
-					for len(c.queue) > 0 {
-						<-c.queue
+					for {
+						f, ok := c.out.pop()
+						if !ok {
+							break
+						}
+						c.out.sent(len(f))
 					}
 				}
 			}
@@ -239,7 +249,7 @@ func BenchmarkFanout(b *testing.B) {
 					drain()
 					b.StartTimer()
 				}
-				h.dispatch(0, int64(i), key, value)
+				h.dispatch(0, int64(i), key, value, time.Time{})
 			}
 			b.StopTimer()
 			for _, c := range clients {

@@ -12,11 +12,6 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/topic"
 )
 
-// liveMaxWait is the long-poll wait of a live reader's fetches. With
-// MinBytes 1 a fetch returns as soon as a record arrives; this only bounds
-// idle polls.
-const liveMaxWait = 500 * time.Millisecond
-
 // Start-up retry delays while the stream topic is unreachable.
 const (
 	startRetryMin = 100 * time.Millisecond
@@ -33,7 +28,7 @@ func (g *Gateway) newReader(partition int, maxWait time.Duration) (*kafka.Reader
 
 // newLiveReader returns the live reader of partition, positioned at start.
 func (g *Gateway) newLiveReader(partition int, start int64) (*kafka.Reader, error) {
-	r, err := g.newReader(partition, liveMaxWait)
+	r, err := g.newReader(partition, topic.LiveMaxWait)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +71,10 @@ func (g *Gateway) readLive(ctx context.Context, h *hub, partition int, r *kafka.
 			failing = false
 			g.failingReaders.Add(-1)
 		}
-		h.dispatch(partition, m.Offset, m.Key, m.Value)
+		if g.beforeDispatch != nil {
+			g.beforeDispatch(partition, m.Offset)
+		}
+		h.dispatch(partition, m.Offset, m.Key, m.Value, m.Time)
 	}
 }
 
@@ -152,6 +150,21 @@ func (g *Gateway) firstOffset(ctx context.Context, partition int) (int64, error)
 	for _, po := range offs {
 		if po.Partition == partition {
 			return po.FirstOffset, nil
+		}
+	}
+	return 0, fmt.Errorf("list offsets %s: no answer for partition %d", g.cfg.Topic, partition)
+}
+
+// endOffset returns the end offset of partition: the offset its next
+// record will get.
+func (g *Gateway) endOffset(ctx context.Context, partition int) (int64, error) {
+	offs, err := g.listOffsets(ctx, []kafka.OffsetRequest{kafka.LastOffsetOf(partition)})
+	if err != nil {
+		return 0, err
+	}
+	for _, po := range offs {
+		if po.Partition == partition {
+			return po.LastOffset, nil
 		}
 	}
 	return 0, fmt.Errorf("list offsets %s: no answer for partition %d", g.cfg.Topic, partition)

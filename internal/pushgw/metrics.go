@@ -6,8 +6,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// Reasons of turnpike_pushgw_rejected_total.
+const (
+	rejectOrigin        = "origin"
+	rejectConnectRate   = "connect_rate"
+	rejectSubscribeRate = "subscribe_rate"
+)
+
 // metrics are the gateway's Prometheus series, all named turnpike_pushgw_*.
-// Every series is unlabelled, so each shows in /metrics from the start.
+// Every series exists from the start (labelled ones with each label value).
 type metrics struct {
 	connections     prometheus.Gauge
 	subscriptions   prometheus.Gauge
@@ -15,7 +22,12 @@ type metrics struct {
 	framesDropped   prometheus.Counter
 	slowDisconnects prometheus.Counter
 	badRecords      prometheus.Counter
+	skippedRecords  prometheus.Counter
 	replays         prometheus.Counter
+	ringReplays     prometheus.Counter
+	rejected        *prometheus.CounterVec
+	fanout          prometheus.Histogram
+	deliveryLag     prometheus.Histogram
 }
 
 // newMetrics creates the series and registers them on reg (nil: not registered).
@@ -26,19 +38,34 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "turnpike", Subsystem: "pushgw", Name: name, Help: help})
 	}
+	histogram := func(name, help string, buckets []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "turnpike", Subsystem: "pushgw", Name: name, Help: help, Buckets: buckets})
+	}
 	m := &metrics{
 		connections:     gauge("connections", "Open WebSocket connections."),
 		subscriptions:   gauge("subscriptions", "Active subscriptions, replaying or live."),
 		eventsOut:       counter("events_out_total", "Event frames queued to clients, live and replayed."),
-		framesDropped:   counter("frames_dropped_total", "Frames discarded unsent because their client was closed."),
+		framesDropped:   counter("frames_dropped_total", "Frames discarded unsent because their client was closed or too slow."),
 		slowDisconnects: counter("slow_disconnects_total", "Clients closed with 4008 because their queue or replay buffer was full."),
 		badRecords:      counter("bad_records_total", "Stream records skipped for a bad key or value."),
-		replays:         counter("replays_total", "Replays that read the stream topic: subscriptions with since and a non-empty range."),
+		skippedRecords:  counter("skipped_records_total", "Stream offsets the live readers never saw (deleted by retention before they were read)."),
+		replays:         counter("replays_total", "Replays that read the stream topic from Kafka."),
+		ringReplays:     counter("ring_replays_total", "Replays served from the in-memory ring without reading Kafka."),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "turnpike", Subsystem: "pushgw", Name: "rejected_total",
+			Help: "Upgrades and subscribes refused: origin (403), connect_rate (429), subscribe_rate (error frame)."}, []string{"reason"}),
+		fanout: histogram("fanout_seconds", "From a live record's arrival to its frame queued to every recipient, for records with recipients.",
+			prometheus.ExponentialBuckets(1e-6, 4, 10)),
+		deliveryLag: histogram("delivery_lag_seconds", "From a live record's Kafka timestamp to its frame queued to every recipient (includes clock skew between hosts).",
+			prometheus.ExponentialBuckets(0.0005, 2, 14)),
+	}
+	for _, r := range []string{rejectOrigin, rejectConnectRate, rejectSubscribeRate} {
+		m.rejected.WithLabelValues(r)
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.connections, m.subscriptions, m.eventsOut, m.framesDropped, m.slowDisconnects, m.badRecords, m.replays} {
+	for _, c := range []prometheus.Collector{m.connections, m.subscriptions, m.eventsOut, m.framesDropped, m.slowDisconnects, m.badRecords,
+		m.skippedRecords, m.replays, m.ringReplays, m.rejected, m.fanout, m.deliveryLag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}

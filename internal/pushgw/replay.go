@@ -18,18 +18,34 @@ var errCursorExpired = errors.New("cursor expired")
 var errStopped = errors.New("subscription stopped")
 
 // replay brings sub from its since position to live (see the hand-over
-// comment in hub.go): it checks the cursor against the partition's first
-// retained offset, queues the subscribed frame, replays [start, liveStart)
-// from Kafka (within ReplayConcurrency), then hands over the live frames
-// buffered meanwhile and switches sub to live.
+// comment in hub.go). It finds the first offset to replay, serves
+// [start, liveStart) from the ring view when the view covers start and from
+// Kafka otherwise (there a cursor whose successor is no longer retained has
+// expired), queues the subscribed frame first, then hands over the live
+// frames buffered meanwhile and switches sub to live.
 func (g *Gateway) replay(ctx context.Context, c *client, sub *subscription) error {
-	first, err := g.firstOffset(ctx, sub.partition)
-	if err != nil {
-		return err
-	}
-	start := first
-	if sub.since.kind == sinceAfter {
+	var start int64
+	switch sub.since.kind {
+	case sinceAfter:
 		start = sub.since.offset + 1
+	case sinceAll:
+		first, err := g.firstOffset(ctx, sub.partition)
+		if err != nil {
+			return err
+		}
+		start = first
+	}
+	fromRing := start >= sub.ringFrom
+	var frames [][]byte
+	if fromRing && start < sub.liveStart {
+		frames = sub.ring.collect(sub.key, start)
+	}
+	sub.ring = nil // the view may pin evicted chunks: drop it at once
+	if !fromRing && sub.since.kind == sinceAfter {
+		first, err := g.firstOffset(ctx, sub.partition)
+		if err != nil {
+			return err
+		}
 		if start < first {
 			return errCursorExpired
 		}
@@ -37,7 +53,18 @@ func (g *Gateway) replay(ctx context.Context, c *client, sub *subscription) erro
 	if !c.send(ctx, subscribedFrame(sub.conversation)) {
 		return errStopped
 	}
-	if start < sub.liveStart {
+	switch {
+	case start >= sub.liveStart:
+	case fromRing:
+		g.metrics.ringReplays.Inc()
+		for i, f := range frames {
+			frames[i] = nil
+			if !c.send(ctx, f) {
+				return errStopped
+			}
+		}
+		g.metrics.eventsOut.Add(float64(len(frames)))
+	default:
 		if err := g.readRange(ctx, c, sub, start); err != nil {
 			return err
 		}

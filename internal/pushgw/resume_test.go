@@ -1,0 +1,226 @@
+package pushgw
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+func TestARecentCursorResumesFromTheRingWithoutReadingKafka(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	f.start(ctx, nil, nil)
+	conv := testenv.Name(t, "c")
+	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	tok := token(t, auth.DefaultTenant, "alice")
+	w := f.dial(ctx, tok)
+	w.subscribe(conv, "")
+	w.expect(ctx, "subscribed")
+	f.produce(ctx, id, "r", 1, 20)
+	seen := w.events(ctx, 20)
+
+	c := f.dial(ctx, tok)
+	c.subscribe(conv, seen[4].Cursor)
+	c.expect(ctx, "subscribed")
+	checkSeqs(t, c.events(ctx, 15), "r", 6, 20)
+	f.produce(ctx, id, "r", 21, 25)
+	checkSeqs(t, c.events(ctx, 5), "r", 21, 25)
+
+	e := f.dial(ctx, tok)
+	e.subscribe(conv, "earliest") // everything retained arrived after start
+	e.expect(ctx, "subscribed")
+	checkSeqs(t, e.events(ctx, 25), "r", 1, 25)
+
+	if n := metricValue(t, f.reg, "turnpike_pushgw_ring_replays_total"); n != 2 {
+		t.Errorf("ring_replays_total = %v, want 2", n)
+	}
+	if n := metricValue(t, f.reg, "turnpike_pushgw_replays_total"); n != 0 {
+		t.Errorf("replays_total (Kafka) = %v, want 0", n)
+	}
+}
+
+// TestCursorExpiryIsExactAtTheRetentionBoundary deletes the first half of
+// a partition, as retention would, after two gateways have read it: one
+// whose ring still holds every record, one whose ring holds none.
+func TestCursorExpiryIsExactAtTheRetentionBoundary(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 40*time.Second)
+	f := newFixture(t, ctx)
+	conv := testenv.Name(t, "c")
+	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	p := partitionOf(id)
+	tok := token(t, auth.DefaultTenant, "alice")
+	bigRing := f.launch(ctx, nil, nil, nil)
+	noRing := f.launch(ctx, func(c *Config) { c.RingBytes = 1 }, nil, nil)
+	var watchers []*wsClient
+	for _, in := range []*instance{bigRing, noRing} {
+		w := f.dialURL(ctx, in.url, tok)
+		w.subscribe(conv, "")
+		w.expect(ctx, "subscribed")
+		watchers = append(watchers, w)
+	}
+	f.produce(ctx, id, "r", 1, 10) // offsets 0..9 of a fresh partition: seq n at offset n-1
+	for _, w := range watchers {
+		checkSeqs(t, w.events(ctx, 10), "r", 1, 10)
+	}
+	f.deleteRecordsBefore(ctx, p, 5) // the first retained record is seq 6
+
+	tests := []struct {
+		name  string
+		in    *instance
+		since string
+		first int // first seq resumed; 0: cursor_expired
+	}{
+		{"Without the ring, the cursor just before the first retained record resumes.", noRing, FormatCursor(p, 4), 6},
+		{"Without the ring, a cursor one record older has expired.", noRing, FormatCursor(p, 3), 0},
+		{"Without the ring, earliest starts at the first retained record.", noRing, "earliest", 6},
+		{"A ring that still holds the records serves a cursor Kafka has dropped.", bigRing, FormatCursor(p, 2), 4},
+		{"With the ring, earliest still means what the topic retains.", bigRing, "earliest", 6},
+	}
+	for _, tt := range tests {
+		c := f.dialURL(ctx, tt.in.url, tok)
+		c.subscribe(conv, tt.since)
+		if tt.first == 0 {
+			if fr := c.expect(ctx, "error"); fr.Code != "cursor_expired" {
+				t.Errorf("%s: %+v, want cursor_expired", tt.name, fr)
+			}
+			continue
+		}
+		c.expect(ctx, "subscribed")
+		checkSeqs(t, c.events(ctx, 10-tt.first+1), "r", tt.first, 10)
+	}
+	f.produce(ctx, id, "r", 11, 11) // and the resumed ones go live: checked through the watchers' order
+	for _, w := range watchers {
+		checkSeqs(t, w.events(ctx, 1), "r", 11, 11)
+	}
+}
+
+func TestACursorFromOneReplicaResumesOnAnotherWithoutGap(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 40*time.Second)
+	f := newFixture(t, ctx)
+	conv := testenv.Name(t, "c")
+	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	tok := token(t, auth.DefaultTenant, "alice")
+	a := f.launch(ctx, nil, nil, nil)
+	replicas := []struct {
+		name string
+		in   *instance
+	}{
+		{"a replica with a ring", f.launch(ctx, nil, nil, nil)},
+		{"a replica without a ring", f.launch(ctx, func(c *Config) { c.RingBytes = 1 }, nil, nil)},
+	}
+	wa := f.dialURL(ctx, a.url, tok)
+	wa.subscribe(conv, "")
+	wa.expect(ctx, "subscribed")
+
+	const total = 60
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for n := 1; n <= total; n++ {
+			f.produce(ctx, id, "r", n, n)
+			time.Sleep(2 * time.Millisecond)
+		}
+	})
+	seen := wa.events(ctx, 10)
+	for _, r := range replicas {
+		wg.Go(func() {
+			// A client of A reconnects to another replica mid-stream.
+			c := f.dialURL(ctx, r.in.url, tok)
+			c.subscribe(conv, seen[9].Cursor)
+			if fr, err := c.read(ctx); err != nil || fr.Type != "subscribed" {
+				t.Errorf("%s: %+v, %v; want subscribed", r.name, fr, err)
+				return
+			}
+			for want := 11; want <= total; want++ {
+				fr, err := c.read(ctx)
+				if err != nil || fr.RequestID != "r" || fr.Seq != want {
+					t.Errorf("%s: got %+v, %v; want seq %d", r.name, fr, err, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	checkSeqs(t, wa.events(ctx, total-10), "r", 11, total)
+}
+
+// holdBack returns a dispatch hook that stops a replica's live readers
+// until release is called or the test ends (so the replica can stop).
+func holdBack(t *testing.T) (hook func(int, int64), release func()) {
+	gate := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	done := t.Context().Done()
+	return func(int, int64) {
+		select {
+		case <-gate:
+		case <-done:
+		}
+	}, release
+}
+
+func TestAReplicaBehindACursorWaitsForItsLiveReader(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	conv := testenv.Name(t, "c")
+	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	tok := token(t, auth.DefaultTenant, "alice")
+	a := f.launch(ctx, nil, nil, nil)
+	hook, release := holdBack(t)
+	b := f.launch(ctx, nil, nil, hook)
+	wa := f.dialURL(ctx, a.url, tok)
+	wa.subscribe(conv, "")
+	wa.expect(ctx, "subscribed")
+	f.produce(ctx, id, "r", 1, 10)
+	seen := wa.events(ctx, 10)
+
+	c := f.dialURL(ctx, b.url, tok)
+	c.subscribe(conv, seen[6].Cursor) // B has dispatched nothing yet
+	time.AfterFunc(200*time.Millisecond, release)
+	c.expect(ctx, "subscribed")
+	checkSeqs(t, c.events(ctx, 3), "r", 8, 10)
+	f.produce(ctx, id, "r", 11, 12)
+	checkSeqs(t, c.events(ctx, 2), "r", 11, 12)
+}
+
+func TestAReplicaThatDoesNotCatchUpInTimeAnswersUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	conv := testenv.Name(t, "c")
+	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	tok := token(t, auth.DefaultTenant, "alice")
+	a := f.launch(ctx, nil, nil, nil)
+	hook, _ := holdBack(t)
+	b := f.launch(ctx, func(c *Config) { c.CursorWait = 100 * time.Millisecond }, nil, hook)
+	wa := f.dialURL(ctx, a.url, tok)
+	wa.subscribe(conv, "")
+	wa.expect(ctx, "subscribed")
+	f.produce(ctx, id, "r", 1, 3)
+	seen := wa.events(ctx, 3)
+
+	c := f.dialURL(ctx, b.url, tok)
+	c.subscribe(conv, seen[2].Cursor)
+	if fr := c.expect(ctx, "error"); fr.Code != "unavailable" {
+		t.Fatalf("a cursor the replica does not reach in time: %+v, want unavailable", fr)
+	}
+	// A cursor beyond the end of the partition is refused at once, even by
+	// a replica that is behind.
+	p, o, err := ParseCursor(seen[2].Cursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.subscribe(conv, FormatCursor(p, o+1000))
+	if fr := c.expect(ctx, "error"); fr.Code != "invalid_argument" {
+		t.Fatalf("a cursor past the end of the partition: %+v, want invalid_argument", fr)
+	}
+	c.send(`{"op":"ping"}`)
+	c.expect(ctx, "pong")
+}
