@@ -42,7 +42,7 @@ func startStack(t *testing.T, dir string, opts ...stackOption) *stack {
 	if v := os.Getenv("TURNPIKE_MONGO_URI"); v != "" {
 		cfg.MongoURI, cfg.MongoDB = v, testenv.Name(t, "e2e")
 	}
-	cfg.Worker.Worker.Partitions = 4
+	cfg.Partitions = 4
 	cfg.Worker.Worker.RetryBackoffMin = 10 * time.Millisecond
 	cfg.Worker.Worker.RetryBackoffMax = 200 * time.Millisecond
 	cfg.Worker.Worker.SessionTimeout = 6 * time.Second

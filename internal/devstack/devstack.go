@@ -66,6 +66,7 @@ func (c *Config) Bind(set *flagenv.Set) {
 		"push gateway WebSocket URL for the demo page; {host} is the page's host name (default: the gateway's listener)")
 	c.Worker.Worker.BindFlags(set)
 	c.Ingest.Ingest.BindFlags(set)
+	c.Pushgw.Pushgw.BindFlags(set)
 }
 
 // Listeners lets tests hand in listeners on random ports; nil fields are

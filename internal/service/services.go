@@ -147,7 +147,7 @@ func RunIngest(ctx context.Context, c IngestConfig, env Env, ln net.Listener) er
 		}
 	}
 	// The control topic must exist for the completions reader.
-	if err := topic.Ensure(ctx, c.Brokers, topic.DefaultPartitions, c.Topics().Control); err != nil {
+	if err := topic.Ensure(ctx, c.Brokers, c.partitions(), c.Topics().Control); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	g, gctx := errgroup.WithContext(ctx)
@@ -227,6 +227,9 @@ func runWorker(ctx context.Context, c WorkerConfig, env Env, ln net.Listener, st
 	}
 	wc := c.Worker
 	wc.Brokers, wc.Topics = c.Brokers, c.Topics()
+	if c.Partitions > 0 { // TURNPIKE_PARTITIONS, shared by every service
+		wc.Partitions = c.Partitions
+	}
 	tr, err := c.NewTracing(ctx, "worker")
 	if err != nil {
 		return err
@@ -289,7 +292,7 @@ func RunPushgw(ctx context.Context, c PushgwConfig, env Env, ln net.Listener) er
 	pc.Brokers, pc.Topic = c.Brokers, c.Topics().Stream
 	// The gateway reads the stream topic; make sure it exists even when no
 	// worker has started yet.
-	if err := topic.Ensure(ctx, c.Brokers, topic.DefaultPartitions, pc.Topic); err != nil {
+	if err := topic.Ensure(ctx, c.Brokers, c.partitions(), pc.Topic); err != nil {
 		return fmt.Errorf("pushgw: %w", err)
 	}
 	gw, err := pushgw.New(pc, verifier, env.Registry, env.Logger)

@@ -38,6 +38,10 @@ type Shared struct {
 	OpenAI      OpenAIConfig
 	LogLevel    string // TURNPIKE_LOG_LEVEL: debug, info (default), warn, error
 	LogFormat   string // TURNPIKE_LOG_FORMAT: json (default) or text
+	// Partitions is the partition count of topics created at start
+	// (TURNPIKE_PARTITIONS, default 12); every service creates what it
+	// needs with the same count.
+	Partitions int
 	// PprofAddr, when set, serves net/http/pprof there (TURNPIKE_PPROF_ADDR;
 	// default off). Bind it to loopback or a private network only.
 	PprofAddr string
@@ -71,6 +75,7 @@ func (s *Shared) BindLogFormat(set *flagenv.Set, defaultLogFormat string) {
 	set.String(&s.OpenAI.Model, "openai-model", "TURNPIKE_OPENAI_MODEL", "", "model name at the OpenAI-compatible API")
 	set.String(&s.LogLevel, "log-level", "TURNPIKE_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	set.String(&s.LogFormat, "log-format", "TURNPIKE_LOG_FORMAT", defaultLogFormat, "log format: json or text")
+	set.Int(&s.Partitions, "partitions", "TURNPIKE_PARTITIONS", topic.DefaultPartitions, "partitions of topics created at start")
 	set.String(&s.OTLPEndpoint, "otlp-endpoint", "TURNPIKE_OTLP_ENDPOINT", "", "OTLP/HTTP endpoint of trace spans, e.g. http://otel-collector:4318 (off when empty)")
 	set.Float(&s.TraceSampleRatio, "trace-sample-ratio", "TURNPIKE_TRACE_SAMPLE_RATIO", 1, "share of new traces sampled, 0..1")
 	set.String(&s.PprofAddr, "pprof-addr", "TURNPIKE_PPROF_ADDR", "", "serve net/http/pprof on this address (off when empty; keep it private)")
@@ -226,4 +231,12 @@ func (s Shared) OpenStore(ctx context.Context) (store *history.MongoStore, ping 
 // NewTracing returns the tracing of service name.
 func (s Shared) NewTracing(ctx context.Context, name string) (*tracing.Tracing, error) {
 	return tracing.New(ctx, tracing.Config{ServiceName: name, Endpoint: s.OTLPEndpoint, SampleRatio: s.TraceSampleRatio})
+}
+
+// partitions is the partition count of topics a service creates.
+func (s Shared) partitions() int {
+	if s.Partitions > 0 {
+		return s.Partitions
+	}
+	return topic.DefaultPartitions
 }

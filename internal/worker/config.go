@@ -177,7 +177,6 @@ func (c Config) Validate() error {
 // the service package).
 func (c *Config) BindFlags(set *flagenv.Set) {
 	set.String(&c.GroupID, "group-id", "TURNPIKE_WORKER_GROUP", "turnpike-worker", "Kafka consumer group")
-	set.Int(&c.Partitions, "partitions", "TURNPIKE_PARTITIONS", topic.DefaultPartitions, "partitions of topics created at start")
 	set.Int(&c.WindowMessages, "window", "TURNPIKE_WINDOW_MESSAGES", 20, "stored messages the model sees before the new one")
 	set.Int(&c.MaxContentBytes, "max-content-bytes", "TURNPIKE_MAX_CONTENT_BYTES", events.DefaultMaxContentBytes, "largest user message in bytes")
 	set.String(&c.Instruction, "instruction", "TURNPIKE_INSTRUCTION", "", "system instruction of the agent")

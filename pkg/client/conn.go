@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -29,7 +30,23 @@ func (c *Client) Dial(ctx context.Context) (*Conn, error) {
 	ws, resp, err := websocket.DefaultDialer.DialContext(ctx, c.StreamURL, h)
 	if err != nil {
 		if resp != nil {
-			return nil, fmt.Errorf("turnpike: dial %s: %s: %w", c.StreamURL, resp.Status, err)
+			// The gateway answered the upgrade with an error (a bad token:
+			// 401; a foreign origin: 403; too many connects: 429).
+			defer resp.Body.Close()
+			ae := &APIError{Status: resp.StatusCode}
+			var body struct {
+				Error struct{ Code, Message string } `json:"error"`
+			}
+			if b, rerr := io.ReadAll(io.LimitReader(resp.Body, 64<<10)); rerr == nil && json.Unmarshal(b, &body) == nil {
+				ae.Code, ae.Message = body.Error.Code, body.Error.Message
+			}
+			if s, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil {
+				ae.RetryAfter = time.Duration(s) * time.Second
+			}
+			if ae.Message == "" {
+				ae.Message = resp.Status
+			}
+			return nil, fmt.Errorf("turnpike: dial %s: %w", c.StreamURL, ae)
 		}
 		return nil, fmt.Errorf("turnpike: dial %s: %w", c.StreamURL, err)
 	}

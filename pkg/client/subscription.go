@@ -112,6 +112,21 @@ func (s *Subscription) Next(ctx context.Context) (events.Event, error) {
 			s.conn = nil
 			continue
 		}
+		if f.Type == FrameError {
+			// The gateway gave up on this subscription after it began (a
+			// replay that failed part-way): expired cursors end it, anything
+			// else is worth a fresh connection from the last cursor.
+			s.conn.Close()
+			s.conn = nil
+			if f.Code == "cursor_expired" {
+				return nil, ErrCursorExpired
+			}
+			if !sleepCtx(ctx, backoff) {
+				return nil, ctx.Err()
+			}
+			backoff = min(2*backoff, s.opts.MaxBackoff)
+			continue
+		}
 		if f.Event == nil || f.Event.Header().Conversation != s.conv {
 			continue
 		}
@@ -140,12 +155,15 @@ func (e *SubscribeError) Error() string {
 }
 
 // isRefusal reports a subscription the gateway refused for a reason a
-// reconnection cannot fix: an error frame, or an HTTP 4xx answer to the
-// upgrade (a bad token) other than 429.
+// reconnection cannot fix: an error frame other than rate_limited and
+// unavailable, or an HTTP 4xx answer to the upgrade (a bad token) other
+// than 429.
 func isRefusal(err error) bool {
 	var se *SubscribeError
 	if errors.As(err, &se) {
-		return se.Code != "rate_limited"
+		// rate_limited and unavailable (a replica not yet at the cursor, a
+		// failed replay) pass; invalid_argument and the like do not.
+		return se.Code != "rate_limited" && se.Code != "unavailable"
 	}
 	var ae *APIError
 	return errors.As(err, &ae) && ae.Status/100 == 4 && ae.Status != 429
