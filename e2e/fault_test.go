@@ -3,17 +3,14 @@ package e2e
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +19,6 @@ import (
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/embedded"
-	"github.com/turnpike-dev/turnpike/internal/flagenv"
 	"github.com/turnpike-dev/turnpike/internal/service"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
@@ -43,47 +39,28 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// runServiceProcess runs one service as cmd/<role> would, configured from
+// runServiceProcess runs one service as cmd/<role> does, configured from
 // the environment, until SIGTERM.
 func runServiceProcess(role string) int {
-	set := flagenv.New(flag.NewFlagSet(role, flag.ContinueOnError), os.LookupEnv)
 	var (
-		ic  service.IngestConfig
-		wc  service.WorkerConfig
-		pc  service.PushgwConfig
-		run func(ctx context.Context) error
+		cfg service.Configurable
+		run func(ctx context.Context, env service.Env) error
 	)
 	switch role {
 	case "ingest":
-		ic.Bind(set)
-		run = func(ctx context.Context) error {
-			return service.RunIngest(ctx, ic, service.Env{Logger: ic.NewLogger(os.Stderr)}, nil)
-		}
+		c := &service.IngestConfig{}
+		cfg, run = c, func(ctx context.Context, env service.Env) error { return service.RunIngest(ctx, *c, env, nil) }
 	case "worker":
-		wc.Bind(set)
-		run = func(ctx context.Context) error {
-			return service.RunWorker(ctx, wc, service.Env{Logger: wc.NewLogger(os.Stderr)}, nil)
-		}
+		c := &service.WorkerConfig{}
+		cfg, run = c, func(ctx context.Context, env service.Env) error { return service.RunWorker(ctx, *c, env, nil) }
 	case "pushgw":
-		pc.Bind(set)
-		run = func(ctx context.Context) error {
-			return service.RunPushgw(ctx, pc, service.Env{Logger: pc.NewLogger(os.Stderr)}, nil)
-		}
+		c := &service.PushgwConfig{}
+		cfg, run = c, func(ctx context.Context, env service.Env) error { return service.RunPushgw(ctx, *c, env, nil) }
 	default:
 		fmt.Fprintln(os.Stderr, "unknown role", role)
 		return 2
 	}
-	if err := set.Parse(nil); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	if err := run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, role+":", err)
-		return 1
-	}
-	return 0
+	return service.Main(role, nil, os.LookupEnv, os.Stderr, cfg, run)
 }
 
 // faultStack is a broker and a store in this process, and workers in

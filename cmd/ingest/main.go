@@ -6,42 +6,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
-	"github.com/turnpike-dev/turnpike/internal/flagenv"
 	"github.com/turnpike-dev/turnpike/internal/service"
 )
 
-func main() { os.Exit(run()) }
-
-func run() int {
+func main() {
 	var cfg service.IngestConfig
-	set := flagenv.New(flag.NewFlagSet("ingest", flag.ContinueOnError), os.LookupEnv)
-	cfg.Bind(set)
-	if err := set.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(os.Stderr, "ingest:", err)
-		return 2
-	}
-	log := cfg.NewLogger(os.Stderr)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := service.RunIngest(ctx, cfg, service.Env{Logger: log, Registry: reg}, nil); err != nil {
-		log.Error("ingest stopped", "error", err)
-		return 1
-	}
-	log.Info("ingest stopped")
-	return 0
+	os.Exit(service.Main("ingest", os.Args[1:], os.LookupEnv, os.Stderr, &cfg, func(ctx context.Context, env service.Env) error {
+		return service.RunIngest(ctx, cfg, env, nil)
+	}))
 }
