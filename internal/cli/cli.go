@@ -134,7 +134,7 @@ func send(ctx context.Context, c *client.Client, conv, content string, o client.
 			break
 		}
 	}
-	acc, err := c.Send(ctx, conv, content, o)
+	acc, err := sendPolitely(ctx, c, conv, content, o, func() {})
 	if err != nil {
 		return err
 	}
@@ -237,8 +237,8 @@ func latency(ctx context.Context, c *client.Client, conv, content string, n int,
 	}
 	took := make([]time.Duration, 0, n)
 	for range n {
-		start := time.Now()
-		acc, err := c.Send(ctx, conv, content, client.SendOptions{})
+		var start time.Time
+		acc, err := sendPolitely(ctx, c, conv, content, client.SendOptions{}, func() { start = time.Now() })
 		if err != nil {
 			return err
 		}
@@ -261,4 +261,23 @@ func latency(ctx context.Context, c *client.Client, conv, content string, n int,
 	fmt.Fprintf(out, "%d runs of %q, POST to run.completed: min %v  median %v  p90 %v  max %v\n",
 		n, content, took[0].Round(time.Microsecond), q(0.5).Round(time.Microsecond), q(0.9).Round(time.Microsecond), took[len(took)-1].Round(time.Microsecond))
 	return nil
+}
+
+// sendPolitely sends, and on 429 waits as long as Retry-After says (at
+// least a second) and tries again, up to five times. attempt is called
+// before each try.
+func sendPolitely(ctx context.Context, c *client.Client, conv, content string, o client.SendOptions, attempt func()) (client.Accepted, error) {
+	for tries := 1; ; tries++ {
+		attempt()
+		acc, err := c.Send(ctx, conv, content, o)
+		var ae *client.APIError
+		if err == nil || !errors.As(err, &ae) || ae.Status != 429 || tries == 5 {
+			return acc, err
+		}
+		select {
+		case <-time.After(max(ae.RetryAfter, time.Second)):
+		case <-ctx.Done():
+			return acc, ctx.Err()
+		}
+	}
 }
