@@ -1,12 +1,7 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
@@ -40,40 +35,19 @@ const maxCancelBody = 4 << 10
 // crash, finds it), then sent over the control topic to the worker running
 // the request.
 func (s *Service) postCancel(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	id := p.Identity(r.PathValue("conversation"))
-	if err := events.ValidateID("conversation", id.Conversation); err != nil {
-		badRequest(w, err)
+	id, body, ok := s.readPost(w, r, p, maxCancelBody)
+	if !ok {
 		return
 	}
-	if err := checkContentType(r.Header.Get("Content-Type")); err != nil {
-		badRequest(w, err)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCancelBody))
-	if err != nil {
-		if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			server.WriteError(w, http.StatusRequestEntityTooLarge, server.CodePayloadTooLarge, fmt.Sprintf("body over %d bytes", mbe.Limit), 0)
-			return
-		}
-		badRequest(w, fmt.Errorf("read body: %w", err))
-		return
-	}
-	var req struct {
-		RequestID string `json:"request_id"`
-	}
+	var requestID string
 	if len(body) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			badRequest(w, fmt.Errorf("body: %w", err))
+		f, err := decodeStringFields(body, nil, []string{"request_id"})
+		if err != nil {
+			badRequest(w, err)
 			return
 		}
-		if dec.More() {
-			badRequest(w, errors.New("body: trailing data after the object"))
-			return
-		}
-		if req.RequestID != "" {
-			if err := events.ValidateID("request_id", req.RequestID); err != nil {
+		if requestID = f["request_id"]; requestID != "" {
+			if err := events.ValidateID("request_id", requestID); err != nil {
 				badRequest(w, err)
 				return
 			}
@@ -88,8 +62,8 @@ func (s *Service) postCancel(w http.ResponseWriter, r *http.Request, p auth.Prin
 		s.unavailable(w, r, id, "locate the conversation's partition", err)
 		return
 	}
-	c := history.Cancel{Topic: topicName, Partition: partition, RequestID: req.RequestID, At: s.now().UTC()}
-	if req.RequestID == "" {
+	c := history.Cancel{Topic: topicName, Partition: partition, RequestID: requestID, At: s.now().UTC()}
+	if requestID == "" {
 		c.Before = end
 	}
 	if err := s.cancels.RecordCancel(ctx, id, c); err != nil {
@@ -97,13 +71,13 @@ func (s *Service) postCancel(w http.ResponseWriter, r *http.Request, p auth.Prin
 		return
 	}
 	ctl := events.Control{V: events.Version, Type: events.ControlCancel, Tenant: id.Tenant, User: id.User,
-		Conversation: id.Conversation, RequestID: req.RequestID, At: c.At}
-	if req.RequestID == "" {
+		Conversation: id.Conversation, RequestID: requestID, At: c.At}
+	if requestID == "" {
 		ctl.Partition, ctl.Before = partition, end
 	}
 	v, err := events.EncodeControl(ctl)
 	if err != nil {
-		s.internal(w, r, id, req.RequestID, err)
+		s.internal(w, r, id, requestID, err)
 		return
 	}
 	if err := s.control.Produce(ctx, key, v); err != nil {

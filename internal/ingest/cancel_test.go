@@ -67,6 +67,8 @@ func TestCancel(t *testing.T) {
 		},
 		{name: "A bad request id is refused.", body: `{"request_id":"a/b"}`, status: 400, code: server.CodeInvalidArgument},
 		{name: "An unknown field is refused.", body: `{"request":"r-1"}`, status: 400, code: server.CodeInvalidArgument},
+		{name: "A case variant of request_id is refused.", body: `{"Request_ID":"r-1"}`, status: 400, code: server.CodeInvalidArgument},
+		{name: "A request id that is not a string is refused.", body: `{"request_id":7}`, status: 400, code: server.CodeInvalidArgument},
 		{name: "A store failure is 503 and publishes nothing.", cancelsErr: errors.New("mongo down"), status: 503, code: server.CodeUnavailable},
 		{name: "An unreachable Kafka is 503.", positionErr: errors.New("kafka down"), status: 503, code: server.CodeUnavailable},
 		{name: "A failing control topic is 503.", controlErr: errors.New("kafka down"), status: 503, code: server.CodeUnavailable},

@@ -1,11 +1,9 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"go.opentelemetry.io/otel/attribute"
@@ -14,7 +12,6 @@ import (
 	"mime"
 	"net/http"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/server"
@@ -34,28 +31,13 @@ type accepted struct {
 // postMessage serves POST /v1/conversations/{conversation}/messages: it
 // answers 202 only once the request record is durably in the requests topic.
 func (s *Service) postMessage(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	id := p.Identity(r.PathValue("conversation"))
-	if err := events.ValidateID("conversation", id.Conversation); err != nil {
-		badRequest(w, err)
-		return
-	}
-	if err := checkContentType(r.Header.Get("Content-Type")); err != nil {
-		badRequest(w, err)
+	id, body, ok := s.readPost(w, r, p, s.cfg.MaxBodyBytes)
+	if !ok {
 		return
 	}
 	key, err := idempotencyKey(r.Header)
 	if err != nil {
 		badRequest(w, err)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			server.WriteError(w, http.StatusRequestEntityTooLarge, server.CodePayloadTooLarge,
-				fmt.Sprintf("body over %d bytes", mbe.Limit), 0)
-			return
-		}
-		badRequest(w, fmt.Errorf("read body: %w", err))
 		return
 	}
 	msg, err := decodeMessage(body)
@@ -205,62 +187,14 @@ type message struct {
 	Strategy events.Strategy
 }
 
-// decodeMessage strictly decodes {"content": "…", "strategy": "…"}: one
-// object, exact field names, each at most once, string values only, valid
-// UTF-8 (encoding/json would silently repair it), nothing after the object.
+// decodeMessage strictly decodes {"content": "…", "strategy": "…"}
+// (strategy optional).
 func decodeMessage(b []byte) (message, error) {
-	var m message
-	if !utf8.Valid(b) {
-		return m, fmt.Errorf("%w body: not valid UTF-8", events.ErrInvalid)
+	f, err := decodeStringFields(b, []string{"content"}, []string{"strategy"})
+	if err != nil {
+		return message{}, err
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return m, fmt.Errorf("%w body: want a JSON object", events.ErrInvalid)
-	}
-	var hasContent, hasStrategy bool
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return m, fmt.Errorf("%w body: %w", events.ErrInvalid, err)
-		}
-		name, _ := tok.(string)
-		var seen *bool
-		switch name {
-		case "content":
-			seen = &hasContent
-		case "strategy":
-			seen = &hasStrategy
-		default:
-			return m, fmt.Errorf("%w body: unknown field %q", events.ErrInvalid, truncate(name, 32))
-		}
-		if *seen {
-			return m, fmt.Errorf("%w body: duplicate field %q", events.ErrInvalid, name)
-		}
-		*seen = true
-		tok, err = dec.Token()
-		if err != nil {
-			return m, fmt.Errorf("%w body: %w", events.ErrInvalid, err)
-		}
-		v, ok := tok.(string)
-		if !ok {
-			return m, fmt.Errorf("%w body: %s must be a string", events.ErrInvalid, name)
-		}
-		if name == "content" {
-			m.Content = v
-		} else {
-			m.Strategy = events.Strategy(v)
-		}
-	}
-	if _, err := dec.Token(); err != nil { // the closing brace
-		return m, fmt.Errorf("%w body: %w", events.ErrInvalid, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return m, fmt.Errorf("%w body: trailing data after the object", events.ErrInvalid)
-	}
-	if !hasContent {
-		return m, fmt.Errorf("%w body: content is required", events.ErrInvalid)
-	}
-	return m, nil
+	return message{Content: f["content"], Strategy: events.Strategy(f["strategy"])}, nil
 }
 
 func truncate(s string, n int) string {
