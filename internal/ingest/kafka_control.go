@@ -2,9 +2,7 @@ package ingest
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 
@@ -84,42 +82,9 @@ func NewKafkaCompletions(brokers []string, controlTopic string) *KafkaCompletion
 
 // Run calls done with the request id of every completion until ctx ends.
 func (k *KafkaCompletions) Run(ctx context.Context, done func(requestID string)) error {
-	parts, err := topic.Partitions(ctx, k.brokers, k.topic)
-	if err != nil {
-		return err
-	}
-	var wg sync.WaitGroup
-	var errs []error
-	var mu sync.Mutex
-	for _, p := range parts {
-		r, err := topic.PartitionReader(k.brokers, k.topic, p, 500*time.Millisecond, nil)
-		if err != nil {
-			return err
+	return topic.Tail(ctx, k.brokers, k.topic, func(m kafka.Message) {
+		if c, err := events.DecodeControl(m.Value); err == nil && c.Type == events.ControlCompleted {
+			done(c.RequestID)
 		}
-		if err := r.SetOffset(kafka.LastOffset); err != nil {
-			r.Close()
-			return err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer r.Close()
-			for {
-				m, err := r.ReadMessage(ctx)
-				if err != nil {
-					if ctx.Err() == nil && !errors.Is(err, io.EOF) {
-						mu.Lock()
-						errs = append(errs, err)
-						mu.Unlock()
-					}
-					return
-				}
-				if c, err := events.DecodeControl(m.Value); err == nil && c.Type == events.ControlCompleted {
-					done(c.RequestID)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	}, nil)
 }

@@ -2,10 +2,7 @@ package worker
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -13,10 +10,6 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
-
-// controlMaxWait bounds a control reader's idle long poll; a cancel is
-// delivered as soon as it is written.
-const controlMaxWait = 500 * time.Millisecond
 
 // controlChannel is the worker's side of the control topic: it reads
 // cancels (every worker reads every partition, from the end: a cancel that
@@ -60,50 +53,13 @@ func (c *controlChannel) completed(id events.Identity, requestID string, status 
 }
 
 // run reads cancels from every partition of the control topic until ctx
-// ends, and owns its readers.
+// ends.
 func (c *controlChannel) run(ctx context.Context) error {
-	parts, err := topic.Partitions(ctx, c.w.cfg.Brokers, c.w.cfg.Topics.Control)
-	if err != nil {
-		return err
-	}
-	var wg sync.WaitGroup
-	for _, p := range parts {
-		r, err := topic.PartitionReader(c.w.cfg.Brokers, c.w.cfg.Topics.Control, p, controlMaxWait, nil)
-		if err != nil {
-			return err
+	return topic.Tail(ctx, c.w.cfg.Brokers, c.w.cfg.Topics.Control, func(m kafka.Message) {
+		if ctl, err := events.DecodeControl(m.Value); err == nil && ctl.Type == events.ControlCancel {
+			c.cancel(ctl)
 		}
-		if err := r.SetOffset(kafka.LastOffset); err != nil {
-			r.Close()
-			return err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer r.Close()
-			c.read(ctx, r)
-		}()
-	}
-	wg.Wait()
-	return nil
-}
-
-func (c *controlChannel) read(ctx context.Context, r *kafka.Reader) {
-	for {
-		m, err := r.ReadMessage(ctx) // no group: nothing is committed
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, io.EOF) {
-				return
-			}
-			c.w.log.Warn("read control topic", slog.Any("error", err))
-			sleep(ctx, c.w.cfg.RetryBackoffMin)
-			continue
-		}
-		ctl, err := events.DecodeControl(m.Value)
-		if err != nil || ctl.Type != events.ControlCancel {
-			continue
-		}
-		c.cancel(ctl)
-	}
+	}, func(err error) { c.w.log.Warn("read control topic", slog.Any("error", err)) })
 }
 
 // cancel cancels this worker's run that ctl covers, if any. Queued records
