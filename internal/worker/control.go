@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -19,10 +20,19 @@ import (
 type controlChannel struct {
 	w      *Worker
 	writer *kafka.Writer
+	// pending counts completions handed to the writer and not yet written:
+	// the asynchronous writer would buffer without bound while Kafka is
+	// unreachable, so past maxPendingCompletions they are dropped (ingest
+	// expires what it never hears about).
+	pending atomic.Int64
 }
 
+// maxPendingCompletions bounds the completions waiting to be written.
+const maxPendingCompletions = 10_000
+
 func newControlChannel(w *Worker) *controlChannel {
-	return &controlChannel{w: w, writer: &kafka.Writer{
+	c := &controlChannel{w: w}
+	c.writer = &kafka.Writer{
 		Addr:     kafka.TCP(w.cfg.Brokers...),
 		Topic:    w.cfg.Topics.Control,
 		Balancer: &kafka.Murmur2Balancer{},
@@ -31,12 +41,14 @@ func newControlChannel(w *Worker) *controlChannel {
 		Async:        true,
 		BatchTimeout: 5 * time.Millisecond,
 		RequiredAcks: kafka.RequireOne,
-		Completion: func(_ []kafka.Message, err error) {
+		Completion: func(msgs []kafka.Message, err error) {
+			c.pending.Add(-int64(len(msgs)))
 			if err != nil {
 				w.log.Debug("write completion", slog.Any("error", err))
 			}
 		},
-	}}
+	}
+	return c
 }
 
 // completed announces that a request ended.
@@ -49,7 +61,14 @@ func (c *controlChannel) completed(id events.Identity, requestID string, status 
 	if err != nil {
 		return
 	}
-	_ = c.writer.WriteMessages(context.Background(), kafka.Message{Key: []byte(id.Key()), Value: v})
+	if c.pending.Add(1) > maxPendingCompletions {
+		c.pending.Add(-1)
+		c.w.metrics.completionsDropped.Inc()
+		return
+	}
+	if err := c.writer.WriteMessages(context.Background(), kafka.Message{Key: []byte(id.Key()), Value: v}); err != nil {
+		c.pending.Add(-1) // never reached the writer
+	}
 }
 
 // run reads cancels from every partition of the control topic until ctx

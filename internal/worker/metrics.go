@@ -7,29 +7,33 @@ import (
 )
 
 type metrics struct {
-	lag          *prometheus.GaugeVec
-	streamWrite  prometheus.Histogram
-	cancelled    prometheus.Counter
-	fenced       prometheus.Counter
-	committed    prometheus.Counter
-	running      prometheus.Gauge
-	peakInflight prometheus.Gauge
-	records      prometheus.Counter
-	deadLettered prometheus.Counter
-	duplicates   prometheus.Counter
-	retries      prometheus.Counter
-	inflight     prometheus.Gauge
-	runs         *prometheus.CounterVec
-	runSeconds   prometheus.Histogram
-	tokens       *prometheus.CounterVec
-	transfers    prometheus.Counter
-	interrupts   prometheus.Counter
-	resumes      *prometheus.CounterVec
-	compactions  *prometheus.CounterVec
+	completionsDropped prometheus.Counter
+	lag                *prometheus.GaugeVec
+	streamWrite        prometheus.Histogram
+	cancelled          prometheus.Counter
+	fenced             prometheus.Counter
+	committed          prometheus.Counter
+	running            prometheus.Gauge
+	peakInflight       prometheus.Gauge
+	records            prometheus.Counter
+	deadLettered       prometheus.Counter
+	duplicates         prometheus.Counter
+	retries            prometheus.Counter
+	inflight           prometheus.Gauge
+	runs               *prometheus.CounterVec
+	runSeconds         prometheus.Histogram
+	tokens             *prometheus.CounterVec
+	transfers          prometheus.Counter
+	interrupts         prometheus.Counter
+	resumes            *prometheus.CounterVec
+	compactions        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
+		completionsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnpike_worker_completions_dropped_total", Help: "Completions for ingest's queued counts dropped because too many were waiting to be written.",
+		}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "turnpike_worker_consumer_lag", Help: "Records of an assigned requests-topic partition not yet fetched (high watermark minus position).",
 		}, []string{"partition"}),
@@ -91,7 +95,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.lag, m.streamWrite, m.cancelled, m.fenced, m.committed, m.running, m.peakInflight, m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds,
+	for _, c := range []prometheus.Collector{m.completionsDropped, m.lag, m.streamWrite, m.cancelled, m.fenced, m.committed, m.running, m.peakInflight, m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds,
 		m.tokens, m.transfers, m.interrupts, m.resumes, m.compactions} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
