@@ -36,10 +36,7 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := devstack.Run(ctx, cfg, devstack.Listeners{}, log, func(st devstack.Stack) {
-		fmt.Printf("\nTurnpike devstack\n  ingest  %s\n  stream  %s\n", st.IngestURL(), st.StreamURL())
-		if st.DevToken != "" {
-			fmt.Printf("  dev token (tenant default, user %s, valid 7 days):\n\n    export TURNPIKE_TOKEN=%s\n\n", cfg.DevUser, st.DevToken)
-		}
+		fmt.Print(st.Banner(cfg.DevUser))
 	})
 	if err != nil {
 		log.Error("devstack stopped", "error", err)

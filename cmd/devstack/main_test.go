@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -123,7 +124,7 @@ func (p *proc) stop(t *testing.T) int {
 	}
 }
 
-func TestDevstackStopsCleanlyOnSIGTERMAndKeepsHistoryAcrossRestarts(t *testing.T) {
+func TestDevstackStopsCleanlyOnSIGTERMAndKeepsHistoryAndTokensAcrossRestarts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the devstack twice")
 	}
@@ -141,8 +142,15 @@ func TestDevstackStopsCleanlyOnSIGTERMAndKeepsHistoryAcrossRestarts(t *testing.T
 		t.Fatalf("exit code %d after SIGTERM, want 0", code)
 	}
 
+	// The secret is kept in the data directory, private: the first token
+	// still works after the restart.
+	fi, err := os.Stat(filepath.Join(dir, "auth-secret"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("kept secret: %v, %v; want a file of mode 0600", fi, err)
+	}
+	first := p.token
 	p = startDevstack(t, dir)
-	c = &client.Client{BaseURL: p.ingest, Token: p.token}
+	c = &client.Client{BaseURL: p.ingest, Token: first}
 	h := waitHistory(t, ctx, c, "survivor", 2)
 	if h[0].Content != "remember me" || h[1].Content != "echo #1: remember me" {
 		t.Fatalf("history after restart: %+v", h)

@@ -3,8 +3,6 @@ package devstack
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -83,8 +81,19 @@ type Stack struct {
 	IngestAddr string
 	PushgwAddr string
 	AuthSecret string
-	DevToken   string
+	// DevToken is a token of tenant "default" and Config.DevUser, valid
+	// DevTokenTTL, signed with AuthSecret.
+	DevToken string
+	// SecretSource says where AuthSecret came from: SecretFromEnv,
+	// SecretGenerated (now, into SecretFile) or SecretFromDataDir (kept in
+	// SecretFile by an earlier start).
+	SecretSource string
+	// SecretFile is where the devstack keeps a secret it generated.
+	SecretFile string
 }
+
+// DevTokenTTL is how long the printed dev token is valid.
+const DevTokenTTL = 7 * 24 * time.Hour
 
 // IngestURL is the ingest API's base URL, with "localhost" for a wildcard host.
 func (s Stack) IngestURL() string { return "http://" + displayAddr(s.IngestAddr) }
@@ -129,6 +138,48 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 		c.DevUser = "dev"
 	}
 	var st Stack
+	// Every port first, so that all conflicts are reported at once.
+	var ports []port
+	if len(c.Brokers) == 0 {
+		ports = append(ports, port{env: "TURNPIKE_KAFKA_ADDR", addr: c.KafkaAddr})
+	}
+	if c.MongoURI == "" {
+		ports = append(ports, port{env: "TURNPIKE_MONGO_ADDR", addr: c.MongoAddr})
+	}
+	if lns.Ingest == nil {
+		ports = append(ports, port{env: "TURNPIKE_INGEST_ADDR", addr: c.IngestAddr, keep: &lns.Ingest})
+	}
+	if lns.Pushgw == nil {
+		ports = append(ports, port{env: "TURNPIKE_PUSHGW_ADDR", addr: c.PushgwAddr, keep: &lns.Pushgw})
+	}
+	if c.PprofAddr != "" {
+		ports = append(ports, port{env: "TURNPIKE_PPROF_ADDR", addr: c.PprofAddr})
+	}
+	if err := listenAll(ports); err != nil {
+		return fmt.Errorf("devstack: %w", err)
+	}
+	defer lns.Ingest.Close()
+	defer lns.Pushgw.Close()
+	st.IngestAddr, st.PushgwAddr = lns.Ingest.Addr().String(), lns.Pushgw.Addr().String()
+
+	if c.AuthSecret == "" {
+		secret, created, err := loadOrCreateSecret(c.DataDir)
+		if err != nil {
+			return fmt.Errorf("devstack: %w", err)
+		}
+		c.AuthSecret, st.SecretSource = secret, SecretFromDataDir
+		if created {
+			st.SecretSource = SecretGenerated
+		}
+	} else {
+		st.SecretSource = SecretFromEnv
+	}
+	tok, err := auth.Mint(c.AuthSecret, auth.DefaultTenant, c.DevUser, DevTokenTTL, time.Now())
+	if err != nil {
+		return fmt.Errorf("devstack: %w", err)
+	}
+	st.DevToken, st.SecretFile = tok, filepath.Join(c.DataDir, SecretFile)
+
 	if len(c.Brokers) == 0 {
 		k, err := embedded.StartKafka(embedded.KafkaConfig{Addr: c.KafkaAddr, DataDir: filepath.Join(c.DataDir, "kafka")})
 		if err != nil {
@@ -151,33 +202,8 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 		c.MongoURI = m.URI()
 		log.Info("embedded mongo", slog.String("uri", m.URI()))
 	}
-	if c.AuthSecret == "" {
-		var b [32]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return fmt.Errorf("devstack: auth secret: %w", err)
-		}
-		c.AuthSecret = hex.EncodeToString(b[:])
-		tok, err := auth.Mint(c.AuthSecret, auth.DefaultTenant, c.DevUser, 7*24*time.Hour, time.Now())
-		if err != nil {
-			return fmt.Errorf("devstack: %w", err)
-		}
-		st.DevToken = tok
-	}
 	st.Brokers, st.MongoURI, st.AuthSecret = c.Brokers, c.MongoURI, c.AuthSecret
 
-	var err error
-	if lns.Ingest == nil {
-		if lns.Ingest, err = net.Listen("tcp", c.IngestAddr); err != nil {
-			return fmt.Errorf("devstack: ingest: %w", err)
-		}
-	}
-	if lns.Pushgw == nil {
-		if lns.Pushgw, err = net.Listen("tcp", c.PushgwAddr); err != nil {
-			lns.Ingest.Close()
-			return fmt.Errorf("devstack: pushgw: %w", err)
-		}
-	}
-	st.IngestAddr, st.PushgwAddr = lns.Ingest.Addr().String(), lns.Pushgw.Addr().String()
 
 	// One registry for the three services: their metric names differ.
 	reg := prometheus.NewRegistry()
@@ -205,8 +231,13 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 	defer stopFront()
 	pushCtx, stopPush := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPush()
+	// The first failure is the cause; the other parts then stop with
+	// context.Canceled, which says nothing more.
+	var cause error
+	var causeOnce sync.Once
 	fail := func(err error) error {
 		if err != nil {
+			causeOnce.Do(func() { cause = err })
 			stopFront()
 			stopPush()
 		}
@@ -234,7 +265,23 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 	})
 	ferr := front.Wait()
 	stopPush()
-	return errors.Join(ferr, back.Wait())
+	berr := back.Wait()
+	if cause != nil {
+		return stopCause(cause, ferr, berr)
+	}
+	return errors.Join(ferr, berr)
+}
+
+// stopCause is the error of a devstack stopped by cause: cause, and any
+// other part's error that is not just the stop it caused.
+func stopCause(cause error, errs ...error) error {
+	all := []error{cause}
+	for _, err := range errs {
+		if err != nil && err != cause && !errors.Is(err, context.Canceled) {
+			all = append(all, err)
+		}
+	}
+	return errors.Join(all...)
 }
 
 // quiet drops records below min: FerretDB logs every connection at info

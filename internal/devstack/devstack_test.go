@@ -1,6 +1,17 @@
 package devstack
 
-import "testing"
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/turnpike-dev/turnpike/internal/auth"
+)
 
 func TestPageStreamURL(t *testing.T) {
 	t.Parallel()
@@ -20,5 +31,115 @@ func TestPageStreamURL(t *testing.T) {
 		if got := pageStreamURL(tt.addr); got != tt.want {
 			t.Errorf("%s pageStreamURL(%q) = %q, want %q", tt.name, tt.addr, got, tt.want)
 		}
+	}
+}
+
+func TestTheGeneratedSecretIsKeptPrivateAndReused(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	secret, created, err := loadOrCreateSecret(dir)
+	if err != nil || !created || len(secret) < auth.MinSecretBytes {
+		t.Fatalf("first start: %q, created %v, %v", secret, created, err)
+	}
+	path := filepath.Join(dir, SecretFile)
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("secret file: %v, %v; want mode 0600", fi.Mode(), err)
+	}
+	again, created, err := loadOrCreateSecret(dir)
+	if err != nil || created || again != secret {
+		t.Fatalf("second start: %q (created %v, %v), want the kept %q", again, created, err, secret)
+	}
+
+	// A file others can read is made private again and still used.
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if again, _, err := loadOrCreateSecret(dir); err != nil || again != secret {
+		t.Fatalf("after chmod 0644: %q, %v", again, err)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v after reading, want 0600", fi.Mode())
+	}
+
+	// A damaged file is an error naming it, and is not replaced.
+	if err := os.WriteFile(path, []byte("short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := loadOrCreateSecret(dir); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("short secret: %v, want an error naming %s", err, path)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "short\n" {
+		t.Fatalf("the damaged secret was replaced: %q", b)
+	}
+}
+
+func TestTheBannerSaysWhereTheTokensSecretComesFrom(t *testing.T) {
+	t.Parallel()
+	st := Stack{IngestAddr: "[::]:8080", PushgwAddr: "[::]:8081", DevToken: "tok", SecretFile: "data/auth-secret"}
+	for source, want := range map[string]string{
+		SecretFromEnv:     "signed with TURNPIKE_AUTH_SECRET",
+		SecretGenerated:   "generated into data/auth-secret",
+		SecretFromDataDir: "kept in data/auth-secret, so earlier tokens still work",
+	} {
+		st.SecretSource = source
+		b := st.Banner("dev")
+		if !strings.Contains(b, want) || !strings.Contains(b, "export TURNPIKE_TOKEN=tok\n") || !strings.Contains(b, "http://localhost:8080/") {
+			t.Errorf("banner with secret %s:\n%s\nwant %q and the token", source, b, want)
+		}
+	}
+}
+
+func TestEveryPortInUseIsReportedAtOnceWithItsVariable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var busy []string
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		busy = append(busy, ln.Addr().String())
+	}
+	dir := t.TempDir()
+	c := Config{KafkaAddr: busy[0], MongoAddr: "127.0.0.1:0", IngestAddr: busy[1], PushgwAddr: busy[2], DataDir: dir}
+	err := Run(ctx, c, Listeners{}, slog.New(slog.DiscardHandler), func(Stack) { t.Error("ready despite busy ports") })
+	if err == nil {
+		t.Fatal("Run started on busy ports")
+	}
+	for i, env := range []string{"TURNPIKE_KAFKA_ADDR", "TURNPIKE_INGEST_ADDR", "TURNPIKE_PUSHGW_ADDR"} {
+		if !strings.Contains(err.Error(), env+"="+busy[i]+" is already in use") {
+			t.Errorf("error does not name %s=%s: %v", env, busy[i], err)
+		}
+	}
+	if strings.Contains(err.Error(), "TURNPIKE_MONGO_ADDR") {
+		t.Errorf("error names the free store port: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("the data directory was touched before the ports were checked: %v", entries)
+	}
+}
+
+func TestABadAgentFileIsTheOnlyErrorReported(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agents.json")
+	if err := os.WriteFile(file, []byte(`{"agent":{"name":"x","tools":["rm_rf"]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := Config{KafkaAddr: "127.0.0.1:0", MongoAddr: "127.0.0.1:0", IngestAddr: "127.0.0.1:0", PushgwAddr: "127.0.0.1:0",
+		DataDir: filepath.Join(dir, "data")}
+	c.Model, c.MongoDB = "echo", "turnpike"
+	c.Worker.Worker.AgentFile = file
+	err := Run(ctx, c, Listeners{}, slog.New(slog.DiscardHandler), nil)
+	if err == nil || !strings.Contains(err.Error(), `unknown tool "rm_rf"`) {
+		t.Fatalf("Run = %v, want the agent file's problem", err)
+	}
+	if strings.Contains(err.Error(), "context canceled") || strings.Count(err.Error(), "\n") != 0 {
+		t.Fatalf("Run reported more than the agent file's problem: %q", err)
 	}
 }

@@ -185,7 +185,8 @@ func (c Config) validatePipeline() []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if c.Token == "" && c.AuthSecret == "" {
-		bad("no identity: pass -token (TURNPIKE_TOKEN; the devstack prints one) or -auth-secret (TURNPIKE_AUTH_SECRET)")
+		bad("no identity: pass -token (TURNPIKE_TOKEN; the devstack prints one at start: export TURNPIKE_TOKEN=…) " +
+			"or -auth-secret (TURNPIKE_AUTH_SECRET; the devstack's is the one it was started with, else TURNPIKE_AUTH_SECRET=$(cat data/auth-secret))")
 	}
 	if c.Token == "" && c.AuthSecret != "" {
 		if len(c.AuthSecret) < auth.MinSecretBytes {
