@@ -204,7 +204,6 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 	}
 	st.Brokers, st.MongoURI, st.AuthSecret = c.Brokers, c.MongoURI, c.AuthSecret
 
-
 	// One registry for the three services: their metric names differ.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
