@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -26,9 +28,10 @@ commands:
   topics                          create the Turnpike topics that do not exist yet
                                   (TURNPIKE_KAFKA_BROKERS, -partitions)
 
-Common flags (or environment): -ingest (TURNPIKE_INGEST_URL), -stream
-(TURNPIKE_STREAM_URL), -token (TURNPIKE_TOKEN). Run "turnpike <command> -h"
-for each command's flags.
+Common flags (or environment): -ingest (TURNPIKE_INGEST_URL, default
+http://localhost:8080), -stream (TURNPIKE_STREAM_URL, default: the push gateway
+the ingest API's page names), -token (TURNPIKE_TOKEN). Run
+"turnpike <command> -h" for each command's flags.
 `
 
 // Run runs one command and returns the process exit code.
@@ -46,7 +49,8 @@ func Run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	set := flagenv.New(fs, lookup)
 	var c client.Client
 	set.String(&c.BaseURL, "ingest", "TURNPIKE_INGEST_URL", "http://localhost:8080", "ingest API base URL")
-	set.String(&c.StreamURL, "stream", "TURNPIKE_STREAM_URL", "ws://localhost:8081/v1/stream", "push gateway WebSocket URL")
+	set.String(&c.StreamURL, "stream", "TURNPIKE_STREAM_URL", "",
+		"push gateway WebSocket URL (default: the one the ingest API's page names, else the ingest host's port 8081)")
 	set.String(&c.Token, "token", "TURNPIKE_TOKEN", "", "bearer token (the devstack prints one)")
 	var (
 		since, strategy, key string
@@ -87,6 +91,12 @@ func Run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	}
 	rest := fs.Args()
 	var err error
+	if c.StreamURL == "" && cmd != "history" {
+		if c.StreamURL, err = streamOf(ctx, cmp.Or(c.HTTP, http.DefaultClient), c.BaseURL); err != nil {
+			fmt.Fprintln(stderr, "turnpike:", err)
+			return 2
+		}
+	}
 	switch {
 	case cmd == "send" && len(rest) >= 2:
 		ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -105,7 +115,7 @@ func Run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		return 2
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintln(stderr, "turnpike:", err)
+		fmt.Fprintln(stderr, "turnpike:", message(err))
 		return 1
 	}
 	return 0
