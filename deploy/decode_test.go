@@ -80,6 +80,7 @@ func TestDecodePatchAcceptsKustomizeDirectivesOnly(t *testing.T) {
 		want string
 	}{
 		{"A delete directive is accepted.", "$patch: delete\napiVersion: v1\nkind: Secret\nmetadata: {name: s}\n", ""},
+		{"A deletion sharing its file with another patch is refused: kubectl v1.32 panics on it.", "$patch: delete\napiVersion: v1\nkind: Secret\nmetadata: {name: s}\n---\n$patch: delete\napiVersion: v1\nkind: Secret\nmetadata: {name: t}\n", "give each deletion a patch file of its own"},
 		{"A partial object is accepted.", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  template:\n    spec:\n      containers: [{name: c, resources: {limits: {memory: 1Gi}}}]\n", ""},
 		{"A directive kustomize does not know is refused.", "$patch: remove\napiVersion: v1\nkind: Secret\nmetadata: {name: s}\n", `$patch "remove": want delete, replace or merge`},
 		{"A misspelt field in a patch is refused.", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  template:\n    spec:\n      containers: [{name: c, resource: {}}]\n", `unknown field "spec.template.spec.containers[0].resource"`},

@@ -30,6 +30,9 @@ type Object struct {
 	// Value is a pointer to the typed object: *appsv1.Deployment,
 	// *corev1.Secret, *Kafka, ...
 	Value metav1.Object
+	// Directive is a patch's kustomize directive ($patch: delete, replace
+	// or merge), "" when it has none.
+	Directive string
 }
 
 // String names the object for messages: "Deployment ingest (file.yaml#1)".
@@ -114,6 +117,16 @@ func decode(source string, data []byte, patch bool) ([]Object, error) {
 			objs = append(objs, o)
 		}
 	}
+	if patch && len(objs) > 1 {
+		for _, o := range objs {
+			if o.Directive == "delete" {
+				// The PatchTransformer of kustomize v5.5.0 (kubectl v1.32)
+				// dereferences the deleted object while it applies the
+				// file's next document, and panics.
+				errs = append(errs, fmt.Errorf("%s: $patch: delete in a file of %d patches: kubectl v1.32's kustomize (v5.5.0) panics on it; give each deletion a patch file of its own", o.Source, len(objs)))
+			}
+		}
+	}
 	return objs, errors.Join(errs...)
 }
 
@@ -141,8 +154,9 @@ func decodeDocument(doc []byte, patch bool) (o Object, ok bool, err error) {
 	if s := string(bytes.TrimSpace(j)); s == "null" || s == "" {
 		return Object{}, false, nil
 	}
+	var directive string
 	if patch {
-		if j, err = removePatchDirective(j); err != nil {
+		if j, directive, err = removePatchDirective(j); err != nil {
 			return Object{}, false, err
 		}
 	}
@@ -165,7 +179,7 @@ func decodeDocument(doc []byte, patch bool) (o Object, ok bool, err error) {
 	if v.GetName() == "" {
 		return Object{}, false, fmt.Errorf("%s without metadata.name", tm.Kind)
 	}
-	return Object{GVK: schema.FromAPIVersionAndKind(tm.APIVersion, tm.Kind), Value: v}, true, nil
+	return Object{GVK: schema.FromAPIVersionAndKind(tm.APIVersion, tm.Kind), Value: v, Directive: directive}, true, nil
 }
 
 // unmarshalStrict decodes JSON as the API server's strict field validation
@@ -191,21 +205,22 @@ func Of[T metav1.Object](objs []Object) []T {
 
 // removePatchDirective removes a top-level "$patch" of delete, replace or
 // merge from the JSON object j.
-func removePatchDirective(j []byte) ([]byte, error) {
+func removePatchDirective(j []byte) ([]byte, string, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(j, &m); err != nil {
-		return nil, fmt.Errorf("not an object: %w", err)
+		return nil, "", fmt.Errorf("not an object: %w", err)
 	}
 	raw, ok := m["$patch"]
 	if !ok {
-		return j, nil
+		return j, "", nil
 	}
 	var d string
 	if err := json.Unmarshal(raw, &d); err != nil || (d != "delete" && d != "replace" && d != "merge") {
-		return nil, fmt.Errorf("$patch %s: want delete, replace or merge", raw)
+		return nil, "", fmt.Errorf("$patch %s: want delete, replace or merge", raw)
 	}
 	delete(m, "$patch")
-	return json.Marshal(m)
+	j, err := json.Marshal(m)
+	return j, d, err
 }
 
 // yamlToJSON converts one YAML document to JSON, rejecting duplicate keys.
