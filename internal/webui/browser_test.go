@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -31,7 +32,7 @@ import (
 // against an in-process devstack: sign in as a picked user, chat with
 // streamed tokens, reload into history, survive a dropped WebSocket without
 // duplicated text, and fit a 360 px screen. It saves screenshots to
-// $TURNPIKE_ARTIFACTS (or a temp dir, named in the log).
+// $TURNPIKE_ARTIFACTS (or a kept temporary directory, named in the log).
 
 // instrument runs in every document before the page's scripts. It records
 // the page's WebSockets and the frames it sends (so the test can drop one
@@ -295,18 +296,48 @@ func findChromium(t *testing.T) string {
 			return path
 		}
 	}
-	msg := fmt.Sprintf("!!! SKIPPING THE BROWSER TEST: no Chromium at %q (install Debian's chromium package, e.g. with .ci/chromium, or set TURNPIKE_CHROMIUM)", candidates)
+	msg := fmt.Sprintf("no Chromium at %q (install Debian's chromium package, e.g. with .ci/chromium, or set TURNPIKE_CHROMIUM)", candidates)
+	if inCI() {
+		t.Fatalf("CI=true and %s: in CI a missing browser fails the run", msg)
+	}
+	msg = "!!! SKIPPING THE BROWSER TEST of the demo page: " + msg
 	t.Log(msg)
-	fmt.Fprintln(os.Stderr, msg)
+	announce(msg)
 	t.Skip(msg)
 	return ""
 }
 
+// inCI reports whether the tests run in CI (CI=true, as CI services set it).
+func inCI() bool {
+	ci, err := strconv.ParseBool(os.Getenv("CI"))
+	return err == nil && ci
+}
+
+// announce shows msg to the developer even though go test hides a passing
+// package's output unless -v is given: on the terminal when there is one,
+// else on stderr (which -v and a failing run show).
+func announce(msg string) {
+	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+		fmt.Fprintln(tty, msg)
+		tty.Close()
+		return
+	}
+	fmt.Fprintln(os.Stderr, msg)
+}
+
+// artifactsDir is where the screenshots go: $TURNPIKE_ARTIFACTS, or a new
+// directory under the system's temporary directory that is kept after the
+// test (the log names it).
 func artifactsDir(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("TURNPIKE_ARTIFACTS")
 	if dir == "" {
-		return t.TempDir()
+		d, err := os.MkdirTemp("", "turnpike-webui-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshots go to %s (kept; set TURNPIKE_ARTIFACTS to choose)", d)
+		return d
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
