@@ -7,11 +7,22 @@
 // the history is drawn wait for it. A message sent here shows at once and
 // is matched to its stream by the request id of the 202; events of a
 // request id not yet known wait while a send is in flight.
+//
+// Nothing typed is lost: the message box is kept as a draft, and a message
+// sent is kept in an outbox (both in sessionStorage, per user and
+// conversation) until the API accepted it. A send that fails because the
+// server cannot be reached is retried, with the same idempotency key, when
+// the connection is back; one the API refuses goes back into the message
+// box with the reason. A refused token is replaced by turnpike.js's token
+// provider (the devstack mints a new one); without one, signing in again
+// brings the draft and the outbox back.
 import { connect, Answers, TurnpikeError } from './turnpike.js';
 
 const ID_RULE = /^[A-Za-z0-9._:@-]{1,128}$/;
 const TOKEN_KEY = 'turnpike.token';
 const STREAM_KEY = 'turnpike.streamURL';
+const DRAFT_KEY = 'turnpike.draft:'; // + user/conversation: the message box
+const OUTBOX_KEY = 'turnpike.outbox:'; // + user/conversation: messages not yet accepted
 const HISTORY_PAGE = 50;
 
 const $ = (id) => document.getElementById(id);
@@ -39,7 +50,8 @@ const state = {
   orphans: new Map(), // request_id -> events that came before their POST's 202
   nextBefore: null,
   convNext: null,
-  tokenChecked: false,
+  waiting: [], // {item, turn}: sends that failed for want of the server, in order
+  retryTimer: 0,
 };
 
 // ---------- Turns: one user message and its answer ----------
@@ -51,6 +63,9 @@ class Turn {
     if (requestId) this.el.dataset.requestId = requestId;
     this.user = null;
     this.assistant = null;
+    this.done = false; // its answer completed (or came from history)
+    this.stopRequested = false; // Stop was pressed on it
+    this.interruptedBy = false; // a message sent with "interrupt" came after it
   }
 
   setRequestId(id) {
@@ -58,13 +73,14 @@ class Turn {
     this.el.dataset.requestId = id;
   }
 
-  setUser(text, { pending = false } = {}) {
+  setUser(text, { pending = false, status = '' } = {}) {
     if (!this.user) {
       this.user = message('user', 'You');
       this.el.prepend(this.user.el);
     }
     this.user.text.textContent = text;
-    this.user.status.textContent = pending ? 'sending…' : '';
+    this.user.status.textContent = pending ? 'sending…' : status;
+    if (!status) delete this.user.el.dataset.kept;
   }
 
   // setAnswer shows the assistant's text; status null while it streams.
@@ -82,7 +98,16 @@ class Turn {
     a.el.dataset.status = status ?? 'streaming';
     a.status.textContent = status === 'incomplete' || status === 'cancelled' || status === 'interrupted' ? status : '';
     a.status.hidden = a.status.textContent === '';
+    if (status) this.done = true;
     this.showCancel(!status);
+  }
+
+  // cancelReason says why a cancelled answer stopped, as far as this page knows.
+  cancelReason(kept) {
+    const what = kept ? 'The part shown is kept.' : 'Nothing was kept.';
+    if (this.stopRequested) return `Stopped at your request. ${what}`;
+    if (this.interruptedBy) return `Interrupted by your newer message (“interrupt it”). ${what}`;
+    return `Cancelled by a cancel request for this conversation. ${what}`;
   }
 
   // showCancel offers to stop the answer while it streams.
@@ -95,11 +120,13 @@ class Turn {
     if (this.cancelButton) return;
     const b = el('button', { type: 'button', class: 'cancel', 'aria-label': 'Stop this answer' }, 'Stop');
     b.addEventListener('click', async () => {
+      this.stopRequested = true;
       b.disabled = true;
       b.textContent = 'Stopping…';
       try {
         await state.client.cancel(state.conversation, { requestId: this.requestId });
       } catch (err) {
+        this.stopRequested = false;
         if (!handleAuthError(err)) {
           b.disabled = false;
           b.textContent = 'Stop';
@@ -180,6 +207,7 @@ function turnsOf(messages) {
 }
 
 function fillFromHistory(turn, messages) {
+  turn.done = true;
   for (const m of messages) {
     if (m.role === 'user') turn.setUser(m.content);
     else turn.setAnswer(m.content, m.status ?? 'complete', { agent: m.agent });
@@ -284,11 +312,13 @@ function applyEvent(ev) {
     if (ev.type !== 'notice') turn.setAnswer(a.text, null, { agent: a.agent });
   } else if (a.persisted) {
     turn.setAnswer(a.text, a.status, { agent: a.agent });
+    if (a.status === 'cancelled') turn.line('system', turn.cancelReason(true));
     if (a.needsReload || !turn.user) reloadTurn(state.epoch, turn, a.status);
     refreshConversations();
   } else {
+    turn.done = true;
     turn.removeAnswer();
-    turn.notKept(outcomeText(a.status));
+    turn.notKept(a.status === 'cancelled' ? turn.cancelReason(false) : outcomeText(a.status));
     refreshConversations();
   }
   keepBottom(bottom);
@@ -333,9 +363,10 @@ async function reloadTurn(epoch, turn, status) {
 async function openConversation(name, { fresh = false } = {}) {
   if (state.sub) state.sub.close();
   const epoch = ++state.epoch;
+  clearTimeout(state.retryTimer);
   Object.assign(state, {
     conversation: name, sub: null, answers: new Answers(), loading: true, buffered: [],
-    sending: 0, nextBefore: null,
+    sending: 0, nextBefore: null, waiting: [], retryTimer: 0,
   });
   state.turns.clear();
   state.fromHistory.clear();
@@ -345,6 +376,7 @@ async function openConversation(name, { fresh = false } = {}) {
   $('chat-title').textContent = name;
   document.title = `${name} · Turnpike chat`;
   setComposer(true);
+  restoreDraft();
   markCurrent();
   closeNav();
 
@@ -362,10 +394,11 @@ async function openConversation(name, { fresh = false } = {}) {
   if (fresh) {
     drawHistory({ messages: [], next_before: null });
     flushBuffered();
-    return;
+  } else {
+    await reloadHistory(epoch);
+    if (!ready) sub.ready.then(() => reloadHistory(epoch), () => {});
   }
-  await reloadHistory(epoch);
-  if (!ready) sub.ready.then(() => reloadHistory(epoch), () => {});
+  await resendOutbox(epoch); // what an earlier page could not send
 }
 
 function sleep(ms) {
@@ -420,38 +453,154 @@ async function send(event) {
   const content = input.value.trim(); // as chat boxes do: no leading or trailing blank lines
   if (!state.conversation || content === '') return;
   showComposerError('');
-  const epoch = state.epoch;
+  const item = { content, strategy: $('strategy').value, key: randomKey(), box: outbox.key() };
+  outbox.add(item); // kept until the API accepted it
+  input.value = '';
+  saveDraft();
   const turn = new Turn(null);
-  turn.setUser(content, { pending: true });
   log.append(turn.el);
   log.scrollTop = log.scrollHeight;
-  input.value = '';
+  if (state.waiting.length > 0) {
+    // Keep the order: it goes after the messages still waiting.
+    turn.setUser(item.content, { status: 'not sent yet' });
+    turn.line('system', 'Waiting for the server: it is sent after your earlier message.');
+    state.waiting.push({ item, turn });
+    return;
+  }
+  await deliver(item, turn);
+}
+
+// deliver posts an outbox item shown as turn. A failure for want of the
+// server keeps it waiting (retried when the connection is back); a refusal
+// puts its text back into the message box, with the reason.
+async function deliver(item, turn) {
+  const epoch = state.epoch;
+  turn.setUser(item.content, { pending: true });
+  turn.clearLines();
   state.sending++;
   try {
-    const res = await state.client.send(state.conversation, content, {
-      strategy: $('strategy').value,
-      idempotencyKey: randomKey(),
+    const res = await state.client.send(state.conversation, item.content, {
+      strategy: item.strategy,
+      idempotencyKey: item.key,
     });
+    outbox.remove(item);
     if (epoch !== state.epoch) return;
+    if (item.strategy === 'interrupt') {
+      for (const t of state.turns.values()) if (!t.done) t.interruptedBy = true;
+    }
     if (state.fromHistory.has(res.request_id)) {
       turn.el.remove(); // a history reload has shown it already
       return;
     }
     turn.setRequestId(res.request_id);
-    turn.setUser(content);
+    turn.setUser(item.content);
     state.turns.set(res.request_id, turn);
   } catch (err) {
     if (epoch !== state.epoch) return;
-    if (handleAuthError(err)) return;
-    turn.user.status.textContent = 'not sent';
+    if (err instanceof TurnpikeError && err.status === 401) {
+      // No new token could be had: the message stays in the outbox, for
+      // after signing in again.
+      turn.setUser(item.content, { status: 'not sent yet' });
+      handleAuthError(err);
+      return;
+    }
+    if (retriable(err)) {
+      turn.setUser(item.content, { status: 'not sent yet' });
+      turn.line('system', `Not sent yet: ${sendProblem(err)} It is kept, and sent as soon as the server answers again.`);
+      wait(item, turn, err.retryAfter);
+      return;
+    }
+    outbox.remove(item);
+    turn.setUser(item.content, { status: 'not sent' });
     turn.user.el.dataset.kept = 'false';
-    turn.line('system', `Not sent: ${err.message}`);
-    if (input.value === '') input.value = content;
+    turn.line('system', `Not sent: ${err.message}. Your text is back in the message box.`);
+    const input = $('message');
+    input.value = input.value.trim() === '' ? item.content : `${item.content}\n${input.value}`;
+    saveDraft();
   } finally {
     if (epoch === state.epoch) {
       state.sending--;
       flushOrphans();
     }
+  }
+}
+
+// retriable says whether a failed send may succeed later unchanged: the
+// server could not be reached, was unavailable, or asked to slow down.
+function retriable(err) {
+  return err instanceof TurnpikeError && [0, 429, 502, 503, 504].includes(err.status);
+}
+
+function sendProblem(err) {
+  switch (err.status) {
+    case 0: return 'the server cannot be reached (restarting, or the network is down).';
+    case 429: return 'too many messages at once.';
+    default: return `the server is unavailable (${err.status}).`;
+  }
+}
+
+// wait keeps a failed send for later: it is retried when the stream
+// connection opens again, or after retryAfter (or a while), whichever
+// comes first.
+function wait(item, turn, retryAfter = 0) {
+  state.waiting.push({ item, turn });
+  clearTimeout(state.retryTimer);
+  state.retryTimer = setTimeout(retryWaiting, Math.max(retryAfter, 5000));
+}
+
+// retryWaiting sends the waiting messages again, in order.
+async function retryWaiting() {
+  clearTimeout(state.retryTimer);
+  state.retryTimer = 0;
+  const waiting = state.waiting;
+  state.waiting = [];
+  const epoch = state.epoch;
+  for (const { item, turn } of waiting) {
+    if (epoch !== state.epoch) return;
+    await deliver(item, turn);
+  }
+}
+
+// The outbox and the draft of the open conversation, in sessionStorage:
+// they survive a reload, a restart of the server and signing in again.
+// Each item names its box (user and conversation) itself.
+const outbox = {
+  key: () => OUTBOX_KEY + state.user + '/' + state.conversation,
+  items(box = this.key()) {
+    try {
+      return JSON.parse(sessionStorage.getItem(box) ?? '[]');
+    } catch {
+      return [];
+    }
+  },
+  save(box, items) {
+    if (items.length) sessionStorage.setItem(box, JSON.stringify(items));
+    else sessionStorage.removeItem(box);
+  },
+  add(item) { this.save(item.box, [...this.items(item.box), item]); },
+  remove(item) { this.save(item.box, this.items(item.box).filter((i) => i.key !== item.key)); },
+};
+
+function saveDraft() {
+  if (!state.conversation) return;
+  const key = DRAFT_KEY + state.user + '/' + state.conversation;
+  const text = $('message').value;
+  if (text.trim()) sessionStorage.setItem(key, text);
+  else sessionStorage.removeItem(key);
+}
+
+function restoreDraft() {
+  $('message').value = sessionStorage.getItem(DRAFT_KEY + state.user + '/' + state.conversation) ?? '';
+}
+
+// resendOutbox sends what an earlier page left unsent (its idempotency
+// keys make a message the API did accept count once).
+async function resendOutbox(epoch) {
+  for (const item of outbox.items()) {
+    if (epoch !== state.epoch) return;
+    const turn = new Turn(null);
+    log.append(turn.el);
+    await deliver(item, turn);
   }
 }
 
@@ -569,44 +718,42 @@ let routingFresh = null;
 function onState(s, info) {
   const conn = $('conn');
   let text;
+  let detail = '';
   switch (s) {
     case 'open': text = 'Live'; break;
     case 'connecting': text = 'Connecting…'; break;
     case 'reconnecting':
-      text = info.delay ? `Reconnecting in ${Math.max(1, Math.round(info.delay / 1000))} s…` : 'Reconnecting…';
-      if (!navigator.onLine) text = 'Offline: waiting for the network…';
-      // Failing again and again may be a refused token: ask the API.
-      if (info.attempt >= 2 && !state.tokenChecked) checkToken();
+      text = 'Reconnecting…';
+      if (info.delay) {
+        text = 'Reconnecting';
+        detail = ` in ${Math.max(1, Math.round(info.delay / 1000))} s…`;
+      }
+      if (!navigator.onLine) [text, detail] = ['Offline', ': waiting for the network…'];
+      if (info.unauthenticated) {
+        // No token provider could replace the refused token.
+        setTimeout(() => handleAuthError(new TurnpikeError(401, 'unauthenticated', 'token refused')), 0);
+      }
       break;
     case 'closed': text = 'Disconnected'; break;
-    default: text = 'Not connected';
+    default: text = ''; // idle: nothing to stream yet, nothing to report
   }
   conn.dataset.state = s;
-  if (conn.textContent !== text) conn.textContent = text;
-  if (s === 'open') state.tokenChecked = false;
-}
-
-async function checkToken() {
-  state.tokenChecked = true;
-  try {
-    await state.client.conversations({ limit: 1 });
-  } catch (err) {
-    handleAuthError(err);
-  }
+  const shown = conn.firstElementChild;
+  if (shown.textContent !== text) shown.textContent = text;
+  if (shown.nextElementSibling.textContent !== detail) shown.nextElementSibling.textContent = detail;
+  if (s === 'open' && state.waiting.length > 0) retryWaiting(); // the server is back
 }
 
 // ---------- Signing in and out ----------
 
-// handleAuthError signs out on a refused token (and, on a devstack, signs
-// the same user in again: a restarted devstack has a new secret).
+// handleAuthError signs out on a token refused for good (turnpike.js's
+// token provider, on a devstack, replaces refused tokens first). The draft
+// and the unsent messages are kept for after signing in again.
 function handleAuthError(err) {
   if (!(err instanceof TurnpikeError && err.status === 401)) return false;
   if (!state.client) return true; // signed out already
-  const user = state.user;
-  signOut('Your token was refused (expired or signed with another secret). Sign in again.');
-  if (config.devTokens && ID_RULE.test(user)) {
-    mintDevToken(user).then((token) => startSession(token, { renew: false }), () => {});
-  }
+  saveDraft();
+  signOut('Your sign-in was refused (expired, or signed with another secret). Sign in again: your unsent messages are kept.');
   return true;
 }
 
@@ -624,27 +771,36 @@ function streamURL() {
   return template.replaceAll('{host}', location.hostname);
 }
 
-async function startSession(token, { renew = config.devTokens } = {}) {
+// tokenProvider is turnpike.js's getToken on a devstack: a refused token
+// (a devstack restarted with another secret) is replaced by a new one for
+// the same user.
+function tokenProvider(user) {
+  if (!config.devTokens || !ID_RULE.test(user)) return undefined;
+  return async () => {
+    const token = await mintDevToken(user);
+    sessionStorage.setItem(TOKEN_KEY, token);
+    return token;
+  };
+}
+
+async function startSession(token) {
   const c = claims(token);
-  const client = connect({ streamURL: streamURL(), token, onState });
+  const client = connect({ streamURL: streamURL(), token, onState, getToken: tokenProvider(c.sub ?? '') });
   // Check the token before showing anything.
   try {
     await client.conversations({ limit: 1 });
   } catch (err) {
     client.close();
     const refused = err instanceof TurnpikeError && err.status === 401;
-    if (refused && renew && ID_RULE.test(c.sub ?? '')) {
-      // A devstack restarted with a new secret: sign the same user in again.
-      const fresh = await mintDevToken(c.sub).catch(() => null);
-      if (fresh) return startSession(fresh, { renew: false });
-    }
     showSignIn(refused ? 'That token was refused.' : `Could not reach the API: ${err.message}`);
     return;
   }
-  sessionStorage.setItem(TOKEN_KEY, token);
+  sessionStorage.setItem(TOKEN_KEY, client.token);
   state.client = client;
   state.user = c.sub ?? '';
-  $('who-name').textContent = `${c.sub ?? '?'} · ${c.tenant ?? 'default'}`;
+  $('who-user').textContent = c.sub ?? '?';
+  $('who-name').lastElementChild.textContent = ` · ${c.tenant ?? 'default'}`;
+  $('who-name').title = `${c.sub ?? '?'} · tenant ${c.tenant ?? 'default'}`;
   $('who').hidden = false;
   $('signin').hidden = true;
   $('app').hidden = false;
@@ -659,7 +815,10 @@ async function startSession(token, { renew = config.devTokens } = {}) {
 function signOut(reason = '') {
   state.sub?.close();
   state.client?.close();
-  Object.assign(state, { client: null, sub: null, conversation: null, loading: false, buffered: [], sending: 0 });
+  clearTimeout(state.retryTimer);
+  Object.assign(state, {
+    client: null, sub: null, conversation: null, loading: false, buffered: [], sending: 0, waiting: [], retryTimer: 0,
+  });
   state.epoch++;
   state.turns.clear();
   state.orphans.clear();
@@ -698,7 +857,7 @@ async function devSignIn(event) {
     $('signin-error').textContent = err.message;
     return;
   }
-  await startSession(token, { renew: false });
+  await startSession(token);
 }
 
 // mintDevToken asks the devstack for a token of user (POST /v1/dev/token).
@@ -769,6 +928,7 @@ function init() {
   $('new-form').addEventListener('submit', newConversation);
   $('new-name').addEventListener('input', (e) => e.target.setCustomValidity(''));
   $('composer').addEventListener('submit', send);
+  $('message').addEventListener('input', saveDraft);
   $('message').addEventListener('keydown', (e) => {
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
       e.preventDefault();
@@ -782,6 +942,11 @@ function init() {
     if (e.key === 'Escape') closeNav();
   });
   window.addEventListener('hashchange', route);
+  // After a resize (a phone turned, a keyboard shown) the newest message
+  // stays in view, unless the reader had scrolled up.
+  let stick = true;
+  log.addEventListener('scroll', () => { stick = atBottom(); });
+  new ResizeObserver(() => { if (stick) log.scrollTop = log.scrollHeight; }).observe(log);
 
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (token) startSession(token);

@@ -21,6 +21,12 @@
 //
 // HTTP calls go to the ingest API at baseURL (default: the page's origin).
 // They reject with a TurnpikeError carrying the API's error code.
+//
+// Tokens: with a token provider (getToken), a refused or expired token is
+// replaced without the caller noticing: an HTTP 401 fetches a new token and
+// retries the call once, and a WebSocket that cannot open (browsers do not
+// say why) or is closed with a 4xxx code other than 4008 has its token
+// checked over HTTP first, and replaced when the API refuses it.
 
 const PERSISTED = new Set(['complete', 'incomplete', 'cancelled', 'interrupted']);
 const EVENT_TYPES = new Set(['run.started', 'token', 'notice', 'agent.transfer', 'run.interrupted', 'run.completed']);
@@ -48,9 +54,15 @@ export class TurnpikeError extends Error {
  * @param {object} options
  * @param {string} options.streamURL the push gateway, e.g. "ws://localhost:8081/v1/stream"
  * @param {string} options.token bearer JWT (sent as ?access_token= on the WebSocket)
+ * @param {(info: {reason: string, status: number, code: string}) => Promise<string>} [options.getToken]
+ *   token provider: called when the API refused the token (reason "unauthenticated", after an
+ *   HTTP 401) to get a fresh one. One call at a time; a rejection keeps the old token (the
+ *   refused call then rejects with its 401).
  * @param {string} [options.baseURL] the ingest API, default "" (the page's origin)
  * @param {(state: string, info: object) => void} [options.onState] connection state changes:
- *   "idle", "connecting", "open", "reconnecting" (info: {attempt, delay, code}), "closed"
+ *   "idle", "connecting", "open", "reconnecting" (info: {attempt, delay, code, unauthenticated}),
+ *   "closed"; `unauthenticated` is true when the API refused the token and no provider could
+ *   replace it (sign in again)
  * @param {number} [options.backoffMin] first reconnect delay in ms, default 250
  * @param {number} [options.backoffMax] largest reconnect delay in ms, default 10000
  * @param {number} [options.pingInterval] ms between keep-alive pings, default 20000
@@ -82,9 +94,13 @@ export class Client {
   #lastFrame = 0;
   #closed = false;
   #online;
+  #getToken;
+  #refreshing = null; // the token provider's call in flight
+  #opened = false; // the current socket opened
+  #unauthenticated = false; // the API refused the token, and no provider replaced it
 
   constructor({
-    streamURL, token, baseURL = '', onState,
+    streamURL, token, baseURL = '', onState, getToken,
     backoffMin = 250, backoffMax = 10000, pingInterval = 20000, pongTimeout = 10000,
     fetch = globalThis.fetch?.bind(globalThis), WebSocket = globalThis.WebSocket,
   } = {}) {
@@ -96,6 +112,7 @@ export class Client {
     this.#fetch = fetch;
     this.#WebSocket = WebSocket;
     this.#onState = onState;
+    this.#getToken = getToken;
     this.#opts = { backoffMin, backoffMax, pingInterval, pongTimeout };
     this.#online = () => {
       // The network is back: retry now rather than after the backoff.
@@ -116,7 +133,8 @@ export class Client {
   /** Replaces the token (e.g. a fresh one) and reconnects with it. */
   setToken(token) {
     this.#token = token;
-    if (this.#ws) this.reconnect();
+    this.#unauthenticated = false;
+    if (this.#ws || this.#retryTimer) this.reconnect();
   }
 
   /**
@@ -248,7 +266,9 @@ export class Client {
       return;
     }
     this.#ws = ws;
+    this.#opened = false;
     ws.onopen = () => {
+      this.#opened = true;
       this.#lastFrame = Date.now();
       this.#setState('open', {});
       for (const sub of this.#subs.values()) this.#sendSubscribe(sub);
@@ -256,8 +276,13 @@ export class Client {
     };
     ws.onmessage = (m) => this.#frame(m.data);
     ws.onclose = (ev) => {
+      const opened = this.#opened;
       this.#detach();
-      this.#retry(ev.code);
+      // A socket that never opened may have been refused for its token
+      // (browsers hide the 401); a 4xxx close other than 4008 (too slow)
+      // may say the token expired. Check it before the next attempt.
+      if (!opened || (ev.code >= 4000 && ev.code < 5000 && ev.code !== 4008)) this.#checkToken(ev.code);
+      else this.#retry(ev.code);
     };
     ws.onerror = () => {}; // a close event follows
   }
@@ -280,6 +305,31 @@ export class Client {
     try { ws?.close(1000, 'reconnecting'); } catch { /* already closed */ }
   }
 
+  // #checkToken asks the API whether the token is still good, after the
+  // socket failed with code: refused and replaced by the provider, the
+  // client reconnects with the new one at once; refused and not replaced,
+  // it goes on retrying (with backoff) and says so; otherwise (the API is
+  // down too, or the token is fine) it retries with backoff.
+  async #checkToken(code) {
+    const token = this.#token;
+    this.#retry(code);
+    const timer = this.#retryTimer;
+    try {
+      await this.#requestOnce('GET', '/v1/conversations?limit=1', token, { expect: 200 });
+      this.#unauthenticated = false;
+      return;
+    } catch (err) {
+      if (!(err instanceof TurnpikeError && err.status === 401)) return;
+    }
+    const fresh = await this.#refreshToken(token, { reason: 'unauthenticated', status: 401, code: 'unauthenticated' });
+    if (this.#closed || this.#ws || this.#retryTimer !== timer) return; // reconnected or rescheduled meanwhile
+    if (fresh) {
+      this.reconnect();
+    } else {
+      this.#setState('reconnecting', { attempt: this.#attempt, delay: 0, code, unauthenticated: true });
+    }
+  }
+
   // #retry schedules the next connection attempt, with exponential backoff
   // and jitter, after the socket closed with code.
   #retry(code) {
@@ -292,7 +342,7 @@ export class Client {
     const base = Math.min(backoffMax, backoffMin * 2 ** this.#attempt);
     const delay = Math.round(base / 2 + Math.random() * base / 2);
     this.#attempt++;
-    this.#setState('reconnecting', { attempt: this.#attempt, delay, code });
+    this.#setState('reconnecting', { attempt: this.#attempt, delay, code, unauthenticated: this.#unauthenticated });
     this.#retryTimer = setTimeout(() => this.#open(), delay);
   }
 
@@ -399,10 +449,55 @@ export class Client {
 
   // --- HTTP ---
 
-  async #request(method, path, { body, headers = {}, signal, expect }) {
+  // #request makes one API call; a 401 gets a fresh token from the provider
+  // and the call is made once more with it.
+  async #request(method, path, o) {
+    const token = this.#token;
+    try {
+      return await this.#requestOnce(method, path, token, o);
+    } catch (err) {
+      if (!(err instanceof TurnpikeError && err.status === 401)) throw err;
+      const fresh = await this.#refreshToken(token, { reason: 'unauthenticated', status: 401, code: err.code });
+      if (!fresh) throw err;
+      return this.#requestOnce(method, path, fresh, o);
+    }
+  }
+
+  // #refreshToken asks the provider for a token to replace refused, once
+  // for all the calls that saw it refused. It resolves to the new token, or
+  // null when there is none (no provider, it failed, or it gave the same).
+  async #refreshToken(refused, info) {
+    if (this.#token !== refused) return this.#token; // replaced meanwhile
+    if (!this.#getToken || this.#closed) {
+      this.#unauthenticated = true;
+      return null;
+    }
+    this.#refreshing ??= (async () => {
+      try {
+        const t = await this.#getToken(info);
+        return typeof t === 'string' && t !== '' && t !== refused ? t : null;
+      } catch {
+        return null;
+      }
+    })();
+    const p = this.#refreshing;
+    const fresh = await p;
+    if (this.#refreshing === p) this.#refreshing = null;
+    if (!fresh) {
+      this.#unauthenticated = true;
+      return null;
+    }
+    if (this.#token === refused) {
+      this.#token = fresh;
+      this.#unauthenticated = false;
+    }
+    return this.#token;
+  }
+
+  async #requestOnce(method, path, token, { body, headers = {}, signal, expect }) {
     const init = {
       method,
-      headers: { Authorization: `Bearer ${this.#token}`, ...headers },
+      headers: { Authorization: `Bearer ${token}`, ...headers },
       signal,
       cache: 'no-store',
     };
