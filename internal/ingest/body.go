@@ -3,7 +3,6 @@ package ingest
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -29,12 +28,7 @@ func (s *Service) readPost(w http.ResponseWriter, r *http.Request, p auth.Princi
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
-		if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			server.WriteError(w, http.StatusRequestEntityTooLarge, server.CodePayloadTooLarge,
-				fmt.Sprintf("body over %d bytes", mbe.Limit), 0)
-			return id, nil, false
-		}
-		badRequest(w, fmt.Errorf("read body: %w", err))
+		server.WriteBodyError(w, err)
 		return id, nil, false
 	}
 	return id, body, true

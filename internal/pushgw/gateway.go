@@ -31,9 +31,6 @@ const (
 	writeBufferSize = 8 << 10
 )
 
-// codePermissionDenied answers an upgrade from an origin not allowed (403).
-const codePermissionDenied = "permission_denied"
-
 // Gateway is the WebSocket push gateway: it serves GET /v1/stream upgrades
 // and, while Run runs, streams the stream topic's events to subscribers.
 type Gateway struct {
@@ -209,9 +206,7 @@ func (g *Gateway) Ready(ctx context.Context) error {
 // Retry-After; before Run has the live start positions, or while it shuts
 // down, 503. None of them upgrades.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !g.origins.allowed(r) {
-		g.metrics.rejected.WithLabelValues(rejectOrigin).Inc()
-		server.WriteError(w, http.StatusForbidden, codePermissionDenied, "origin not allowed", 0)
+	if !g.originAllowed(w, r) {
 		return
 	}
 	p, err := g.verifier.Verify(auth.BearerToken(r, true))
