@@ -37,6 +37,7 @@ func run() int {
 	defer stop()
 	err := devstack.Run(ctx, cfg, devstack.Listeners{}, log, func(st devstack.Stack) {
 		fmt.Printf("\nTurnpike devstack\n  ingest  %s\n  stream  %s\n", st.IngestURL(), st.StreamURL())
+		fmt.Printf("  %s\n", st.Exposure())
 		if st.DevToken != "" {
 			fmt.Printf("  dev token (tenant default, user %s, valid 7 days):\n\n    export TURNPIKE_TOKEN=%s\n\n", cfg.DevUser, st.DevToken)
 		}
