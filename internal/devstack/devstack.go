@@ -35,8 +35,12 @@ type Config struct {
 	// DataDir keeps the embedded broker's and store's files. Default ./data.
 	DataDir string
 	// IngestAddr and PushgwAddr are the HTTP listen addresses. Defaults
-	// :8080 and :8081.
+	// 127.0.0.1:8080 and 127.0.0.1:8081: loopback only (see Exposure).
 	IngestAddr, PushgwAddr string
+	// DevTokensRemote serves POST /v1/dev/token to clients beyond
+	// loopback too: whoever reaches the ingest port can then mint tokens.
+	// Default false.
+	DevTokensRemote bool
 	// DevUser is the user of the printed dev token. Default "dev".
 	DevUser string
 	// PublicStreamURL is the push gateway's WebSocket URL for the demo
@@ -57,8 +61,10 @@ func (c *Config) Bind(set *flagenv.Set) {
 	set.String(&c.KafkaAddr, "kafka-addr", "TURNPIKE_KAFKA_ADDR", "127.0.0.1:9092", "address of the embedded Kafka-protocol broker")
 	set.String(&c.MongoAddr, "mongo-addr", "TURNPIKE_MONGO_ADDR", "127.0.0.1:27017", "address of the embedded MongoDB-compatible store")
 	set.String(&c.DataDir, "data-dir", "TURNPIKE_DATA_DIR", "./data", "directory of the embedded broker's and store's files")
-	set.String(&c.IngestAddr, "ingest-addr", "TURNPIKE_INGEST_ADDR", ":8080", "listen address of the ingest API")
-	set.String(&c.PushgwAddr, "pushgw-addr", "TURNPIKE_PUSHGW_ADDR", ":8081", "listen address of the push gateway")
+	set.String(&c.IngestAddr, "ingest-addr", "TURNPIKE_INGEST_ADDR", "127.0.0.1:8080", "listen address of the ingest API (loopback unless exposed deliberately)")
+	set.String(&c.PushgwAddr, "pushgw-addr", "TURNPIKE_PUSHGW_ADDR", "127.0.0.1:8081", "listen address of the push gateway (loopback unless exposed deliberately)")
+	set.Bool(&c.DevTokensRemote, "dev-tokens-remote", "TURNPIKE_DEV_TOKENS_REMOTE", false,
+		"serve POST /v1/dev/token beyond loopback: anyone who reaches the ingest port can mint tokens")
 	set.String(&c.DevUser, "dev-user", "TURNPIKE_DEV_USER", "dev", "user of the printed dev token")
 	set.String(&c.PublicStreamURL, "public-stream-url", "TURNPIKE_PUBLIC_STREAM_URL", "",
 		"push gateway WebSocket URL for the demo page; {host} is the page's host name (default: the gateway's listener)")
@@ -90,6 +96,8 @@ type Stack struct {
 	SecretSource string
 	// SecretFile is where the devstack keeps a secret it generated.
 	SecretFile string
+	// DevTokensRemote: POST /v1/dev/token serves peers beyond loopback.
+	DevTokensRemote bool
 }
 
 // DevTokenTTL is how long the printed dev token is valid.
@@ -115,6 +123,46 @@ func pageStreamURL(addr string) string {
 		host = webui.HostPlaceholder
 	}
 	return "ws://" + net.JoinHostPort(host, port) + "/v1/stream"
+}
+
+// pageOrigins are the origins of the demo page served on addr: its
+// loopback names when it listens on loopback or every interface, else its
+// address.
+func pageOrigins(addr string) []string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil
+	}
+	if ip := net.ParseIP(host); host == "" || host == "localhost" || (ip != nil && (ip.IsUnspecified() || ip.IsLoopback())) {
+		return []string{"http://localhost:" + port, "http://127.0.0.1:" + port, "http://[::1]:" + port}
+	}
+	return []string{"http://" + net.JoinHostPort(host, port)}
+}
+
+// loopbackOnly reports whether addr listens on loopback only.
+func loopbackOnly(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
+}
+
+// Exposure is the banner's line on who can reach the devstack, and how to
+// expose it deliberately.
+func (s Stack) Exposure() string {
+	if loopbackOnly(s.IngestAddr) && loopbackOnly(s.PushgwAddr) {
+		return "listening on loopback only. To expose it deliberately: TURNPIKE_INGEST_ADDR=0.0.0.0:8080 " +
+			"TURNPIKE_PUSHGW_ADDR=0.0.0.0:8081 TURNPIKE_PUSHGW_ALLOWED_ORIGINS=http://<host>:8080, and " +
+			"TURNPIKE_DEV_TOKENS_REMOTE=true if the demo page should mint tokens for other machines (anyone who reaches it can)."
+	}
+	who := "loopback clients only (TURNPIKE_DEV_TOKENS_REMOTE=true: anyone who reaches it)"
+	if s.DevTokensRemote {
+		who = "ANYONE who reaches the ingest port"
+	}
+	return "WARNING: listening beyond loopback (ingest " + s.IngestAddr + ", stream " + s.PushgwAddr +
+		"); dev tokens are minted for " + who + "; browser pages need their origin in TURNPIKE_PUSHGW_ALLOWED_ORIGINS."
 }
 
 func displayAddr(addr string) string {
@@ -202,7 +250,7 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 		c.MongoURI = m.URI()
 		log.Info("embedded mongo", slog.String("uri", m.URI()))
 	}
-	st.Brokers, st.MongoURI, st.AuthSecret = c.Brokers, c.MongoURI, c.AuthSecret
+	st.Brokers, st.MongoURI, st.AuthSecret, st.DevTokensRemote = c.Brokers, c.MongoURI, c.AuthSecret, c.DevTokensRemote
 
 	// One registry for the three services: their metric names differ.
 	reg := prometheus.NewRegistry()
@@ -222,6 +270,11 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 	// The demo page signs in by picking a user: the devstack mints tokens.
 	ic.Ingest.DevTokens = true
 	ic.PublicStreamURL = cmp.Or(c.PublicStreamURL, pageStreamURL(st.PushgwAddr))
+	// Browser pages allowed: the demo page's own origins and the ones
+	// configured for the gateway; the dev-token endpoint takes the same.
+	pc.Pushgw.AllowedOrigins = append(pageOrigins(st.IngestAddr), pc.Pushgw.AllowedOrigins...)
+	ic.Ingest.DevTokenOrigins = pc.Pushgw.AllowedOrigins
+	ic.Ingest.DevTokensRemote = c.DevTokensRemote
 	wc.Addr = "" // the ingest port serves the devstack's /metrics and /readyz
 
 	// The push gateway outlives ingest and worker so that the events of

@@ -2,15 +2,18 @@ package devstack
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/flagenv"
 )
 
 func TestPageStreamURL(t *testing.T) {
@@ -141,5 +144,48 @@ func TestABadAgentFileIsTheOnlyErrorReported(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "context canceled") || strings.Count(err.Error(), "\n") != 0 {
 		t.Fatalf("Run reported more than the agent file's problem: %q", err)
+	}
+}
+
+func TestTheDevstackListensOnLoopbackByDefault(t *testing.T) {
+	t.Parallel()
+	var c Config
+	set := flagenv.New(flag.NewFlagSet("devstack", flag.ContinueOnError), func(string) (string, bool) { return "", false })
+	c.Bind(set)
+	if err := set.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, addr := range map[string]string{"ingest": c.IngestAddr, "pushgw": c.PushgwAddr, "kafka": c.KafkaAddr, "mongo": c.MongoAddr} {
+		if !loopbackOnly(addr) {
+			t.Errorf("%s listens on %q by default, want loopback only", name, addr)
+		}
+	}
+	if c.DevTokensRemote {
+		t.Error("dev tokens are served beyond loopback by default")
+	}
+	st := Stack{IngestAddr: c.IngestAddr, PushgwAddr: c.PushgwAddr}
+	if e := st.Exposure(); !strings.Contains(e, "loopback only") || !strings.Contains(e, "TURNPIKE_INGEST_ADDR=0.0.0.0") {
+		t.Errorf("banner %q: want it to say the stack is on loopback and how to expose it", e)
+	}
+	st.IngestAddr = "0.0.0.0:8080"
+	if e := st.Exposure(); !strings.Contains(e, "WARNING") {
+		t.Errorf("banner %q for an exposed stack: want a warning", e)
+	}
+}
+
+func TestPageOrigins(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		addr string
+		want []string
+	}{
+		{"127.0.0.1:8080", []string{"http://localhost:8080", "http://127.0.0.1:8080", "http://[::1]:8080"}},
+		{"0.0.0.0:8080", []string{"http://localhost:8080", "http://127.0.0.1:8080", "http://[::1]:8080"}},
+		{"192.0.2.7:9000", []string{"http://192.0.2.7:9000"}},
+	}
+	for _, tt := range tests {
+		if got := pageOrigins(tt.addr); !slices.Equal(got, tt.want) {
+			t.Errorf("pageOrigins(%q) = %q, want %q", tt.addr, got, tt.want)
+		}
 	}
 }

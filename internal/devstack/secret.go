@@ -102,6 +102,7 @@ func readSecret(path string) (string, error) {
 func (s Stack) Banner(user string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nTurnpike devstack\n  page    %s/\n  ingest  %s\n  stream  %s\n", s.IngestURL(), s.IngestURL(), s.StreamURL())
+	fmt.Fprintf(&b, "  %s\n", s.Exposure())
 	fmt.Fprintf(&b, "  dev token (tenant default, user %s, valid %d days", user, int(DevTokenTTL.Hours()/24))
 	switch s.SecretSource {
 	case SecretFromEnv:

@@ -3,7 +3,6 @@ package ingest
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -29,12 +28,7 @@ func (s *Service) readPost(w http.ResponseWriter, r *http.Request, p auth.Princi
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
-		if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			server.WriteError(w, http.StatusRequestEntityTooLarge, server.CodePayloadTooLarge,
-				fmt.Sprintf("body over %d bytes", mbe.Limit), 0)
-			return id, nil, false
-		}
-		badRequest(w, fmt.Errorf("read body: %w", err))
+		server.WriteBodyError(w, err)
 		return id, nil, false
 	}
 	return id, body, true
@@ -43,11 +37,15 @@ func (s *Service) readPost(w http.ResponseWriter, r *http.Request, p auth.Princi
 // decodeStringFields strictly decodes a JSON object whose members are
 // string-valued and named in required (each must be present) or optional:
 // unknown (names are case-sensitive, unlike encoding/json's), duplicated,
-// missing or non-string members, invalid UTF-8 (encoding/json would
-// silently repair it) and trailing data are errors.
+// missing or non-string members, invalid UTF-8 and \u escapes of lone
+// surrogates (encoding/json would silently turn either into U+FFFD, and
+// content is persisted verbatim) and trailing data are errors.
 func decodeStringFields(b []byte, required, optional []string) (map[string]string, error) {
 	if !utf8.Valid(b) {
 		return nil, fmt.Errorf("%w body: not valid UTF-8", events.ErrInvalid)
+	}
+	if hasLoneSurrogate(b) {
+		return nil, fmt.Errorf("%w body: a \\u escape is a lone UTF-16 surrogate (not a character; encode the pair, or the character in UTF-8)", events.ErrInvalid)
 	}
 	want := make(map[string]bool, len(required)+len(optional))
 	for _, n := range append(append([]string(nil), required...), optional...) {
@@ -92,4 +90,61 @@ func decodeStringFields(b []byte, required, optional []string) (map[string]strin
 		}
 	}
 	return out, nil
+}
+
+// hasLoneSurrogate reports whether the JSON text b has a \u escape of a
+// UTF-16 surrogate that is not half of a high-low pair. A backslash only
+// occurs inside strings in valid JSON, so b is scanned escape by escape.
+func hasLoneSurrogate(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if i+1 >= len(b) || b[i+1] != 'u' {
+			i++ // a one-character escape: skip what it escapes
+			continue
+		}
+		r, ok := hex4(b, i+2)
+		if !ok {
+			return false // not valid JSON: the decoder reports it
+		}
+		i += 5
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return true // a low half without its high half
+		case r >= 0xD800 && r <= 0xDBFF:
+			if i+6 >= len(b) || b[i+1] != '\\' || b[i+2] != 'u' {
+				return true
+			}
+			lo, ok := hex4(b, i+3)
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return true
+			}
+			i += 6
+		}
+	}
+	return false
+}
+
+// hex4 decodes the four hex digits of b at i.
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		var d byte
+		switch {
+		case c >= '0' && c <= '9':
+			d = c - '0'
+		case c >= 'a' && c <= 'f':
+			d = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(d)
+	}
+	return r, true
 }

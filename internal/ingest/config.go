@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
+	"github.com/turnpike-dev/turnpike/internal/server"
 	"time"
 
 	"github.com/turnpike-dev/turnpike/pkg/events"
@@ -37,6 +38,15 @@ type Config struct {
 	// devstack's demo page only. Default false, and then that path is a
 	// 404 like any unknown one. cmd/ingest has no flag for it.
 	DevTokens bool
+	// DevTokenOrigins are the browser origins (as pushgw's AllowedOrigins)
+	// whose pages may call POST /v1/dev/token; a request with any other
+	// Origin header is refused 403 permission_denied. One without Origin
+	// (not a browser) passes. Default none.
+	DevTokenOrigins []string
+	// DevTokensRemote serves POST /v1/dev/token to clients beyond loopback
+	// too. Default false: only a peer on a loopback address may mint, and
+	// any other is refused 403 permission_denied.
+	DevTokensRemote bool
 	// RatePerSecond and RateBurst are the token bucket of each caller
 	// (tenant/user) for POSTs: over it, 429 with Retry-After. Defaults 10
 	// and 20; a negative rate disables the limit.
@@ -125,6 +135,9 @@ func (c Config) Validate() error {
 	}
 	if c.HistoryDefaultLimit > c.HistoryMaxLimit {
 		errs = append(errs, fmt.Errorf("history default limit %d exceeds max limit %d", c.HistoryDefaultLimit, c.HistoryMaxLimit))
+	}
+	if _, err := server.NewOriginPolicy(c.DevTokenOrigins); err != nil {
+		errs = append(errs, fmt.Errorf("dev token origins: %w", err))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("ingest config: %w", errors.Join(errs...))

@@ -135,7 +135,7 @@ func TestListConversationsErrors(t *testing.T) {
 		t.Parallel()
 		s := newTestService(t, Config{}, nil, nil, nil)
 		w := s.do(http.MethodPost, conversationsURL, token(t, "acme", "alice"), "{}", nil)
-		checkError(t, w, http.StatusMethodNotAllowed, server.CodeInvalidArgument)
+		checkError(t, w, http.StatusMethodNotAllowed, server.CodeMethodNotAllowed)
 		if got := w.Header().Get("Allow"); got != "GET, HEAD" {
 			t.Errorf("Allow %q, want GET, HEAD", got)
 		}

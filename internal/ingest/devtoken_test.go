@@ -90,8 +90,10 @@ func TestDevTokenRejectsBadRequests(t *testing.T) {
 		{"A user breaking the ID rule is rejected.", http.MethodPost, `{"user":"al ice"}`, "", 400, server.CodeInvalidArgument},
 		{"A user over 128 bytes is rejected.", http.MethodPost, `{"user":"` + strings.Repeat("a", 129) + `"}`, "", 400, server.CodeInvalidArgument},
 		{"A non-JSON Content-Type is rejected.", http.MethodPost, `{"user":"alice"}`, "text/plain", 400, server.CodeInvalidArgument},
+		{"A form POST is rejected: only JSON needs a CORS preflight.", http.MethodPost, `{"user":"alice"}`, "application/x-www-form-urlencoded", 400, server.CodeInvalidArgument},
+		{"A POST without Content-Type is rejected.", http.MethodPost, `{"user":"alice"}`, "-", 400, server.CodeInvalidArgument},
 		{"A body over 1 KiB is too large.", http.MethodPost, `{"user":"` + strings.Repeat("a", 2000) + `"}`, "", 413, server.CodePayloadTooLarge},
-		{"GET is a JSON 405.", http.MethodGet, "", "", 405, server.CodeInvalidArgument},
+		{"GET is a JSON 405.", http.MethodGet, "", "", 405, server.CodeMethodNotAllowed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,8 +103,12 @@ func TestDevTokenRejectsBadRequests(t *testing.T) {
 				minted++
 				return devMinter(u)
 			}))
-			hdr := map[string]string{}
-			if tt.contentType != "" {
+			hdr := map[string]string{"Content-Type": "application/json"}
+			switch tt.contentType {
+			case "":
+			case "-":
+				delete(hdr, "Content-Type")
+			default:
 				hdr["Content-Type"] = tt.contentType
 			}
 			checkError(t, s.do(tt.method, devTokenURL, "", tt.body, hdr), tt.status, tt.code)
@@ -118,7 +124,7 @@ func TestDevTokenMintFailureIsInternal(t *testing.T) {
 	s := newTestServiceWith(t, Config{DevTokens: true}, nil, nil, nil, withMinter(func(string) (string, error) {
 		return "", errors.New("signer broke")
 	}))
-	checkError(t, s.do(http.MethodPost, devTokenURL, "", `{"user":"alice"}`, nil), http.StatusInternalServerError, server.CodeInternal)
+	checkError(t, s.do(http.MethodPost, devTokenURL, "", `{"user":"alice"}`, jsonType), http.StatusInternalServerError, server.CodeInternal)
 	if !strings.Contains(s.logs.String(), "signer broke") {
 		t.Errorf("log %q: want the mint error", s.logs.String())
 	}
@@ -168,4 +174,55 @@ func decodeStrictJSON(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	return dec.Decode(v)
+}
+
+var jsonType = map[string]string{"Content-Type": "application/json"}
+
+// Anyone who reaches the devstack must not mint tokens: only loopback
+// peers, and only pages of the configured origins (DNS rebinding sends a
+// foreign Origin with a Host of its choosing).
+func TestDevTokensOnlyForLoopbackPeersAndConfiguredOrigins(t *testing.T) {
+	t.Parallel()
+	cfg := Config{DevTokens: true, DevTokenOrigins: []string{"http://localhost:8080"}}
+	withOrigin := func(origin string) map[string]string {
+		return map[string]string{"Content-Type": "application/json", "Origin": origin}
+	}
+	tests := []struct {
+		name   string
+		cfg    Config
+		remote string
+		header map[string]string
+		host   string
+		status int
+	}{
+		{"A loopback peer without Origin (curl) gets a token.", cfg, "127.0.0.1:5000", jsonType, "", 200},
+		{"An IPv6 loopback peer gets a token.", cfg, "[::1]:5000", jsonType, "", 200},
+		{"A page of a configured origin gets a token.", cfg, "127.0.0.1:5000", withOrigin("http://localhost:8080"), "", 200},
+		{"A peer on another address is refused.", cfg, "192.0.2.7:5000", jsonType, "", 403},
+		{"A foreign page is refused even from loopback.", cfg, "127.0.0.1:5000", withOrigin("http://evil.example"), "", 403},
+		{"A rebound page whose Host matches its Origin is refused.", cfg, "127.0.0.1:5000", withOrigin("http://evil.example:8080"), "evil.example:8080", 403},
+		{"The null origin is refused.", cfg, "127.0.0.1:5000", withOrigin("null"), "", 403},
+		{"A remote peer is served when remote dev tokens are on.", Config{DevTokens: true, DevTokensRemote: true}, "192.0.2.7:5000", jsonType, "", 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := newTestServiceWith(t, tt.cfg, nil, nil, nil, withMinter(devMinter))
+			hdr := tt.header
+			if tt.host != "" {
+				hdr = map[string]string{"Host": tt.host}
+				for k, v := range tt.header {
+					hdr[k] = v
+				}
+			}
+			w := s.doFrom(tt.remote, http.MethodPost, devTokenURL, "", `{"user":"alice"}`, hdr)
+			if tt.status == 200 {
+				if w.Code != 200 {
+					t.Fatalf("status %d %s, want a token", w.Code, w.Body)
+				}
+				return
+			}
+			checkError(t, w, tt.status, server.CodePermissionDenied)
+		})
+	}
 }

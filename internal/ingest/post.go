@@ -188,11 +188,14 @@ type message struct {
 }
 
 // decodeMessage strictly decodes {"content": "…", "strategy": "…"}
-// (strategy optional).
+// (strategy optional, but not empty when given).
 func decodeMessage(b []byte) (message, error) {
 	f, err := decodeStringFields(b, []string{"content"}, []string{"strategy"})
 	if err != nil {
 		return message{}, err
+	}
+	if st, ok := f["strategy"]; ok && st == "" {
+		return message{}, fmt.Errorf("%w strategy \"\": want enqueue, reject or interrupt, or leave it out for enqueue", events.ErrInvalid)
 	}
 	return message{Content: f["content"], Strategy: events.Strategy(f["strategy"])}, nil
 }

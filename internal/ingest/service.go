@@ -88,9 +88,10 @@ type Service struct {
 	completions interface {
 		Run(ctx context.Context, done func(requestID string)) error
 	}
-	limiter *rateLimiter
-	queued  *queuedRequests
-	tracing *tracing.Tracing
+	devOrigins server.OriginPolicy // Config.DevTokenOrigins
+	limiter    *rateLimiter
+	queued     *queuedRequests
+	tracing    *tracing.Tracing
 }
 
 // New returns a Service. It registers the metrics with d.Registerer, so a
@@ -153,6 +154,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 		s.limiter = newRateLimiter(s.cfg.RatePerSecond, s.cfg.RateBurst, s.now)
 	}
 	s.queued = newQueuedRequests(s.cfg.QueuedTTL, s.now)
+	s.devOrigins, _ = server.NewOriginPolicy(s.cfg.DevTokenOrigins) // Validate has checked them
 	s.handler = s.routes()
 	return s, nil
 }
@@ -176,20 +178,20 @@ func (s *Service) routes() http.Handler {
 	table := []route{
 		{"POST " + messagesPath, s.authed(s.postMessage)},
 		{"GET " + messagesPath, s.authed(s.listMessages)},
-		{messagesPath, methodNotAllowed("GET, HEAD, POST")},
+		{messagesPath, server.MethodNotAllowed("GET, HEAD, POST")},
 		{"GET " + conversationsPath, s.authed(s.listConversations)},
-		{conversationsPath, methodNotAllowed("GET, HEAD")},
+		{conversationsPath, server.MethodNotAllowed("GET, HEAD")},
 		{"POST " + resumePath, s.authed(s.postResume)},
-		{resumePath, methodNotAllowed("POST")},
-		{"/", http.HandlerFunc(notFound)},
+		{resumePath, server.MethodNotAllowed("POST")},
+		{"/", http.HandlerFunc(server.NotFound)},
 	}
 	if s.cancels != nil {
-		table = append(table, route{"POST " + cancelPath, s.authed(s.postCancel)}, route{cancelPath, methodNotAllowed("POST")})
+		table = append(table, route{"POST " + cancelPath, s.authed(s.postCancel)}, route{cancelPath, server.MethodNotAllowed("POST")})
 	}
 	if s.cfg.DevTokens {
 		table = append(table,
 			route{"POST " + devTokenPath, http.HandlerFunc(s.devToken)},
-			route{devTokenPath, methodNotAllowed("POST")},
+			route{devTokenPath, server.MethodNotAllowed("POST")},
 		)
 	}
 	if s.page != nil {
@@ -217,18 +219,6 @@ func (s *Service) authed(h principalHandler) http.Handler {
 		}
 		h(w, r, p)
 	})
-}
-
-func methodNotAllowed(allow string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Allow", allow)
-		server.WriteError(w, http.StatusMethodNotAllowed, server.CodeInvalidArgument,
-			"method "+r.Method+" not allowed; allowed: "+allow, 0)
-	})
-}
-
-func notFound(w http.ResponseWriter, _ *http.Request) {
-	server.WriteError(w, http.StatusNotFound, server.CodeNotFound, "no such route", 0)
 }
 
 func badRequest(w http.ResponseWriter, err error) {

@@ -229,12 +229,21 @@ func token(t testing.TB, tenant, user string) string {
 
 // do serves one request with a bearer token (none when tok is "").
 func (s *testService) do(method, path, tok string, body string, header map[string]string) *httptest.ResponseRecorder {
+	return s.doFrom("127.0.0.1:40000", method, path, tok, body, header)
+}
+
+// doFrom is do from the peer address remote.
+func (s *testService) doFrom(remote, method, path, tok string, body string, header map[string]string) *httptest.ResponseRecorder {
 	r := httptest.NewRequestWithContext(s.ctx, method, path, strings.NewReader(body))
+	r.RemoteAddr = remote
 	if tok != "" {
 		r.Header.Set("Authorization", "Bearer "+tok)
 	}
 	for k, v := range header {
 		r.Header.Set(k, v)
+		if k == "Host" {
+			r.Host = v
+		}
 	}
 	w := httptest.NewRecorder()
 	s.Handler().ServeHTTP(w, r)
@@ -415,8 +424,8 @@ func TestRoutes(t *testing.T) {
 		{name: "An unknown path is a JSON 404.", method: http.MethodGet, path: "/nope", status: 404, code: server.CodeNotFound},
 		{name: "An unknown path under /v1 is a JSON 404.", method: http.MethodGet, path: "/v1/conversations/c1", status: 404, code: server.CodeNotFound},
 		{name: "Cancel without its dependencies is not served.", method: http.MethodPost, path: "/v1/conversations/c1/cancel", status: 404, code: server.CodeNotFound},
-		{name: "PUT on messages is a JSON 405 with Allow.", method: http.MethodPut, path: "/v1/conversations/c1/messages", status: 405, code: server.CodeInvalidArgument, wantAllow: "GET, HEAD, POST"},
-		{name: "DELETE on messages is a JSON 405 with Allow.", method: http.MethodDelete, path: "/v1/conversations/c1/messages", status: 405, code: server.CodeInvalidArgument, wantAllow: "GET, HEAD, POST"},
+		{name: "PUT on messages is a JSON 405 with Allow.", method: http.MethodPut, path: "/v1/conversations/c1/messages", status: 405, code: server.CodeMethodNotAllowed, wantAllow: "GET, HEAD, POST"},
+		{name: "DELETE on messages is a JSON 405 with Allow.", method: http.MethodDelete, path: "/v1/conversations/c1/messages", status: 405, code: server.CodeMethodNotAllowed, wantAllow: "GET, HEAD, POST"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 
@@ -19,6 +20,10 @@ const (
 	// CloseSlowConsumer closes a client whose queue (or a replay buffer)
 	// overflowed.
 	CloseSlowConsumer = 4008
+	// CloseTokenExpired closes a client when the token it connected with
+	// expires: it reconnects with a fresh token and resumes from its
+	// cursor.
+	CloseTokenExpired = 4401
 	// MaxFrameBytes is the largest client frame; a bigger one closes the
 	// connection with 1009.
 	MaxFrameBytes = 64 << 10
@@ -39,7 +44,8 @@ type client struct {
 	hub       *hub
 	conn      *websocket.Conn
 	principal auth.Principal
-	user      string // tenant/user: the key of the per-user rate limits
+	expires   time.Time // the token's expiry: the connection closes then
+	user      string    // tenant/user: the key of the per-user rate limits
 	metrics   *metrics
 
 	out        outbox        // bounded outbound queue
@@ -56,12 +62,13 @@ type client struct {
 	replays sync.WaitGroup           // Add only under mu while !closed
 }
 
-func newClient(gw *Gateway, h *hub, conn *websocket.Conn, p auth.Principal, user string) *client {
+func newClient(gw *Gateway, h *hub, conn *websocket.Conn, tok auth.Token, user string) *client {
 	return &client{
 		gw:         gw,
 		hub:        h,
 		conn:       conn,
-		principal:  p,
+		principal:  tok.Principal,
+		expires:    tok.Expires,
 		user:       user,
 		metrics:    gw.metrics,
 		out:        outbox{maxFrames: gw.cfg.QueueSize, maxBytes: gw.cfg.QueueBytes, wake: make(chan struct{}, 1)},
@@ -132,13 +139,19 @@ func (c *client) serve(ctx context.Context) {
 }
 
 // write is the writer loop: queued frames with a deadline each, and pings.
+// When the token expires it closes the client with CloseTokenExpired.
 func (c *client) write(ctx context.Context) {
 	ping := time.NewTicker(c.gw.cfg.PingInterval)
 	defer ping.Stop()
+	expiry := time.NewTimer(time.Until(c.expires))
+	defer expiry.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			c.fail(websocket.CloseGoingAway, "server shutting down")
+			return
+		case <-expiry.C:
+			c.fail(CloseTokenExpired, "token expired")
 			return
 		case <-c.done:
 			return
@@ -266,6 +279,13 @@ func (c *client) read(ctx context.Context) {
 			c.reply(errorFrame(codeInvalidArgument, "frames must be text"))
 			continue
 		}
+		if !utf8.Valid(data) {
+			// RFC 6455 §8.1: a text frame that is not UTF-8 fails the
+			// connection with 1007.
+			c.fail(websocket.CloseInvalidFramePayloadData, "text frame is not valid UTF-8")
+			c.drain()
+			return
+		}
 		c.handle(ctx, data)
 	}
 }
@@ -279,14 +299,21 @@ func (c *client) readFailed(err error) {
 		// peer is still sending, so closing the socket does not reset the
 		// connection before the peer has read that frame.
 		c.fail(websocket.CloseMessageTooBig, "frame over 64 KiB")
-		nc := c.conn.NetConn()
-		_ = nc.SetReadDeadline(time.Now().Add(closeLinger))
-		_, _ = io.Copy(io.Discard, nc)
+		c.drain()
 	case errors.As(err, &ce):
 		c.fail(0, fmt.Sprintf("peer closed: %d %s", ce.Code, ce.Text))
 	default:
 		c.fail(0, fmt.Sprintf("read: %v", err))
 	}
+}
+
+// drain discards what the peer still sends, for closeLinger at most, so
+// that closing the socket does not reset the connection before the peer
+// has read the close frame.
+func (c *client) drain() {
+	nc := c.conn.NetConn()
+	_ = nc.SetReadDeadline(time.Now().Add(closeLinger))
+	_, _ = io.Copy(io.Discard, nc)
 }
 
 // reply queues a frame answering the client, waiting for room.

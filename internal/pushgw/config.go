@@ -76,13 +76,14 @@ type Config struct {
 	// with invalid_argument. Default 2s.
 	CursorWait time.Duration
 
-	// AllowedOrigins lists the browser origins allowed to connect besides
-	// the same host: "https://app.example.com" (scheme, host and optional
-	// port, exactly), "https://*.example.com" (any subdomain, any port
-	// unless the entry names one), or "*" (any origin). An upgrade without an Origin header (not a browser) is
-	// allowed, and so is one whose Origin has the host name the client
-	// connected to (any scheme and port). Any other origin is answered
-	// 403 permission_denied. Default: none beyond the same host.
+	// AllowedOrigins lists the browser origins allowed to connect:
+	// "https://app.example.com" (scheme, host and optional port, exactly),
+	// "https://*.example.com" (any subdomain, any port unless the entry
+	// names one), or "*" (any origin). An upgrade without an Origin header
+	// (not a browser) is allowed; any other origin, the gateway's own host
+	// name included (the Host header proves nothing under DNS rebinding),
+	// is answered 403 permission_denied. Default: none, so browser pages
+	// need their origin listed (the devstack lists its demo page's).
 	AllowedOrigins []string
 
 	// ConnectPerMinute and ConnectBurst rate-limit the upgrades of one user
@@ -112,7 +113,7 @@ func (c *Config) BindFlags(set *flagenv.Set) {
 	set.Duration(&c.CursorWait, "cursor-wait", "TURNPIKE_PUSHGW_CURSOR_WAIT", DefaultCursorWait,
 		"how long a subscribe waits for this replica to reach a cursor from a replica further ahead")
 	set.List(&c.AllowedOrigins, "allowed-origins", "TURNPIKE_PUSHGW_ALLOWED_ORIGINS", nil,
-		"browser origins allowed besides the gateway's own host: https://app.example.com, https://*.example.com, or *")
+		"browser origins allowed to connect (others get 403): https://app.example.com, https://*.example.com, or *")
 	set.Int(&c.ConnectPerMinute, "connect-per-minute", "TURNPIKE_PUSHGW_CONNECT_PER_MINUTE", DefaultConnectPerMinute,
 		"WebSocket connects per user per minute after the burst; negative disables")
 	set.Int(&c.ConnectBurst, "connect-burst", "TURNPIKE_PUSHGW_CONNECT_BURST", DefaultConnectBurst, "WebSocket connects per user at once")

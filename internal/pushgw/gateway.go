@@ -31,9 +31,6 @@ const (
 	writeBufferSize = 8 << 10
 )
 
-// codePermissionDenied answers an upgrade from an origin not allowed (403).
-const codePermissionDenied = "permission_denied"
-
 // Gateway is the WebSocket push gateway: it serves GET /v1/stream upgrades
 // and, while Run runs, streams the stream topic's events to subscribers.
 type Gateway struct {
@@ -205,22 +202,21 @@ func (g *Gateway) Ready(ctx context.Context) error {
 
 // ServeHTTP upgrades GET /v1/stream. In order: an Origin the policy does
 // not allow is answered 403; without a valid bearer token (header or
-// ?access_token=), 401; a user over the connect rate limit, 429 with
+// ?access_token=), 401 (a connection lives until its token expires, then
+// is closed with CloseTokenExpired); a user over the connect rate limit, 429 with
 // Retry-After; before Run has the live start positions, or while it shuts
 // down, 503. None of them upgrades.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !g.origins.allowed(r) {
-		g.metrics.rejected.WithLabelValues(rejectOrigin).Inc()
-		server.WriteError(w, http.StatusForbidden, codePermissionDenied, "origin not allowed", 0)
+	if !g.originAllowed(w, r) {
 		return
 	}
-	p, err := g.verifier.Verify(auth.BearerToken(r, true))
+	tok, err := g.verifier.VerifyToken(auth.BearerToken(r, true))
 	if err != nil {
 		w.Header().Set("WWW-Authenticate", "Bearer")
 		server.WriteError(w, http.StatusUnauthorized, server.CodeUnauthenticated, "missing, invalid or expired bearer token", 0)
 		return
 	}
-	user := p.Tenant + "/" + p.User
+	user := tok.Tenant + "/" + tok.User
 	if ok, wait := g.connectLimit.allow(user); !ok {
 		g.metrics.rejected.WithLabelValues(rejectConnectRate).Inc()
 		server.WriteError(w, http.StatusTooManyRequests, server.CodeRateLimited, "too many connections for this user; retry later", wait)
@@ -242,7 +238,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.clients.Done()
 		return
 	}
-	c := newClient(g, h, conn, p, user)
+	c := newClient(g, h, conn, tok, user)
 	go func() { // owned: Run waits on g.clients
 		defer g.clients.Done()
 		c.serve(ctx)

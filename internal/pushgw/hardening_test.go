@@ -60,26 +60,30 @@ func TestUpgradesFromOriginsOutsideThePolicyAreRefused(t *testing.T) {
 	ctx := testenv.Context(t, 30*time.Second)
 	f := newFixture(t, ctx)
 	f.start(ctx, func(c *Config) { c.AllowedOrigins = []string{"https://app.example.com"} }, nil)
-	// The test server listens on 127.0.0.1: that is the same host.
+	// The test server listens on 127.0.0.1.
 	port := f.srv.URL[strings.LastIndex(f.srv.URL, ":")+1:]
 	tok := token(t, auth.DefaultTenant, "alice")
 	tests := []struct {
 		name   string
 		origin string
+		host   string // Host header; "" for the dialled one
 		ok     bool
 	}{
-		{"A client without Origin upgrades.", "", true},
-		{"A listed origin upgrades.", "https://app.example.com", true},
-		{"A page of the gateway's own host upgrades.", "http://127.0.0.1:" + port, true},
-		{"A page of the gateway's host on another port upgrades.", "http://127.0.0.1:1", true},
-		{"A foreign origin is refused.", "https://evil.example.net", false},
-		{"The null origin is refused.", "null", false},
+		{"A client without Origin upgrades.", "", "", true},
+		{"A listed origin upgrades.", "https://app.example.com", "", true},
+		{"A page of the gateway's own host is refused unless listed.", "http://127.0.0.1:" + port, "", false},
+		{"A rebound page whose Host matches its Origin is refused.", "http://evil.example:" + port, "evil.example:" + port, false},
+		{"A foreign origin is refused.", "https://evil.example.net", "", false},
+		{"The null origin is refused.", "null", "", false},
 	}
 	refused := 0
 	for _, tt := range tests {
 		h := http.Header{"Authorization": {"Bearer " + tok}}
 		if tt.origin != "" {
 			h.Set("Origin", tt.origin)
+		}
+		if tt.host != "" {
+			h.Set("Host", tt.host)
 		}
 		conn, resp, err := websocket.DefaultDialer.DialContext(ctx, f.url, h)
 		if tt.ok {

@@ -16,9 +16,9 @@ func TestOriginPolicy(t *testing.T) {
 		ok     bool
 	}{
 		{"A client without Origin (not a browser) is allowed.", nil, "gw.example.com", "", true},
-		{"A page of the same host is allowed.", nil, "gw.example.com", "https://gw.example.com", true},
-		{"A page of the same host on another port is allowed.", nil, "localhost:8081", "http://localhost:8080", true},
-		{"Host names compare without case.", nil, "GW.example.com:443", "https://gw.EXAMPLE.com", true},
+		{"A page of the Host header's name is refused: DNS rebinding controls Host.", nil, "evil.example", "http://evil.example", false},
+		{"A page of the same host on another port is refused unless listed.", nil, "localhost:8081", "http://localhost:8080", false},
+		{"Listed host names compare without case.", []string{"https://GW.example.com"}, "gw.example.com", "https://gw.EXAMPLE.com", true},
 		{"A foreign page is refused by default.", nil, "gw.example.com", "https://evil.example.net", false},
 		{"A listed origin is allowed.", list, "gw.example.com", "https://app.example.com", true},
 		{"A listed origin's host with another scheme is refused.", list, "gw.example.com", "http://app.example.com", false},

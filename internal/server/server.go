@@ -98,6 +98,9 @@ func HandleOps(mux *http.ServeMux, g prometheus.Gatherer, checks ...Check) {
 		WriteJSON(w, http.StatusOK, map[string]any{"status": "ok", "checks": status})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+		mux.Handle(p, MethodNotAllowed("GET, HEAD"))
+	}
 }
 
 // Serve serves h on ln until ctx ends, then shuts down gracefully within
@@ -105,15 +108,27 @@ func HandleOps(mux *http.ServeMux, g prometheus.Gatherer, checks ...Check) {
 // connections. Connections still active when grace runs out are closed
 // forcibly and Serve returns an error. Hijacked connections (WebSockets) are
 // the handler's to close. It returns nil after a clean shutdown.
+//
+// Every server is hardened the same way: the default Timeouts, answers of
+// net/http itself (431, malformed requests, slow headers) in the JSON error
+// shape, no redirect of non-canonical paths (404 instead), and an answer
+// given before the body is read goes out at once, closing the connection.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration) error {
+	return ServeTimeouts(ctx, ln, h, grace, Timeouts{})
+}
+
+// ServeTimeouts is Serve with timeouts other than the defaults.
+func ServeTimeouts(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration, t Timeouts) error {
+	t = t.withDefaults()
 	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		Handler:           guard(h),
+		ReadHeaderTimeout: t.ReadHeader,
+		ReadTimeout:       t.Read,
+		IdleTimeout:       t.Idle,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(jsonErrorListener{ln}) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve %s: %w", ln.Addr(), err)

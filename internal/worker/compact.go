@@ -68,13 +68,13 @@ func (w *Worker) compactWindow(ctx context.Context, id events.Identity, window [
 	text, err := w.summarize(ctx, sum, found, old)
 	if err != nil {
 		w.metrics.compactions.WithLabelValues("failed").Inc()
-		w.log.Warn("compaction: summarizer failed; the window is kept as it is", slog.String("conversation", id.Conversation), slog.Any("error", err))
+		w.log.Warn("compaction: summarizer failed; the window is kept as it is", identityAttr(id), slog.Any("error", err))
 		return withSummary(sum, found, msgs), nil
 	}
 	next := history.Summary{Through: old[len(old)-1].Seq, Text: text, CreatedAt: w.now()}
 	if err := w.store.SaveSummary(ctx, id, next); err != nil {
 		// The next run summarizes again; this one uses the new summary.
-		w.log.Warn("compaction: save summary", slog.String("conversation", id.Conversation), slog.Any("error", err))
+		w.log.Warn("compaction: save summary", identityAttr(id), slog.Any("error", err))
 	}
 	w.metrics.compactions.WithLabelValues("summarized").Inc()
 	return withSummary(next, true, msgs[cut:]), nil

@@ -93,7 +93,7 @@ func (c *controlChannel) cancel(ctl events.Control) {
 	})
 	if hit {
 		c.w.metrics.cancelled.Inc()
-		c.w.log.Info("run cancelled", slog.String("conversation", ctl.Conversation), slog.String("request_id", ctl.RequestID))
+		c.w.log.Info("run cancelled", identityAttr(ctl.Identity()), slog.String("request_id", ctl.RequestID))
 	}
 }
 

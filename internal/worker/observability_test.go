@@ -107,12 +107,20 @@ func TestAWorkerContinuesTheTraceLogsTheRunAndExportsMetrics(t *testing.T) {
 	}
 	var _ sdktrace.SpanExporter = exp
 
-	// The run's log line names the request, conversation, tenant and run.
+	// The run's log line names the request, the whole identity and the
+	// run; every line about the request carries the whole identity, so two
+	// users' conversations of the same name stay apart.
 	var sawRun bool
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		var rec map[string]any
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("log line is not JSON: %q", line)
+		}
+		_, aboutRequest := rec["request_id"]
+		if _, ok := rec["conversation"]; ok || aboutRequest {
+			if rec["tenant"] != id.Tenant || rec["user"] != id.User || rec["conversation"] != id.Conversation {
+				t.Errorf("log line %v about the request lacks its whole identity %+v", rec, id)
+			}
 		}
 		if rec["msg"] == "run completed" {
 			sawRun = true

@@ -248,7 +248,8 @@ func (p *partition) runKey(genCtx context.Context, key string, q *keyQueue) {
 		}
 		abandoned := err != nil && classify(err) == classAbandoned
 		if err != nil {
-			p.log.Info("record not done", slog.Int64("offset", e.m.Offset), slog.Any("reason", err))
+			p.log.Info("record not done", identityAttr(e.req.Identity()), slog.String("request_id", e.req.RequestID),
+				slog.Int64("offset", e.m.Offset), slog.Any("reason", err))
 		}
 		p.mu.Lock()
 		q.entries = q.entries[1:]

@@ -52,7 +52,7 @@ func (w *Worker) handle(genCtx context.Context, e *entry) error {
 		case classFenced:
 			w.metrics.fenced.Inc()
 			w.log.Warn("fenced: a newer request of the conversation is committed; this worker lost the partition",
-				slog.String("request_id", req.RequestID), slog.Int("partition", m.Partition), slog.Int64("offset", m.Offset))
+				identityAttr(req.Identity()), slog.String("request_id", req.RequestID), slog.Int("partition", m.Partition), slog.Int64("offset", m.Offset))
 			return nil
 		case classPermanent:
 			return w.deadLetter(genCtx, m, &req, err, recordAttempts)
@@ -63,7 +63,7 @@ func (w *Worker) handle(genCtx context.Context, e *entry) error {
 			recordAttempts++
 		}
 		w.metrics.retries.Inc()
-		w.log.Warn("attempt failed, retrying", slog.String("request_id", req.RequestID), slog.Int("attempt", attempt),
+		w.log.Warn("attempt failed, retrying", identityAttr(req.Identity()), slog.String("request_id", req.RequestID), slog.Int("attempt", attempt),
 			slog.Duration("backoff", backoff), slog.Any("error", err))
 		if !sleep(genCtx, backoff) {
 			return errAbandoned
@@ -79,7 +79,8 @@ func (w *Worker) handle(genCtx context.Context, e *entry) error {
 func (w *Worker) complete(genCtx context.Context, e *entry, status events.Status) error {
 	w.metrics.records.Inc()
 	id := e.req.Identity()
-	return w.retryInfra(genCtx, func(ctx context.Context) error {
+	log := w.log.With(identityAttr(id), slog.String("request_id", e.req.RequestID))
+	return w.retryInfra(genCtx, log, func(ctx context.Context) error {
 		c, err := w.store.RecordOutcome(ctx, id, e.req.RequestID, status)
 		if err != nil {
 			return fmt.Errorf("record %s: %w", status, err)
@@ -110,9 +111,13 @@ func (w *Worker) completed(ctx context.Context, id events.Identity, requestID st
 // dead-lettered twice (at least once, never lost).
 func (w *Worker) deadLetter(genCtx context.Context, m kafka.Message, req *events.Request, cause error, attempts int) error {
 	w.metrics.deadLettered.Inc()
-	w.log.Warn("dead-letter record", slog.Int("partition", m.Partition), slog.Int64("offset", m.Offset),
+	log := w.log
+	if req != nil {
+		log = log.With(identityAttr(req.Identity()), slog.String("request_id", req.RequestID))
+	}
+	log.Warn("dead-letter record", slog.Int("partition", m.Partition), slog.Int64("offset", m.Offset),
 		slog.Int("attempts", attempts), slog.Any("reason", cause))
-	return w.retryInfra(genCtx, func(ctx context.Context) error {
+	return w.retryInfra(genCtx, log, func(ctx context.Context) error {
 		if err := w.dlq.send(ctx, m, cause.Error(), attempts); err != nil {
 			return err
 		}
@@ -129,8 +134,9 @@ func (w *Worker) deadLetter(genCtx context.Context, m kafka.Message, req *events
 }
 
 // retryInfra runs f until it succeeds, with capped exponential backoff, for
-// as long as genCtx lives.
-func (w *Worker) retryInfra(genCtx context.Context, f func(ctx context.Context) error) error {
+// as long as genCtx lives. Failures are logged on log (which carries the
+// request's identity).
+func (w *Worker) retryInfra(genCtx context.Context, log *slog.Logger, f func(ctx context.Context) error) error {
 	ctx := context.WithoutCancel(genCtx)
 	backoff := w.cfg.RetryBackoffMin
 	for attempt := 1; ; attempt++ {
@@ -139,7 +145,7 @@ func (w *Worker) retryInfra(genCtx context.Context, f func(ctx context.Context) 
 			return nil
 		}
 		w.metrics.retries.Inc()
-		w.log.Warn("attempt failed, retrying", slog.Int("attempt", attempt), slog.Duration("backoff", backoff), slog.Any("error", err))
+		log.Warn("attempt failed, retrying", slog.Int("attempt", attempt), slog.Duration("backoff", backoff), slog.Any("error", err))
 		if !sleep(genCtx, backoff) {
 			return errAbandoned
 		}
@@ -179,7 +185,7 @@ func truncateKey(k []byte) string {
 // ours; ctx (detached from it) carries the work.
 func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Request) error {
 	id := req.Identity()
-	log := w.log.With(slog.String("request_id", req.RequestID), slog.String("tenant", id.Tenant), slog.String("conversation", id.Conversation))
+	log := w.log.With(identityAttr(id), slog.String("request_id", req.RequestID))
 
 	// A request already decided (a redelivery, a duplicate record) is
 	// completed as it was the first time, without running the model again.

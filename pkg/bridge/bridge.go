@@ -610,7 +610,8 @@ loop:
 				res.ModelErr = it.err
 				notice := r.cfg.OnError(it.err)
 				emit(func() error { return r.emit.Notice(ctx, notice) })
-				r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "model error",
+				r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "model error", slog.String("tenant", r.run.Identity.Tenant),
+					slog.String("user", r.run.Identity.User), slog.String("conversation", r.run.Identity.Conversation),
 					slog.String("request_id", r.run.RequestID), slog.String("run_id", r.run.RunID), slog.Any("error", it.err))
 			case itemUsage:
 				usage[it.msg] = it

@@ -22,8 +22,15 @@ type Client struct {
 	// StreamURL is the push gateway's WebSocket endpoint, e.g.
 	// "ws://localhost:8081/v1/stream".
 	StreamURL string
-	// Token is the bearer JWT.
+	// Token is the bearer JWT, unless TokenSource is set.
 	Token string
+	// TokenSource, if set, is called for the bearer token of each HTTP
+	// request and each WebSocket dial, instead of using Token. The gateway
+	// closes a connection when its token expires (CloseTokenExpired); a
+	// Subscription then dials again with the token TokenSource returns and
+	// resumes after its cursor, losing no event. It may be called from
+	// several goroutines at once. Default: nil (Token is used).
+	TokenSource func(ctx context.Context) (string, error)
 	// HTTP is the HTTP client. Default: one with a 30 s timeout.
 	HTTP *http.Client
 }
@@ -131,8 +138,24 @@ func (c *Client) httpClient() *http.Client {
 	return &http.Client{Timeout: 30 * time.Second}
 }
 
+// token returns the bearer token for the next request or dial.
+func (c *Client) token(ctx context.Context) (string, error) {
+	if c.TokenSource == nil {
+		return c.Token, nil
+	}
+	tok, err := c.TokenSource(ctx)
+	if err != nil {
+		return "", fmt.Errorf("turnpike: token source: %w", err)
+	}
+	return tok, nil
+}
+
 func (c *Client) do(req *http.Request, want int, out any) error {
-	req.Header.Set("Authorization", "Bearer "+c.Token)
+	tok, err := c.token(req.Context())
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
 		return fmt.Errorf("turnpike: %w", err)

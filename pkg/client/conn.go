@@ -16,6 +16,11 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
+// CloseTokenExpired is the close code of a connection whose token expired.
+// Dial again with a fresh token (see Client.TokenSource) and subscribe
+// since the last cursor; a Subscription does so by itself.
+const CloseTokenExpired = 4401
+
 // Conn is a WebSocket connection to the push gateway.
 type Conn struct {
 	ws *websocket.Conn
@@ -25,8 +30,12 @@ type Conn struct {
 
 // Dial opens a WebSocket to the push gateway.
 func (c *Client) Dial(ctx context.Context) (*Conn, error) {
+	tok, err := c.token(ctx)
+	if err != nil {
+		return nil, err
+	}
 	h := http.Header{}
-	h.Set("Authorization", "Bearer "+c.Token)
+	h.Set("Authorization", "Bearer "+tok)
 	ws, resp, err := websocket.DefaultDialer.DialContext(ctx, c.StreamURL, h)
 	if err != nil {
 		if resp != nil {

@@ -83,3 +83,25 @@ func ExampleProducer() {
 	}
 	fmt.Println("queued", requestID)
 }
+
+// A long-lived client gets its tokens from a callback: the gateway closes a
+// connection when its token expires (close code CloseTokenExpired), and the
+// subscription dials again with a fresh token and resumes from its cursor.
+func ExampleClient_tokenSource() {
+	c := &client.Client{
+		BaseURL:   "http://localhost:8080",
+		StreamURL: "ws://localhost:8081/v1/stream",
+		TokenSource: func(ctx context.Context) (string, error) {
+			// Ask the identity provider for a fresh token here.
+			return os.Getenv("TURNPIKE_TOKEN"), nil
+		},
+	}
+	sub, err := c.Subscribe(context.Background(), "c1", client.SubscribeOptions{
+		OnReconnect: func(cursor string) { fmt.Println("resumed after", cursor) },
+	})
+	if err != nil {
+		fmt.Println("subscribe:", err)
+		return
+	}
+	defer sub.Close()
+}

@@ -27,6 +27,10 @@ type SubscribeOptions struct {
 // Subscription streams the events of one conversation and survives
 // dropped connections: it reconnects with backoff and resumes after the
 // last event it delivered, so the caller sees every event once, in order.
+// When the gateway closes the connection because its token expired
+// (CloseTokenExpired), it reconnects at once with the Client's next token
+// (Client.TokenSource); with a fixed Token, Next then fails with the
+// gateway's 401.
 // Its methods must be called from one goroutine.
 type Subscription struct {
 	c      *Client

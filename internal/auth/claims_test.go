@@ -1,0 +1,82 @@
+package auth_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/turnpike-dev/turnpike/internal/auth"
+)
+
+// Claims are decoded exactly: a token an attacker shaped to be read as
+// someone else by a case-insensitive or last-duplicate-wins decoder is
+// refused.
+func TestVerifyDecodesClaimsExactly(t *testing.T) {
+	t.Parallel()
+	exp := now.Add(time.Hour).Unix()
+	const hs256 = `{"alg":"HS256","typ":"JWT"}`
+	tests := []struct {
+		name    string
+		header  string
+		payload string
+	}{
+		{"An upper-case SUB without sub is refused.", hs256, fmt.Sprintf(`{"SUB":"mallory","exp":%d}`, exp)},
+		{"A Sub beside sub is refused rather than read as either.", hs256, fmt.Sprintf(`{"sub":"alice","Sub":"mallory","exp":%d}`, exp)},
+		{"A duplicated sub is refused.", hs256, fmt.Sprintf(`{"sub":"alice","sub":"mallory","exp":%d}`, exp)},
+		{"A duplicated tenant is refused.", hs256, fmt.Sprintf(`{"sub":"alice","tenant":"acme","tenant":"evil","exp":%d}`, exp)},
+		{"A duplicated exp is refused.", hs256, fmt.Sprintf(`{"sub":"alice","exp":%d,"exp":%d}`, exp, exp)},
+		{"A duplicated unknown claim is refused.", hs256, fmt.Sprintf(`{"sub":"alice","exp":%d,"x":1,"x":2}`, exp)},
+		{"An upper-case EXP without exp is refused.", hs256, fmt.Sprintf(`{"sub":"alice","EXP":%d}`, exp)},
+		{"exp as a numeric string is refused.", hs256, fmt.Sprintf(`{"sub":"alice","exp":"%d"}`, exp)},
+		{"exp as null is refused.", hs256, `{"sub":"alice","exp":null}`},
+		{"nbf as a string is refused.", hs256, fmt.Sprintf(`{"sub":"alice","exp":%d,"nbf":"0"}`, exp)},
+		{"nbf a minute from now is refused.", hs256, fmt.Sprintf(`{"sub":"alice","exp":%d,"nbf":%d}`, exp, now.Add(time.Minute).Unix())},
+		{"iat a minute from now is refused.", hs256, fmt.Sprintf(`{"sub":"alice","exp":%d,"iat":%d}`, exp, now.Add(time.Minute).Unix())},
+		{"A crit header is refused.", `{"alg":"HS256","crit":["exp"],"exp":1}`, fmt.Sprintf(`{"sub":"alice","exp":%d}`, exp)},
+		{"A duplicated alg in the header is refused.", `{"alg":"none","alg":"HS256"}`, fmt.Sprintf(`{"sub":"alice","exp":%d}`, exp)},
+		{"An upper-case ALG without alg is refused.", `{"ALG":"HS256"}`, fmt.Sprintf(`{"sub":"alice","exp":%d}`, exp)},
+		{"Trailing data after the claims is refused.", hs256, fmt.Sprintf(`{"sub":"alice","exp":%d}{}`, exp)},
+		{"Claims that are an array are refused.", hs256, `["sub","alice"]`},
+	}
+	v := newVerifier(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := v.Verify(handToken(tt.header, tt.payload, secret))
+			if !errors.Is(err, auth.ErrUnauthenticated) {
+				t.Fatalf("Verify(%s) = %+v, %v; want ErrUnauthenticated", tt.payload, got, err)
+			}
+		})
+	}
+}
+
+func TestVerifyHonoursNbfAndIatWithinTheLeeway(t *testing.T) {
+	t.Parallel()
+	exp := now.Add(time.Hour).Unix()
+	v := newVerifier(t)
+	for _, payload := range []string{
+		fmt.Sprintf(`{"sub":"alice","exp":%d,"nbf":%d,"iat":%d}`, exp, now.Unix(), now.Unix()),
+		fmt.Sprintf(`{"sub":"alice","exp":%d,"nbf":%d,"iat":%d}`, exp, now.Add(auth.Leeway).Unix(), now.Add(auth.Leeway).Unix()),
+		fmt.Sprintf(`{"sub":"alice","exp":%d.25}`, exp),
+	} {
+		if _, err := v.Verify(handToken(`{"alg":"HS256"}`, payload, secret)); err != nil {
+			t.Errorf("Verify(%s): %v", payload, err)
+		}
+	}
+}
+
+func TestVerifyTokenReportsTheExpiryToTheMillisecond(t *testing.T) {
+	t.Parallel()
+	tok, err := auth.Mint(secret, "acme", "alice", 1500*time.Millisecond, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := newVerifier(t).VerifyToken(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := now.Add(1500 * time.Millisecond); !got.Expires.Equal(want) || got.Principal != (auth.Principal{Tenant: "acme", User: "alice"}) {
+		t.Fatalf("VerifyToken = %+v, want acme/alice expiring %v", got, want)
+	}
+}
