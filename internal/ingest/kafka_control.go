@@ -36,7 +36,7 @@ func (k *KafkaPositions) End(ctx context.Context, key []byte) (string, int, int6
 	if err != nil {
 		return "", 0, 0, err
 	}
-	p := kafka.Murmur2Balancer{}.Balance(kafka.Message{Key: key}, parts...)
+	p := topic.Home(key, len(parts))
 	resp, err := k.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{
 		k.topic: {kafka.LastOffsetOf(p)},
 	}})

@@ -157,7 +157,7 @@ func (w *Worker) decode(m kafka.Message) (events.Request, error) {
 		return events.Request{}, fmt.Errorf("%w key: %q does not match the record's identity %q", events.ErrInvalid, truncateKey(m.Key), key)
 	}
 	if req.RequestID == "" {
-		req.RequestID = events.DerivedRequestID(m.Partition, m.Offset, m.Time)
+		req.RequestID = derivedRequestID(m)
 	}
 	if req.CreatedAt.IsZero() {
 		req.CreatedAt = m.Time
