@@ -10,6 +10,7 @@ import (
 
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
 )
 
 // A request record belongs in its key's home partition (topic.Home over
@@ -128,4 +129,21 @@ func newMover(brokers []string, requests string) *kafka.Writer {
 func derivedRequestID(m kafka.Message) string {
 	_, p, o, _ := topic.Origin(m)
 	return events.DerivedRequestID(p, o, m.Time)
+}
+
+// cancelled reports whether a recorded cancel covers the request, where
+// it runs (src) or, for a record moved home, where it was first written:
+// ingest records every cancel in every partition with that partition's
+// end offset, so a record written to another partition before a cancel
+// is cancelled even when it was moved home after it. The second point
+// read is made only for moved records.
+func (w *Worker) cancelled(ctx context.Context, id events.Identity, requestID string, m kafka.Message, src history.Source) (bool, error) {
+	if c, err := w.store.Cancelled(ctx, id, requestID, src); err != nil || c {
+		return c, err
+	}
+	t, p, o, moved := topic.Origin(m)
+	if !moved {
+		return false, nil
+	}
+	return w.store.Cancelled(ctx, id, requestID, history.Source{Topic: t, Partition: p, Offset: o, Time: m.Time})
 }
