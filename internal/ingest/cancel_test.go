@@ -33,8 +33,12 @@ func (f *fakeCancels) RecordCancel(_ context.Context, id events.Identity, c hist
 
 type fakePositions struct{ err error }
 
-func (f fakePositions) End(context.Context, []byte) (string, int, int64, error) {
-	return "turnpike.requests", 3, 42, f.err
+// fakeEnds are the end offsets of fakePositions' four partitions; the
+// conversation's home is 3.
+var fakeEnds = []int64{7, 0, 19, 42}
+
+func (f fakePositions) End(context.Context, []byte) (Position, error) {
+	return Position{Topic: "turnpike.requests", Partition: 3, Ends: fakeEnds}, f.err
 }
 
 func TestCancel(t *testing.T) {
@@ -96,13 +100,25 @@ func TestCancel(t *testing.T) {
 				t.Fatalf("answer %d %s", w.Code, w.Body)
 			}
 			id := events.Identity{Tenant: "acme", User: "ann", Conversation: "c1"}
-			if len(cancels.cancels) != 1 || cancels.ids[0] != id {
-				t.Fatalf("recorded %+v for %+v", cancels.cancels, cancels.ids)
+			// Recorded in every partition, each with its own end offset: a
+			// record written to another partition than its home is
+			// cancelled there.
+			if len(cancels.cancels) != len(fakeEnds) {
+				t.Fatalf("recorded %+v, want one cancel in each of %d partitions", cancels.cancels, len(fakeEnds))
 			}
-			got := cancels.cancels[0]
-			got.At = time.Time{}
-			if got != tt.want {
-				t.Fatalf("recorded %+v, want %+v", got, tt.want)
+			for i, got := range cancels.cancels {
+				got.At = time.Time{}
+				want := tt.want
+				want.Partition = got.Partition
+				if want.RequestID == "" {
+					want.Before = fakeEnds[got.Partition]
+				}
+				if cancels.ids[i] != id || got != want {
+					t.Fatalf("recorded %+v for %+v, want %+v", got, cancels.ids[i], want)
+				}
+			}
+			if p := partitionsOf(cancels.cancels); len(p) != len(fakeEnds) {
+				t.Fatalf("recorded in partitions %v, want each of %d once", p, len(fakeEnds))
 			}
 			recs := control.all()
 			if len(recs) != 1 || string(recs[0].key) != id.Key() {
@@ -175,4 +191,12 @@ func TestAnIdempotentRetryIsNotCountedTwice(t *testing.T) {
 			t.Fatalf("retry %d: %d %s", i, w.Code, w.Body)
 		}
 	}
+}
+
+func partitionsOf(cs []history.Cancel) map[int]bool {
+	p := map[int]bool{}
+	for _, c := range cs {
+		p[c.Partition] = true
+	}
+	return p
 }

@@ -3,7 +3,6 @@ package ingest
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -12,17 +11,14 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
-// KafkaPositions finds a conversation's partition of the requests topic
-// (Murmur2 over the partition ids, as every producer places it) and that
-// partition's end offset. Partition ids are cached for a minute.
+// KafkaPositions finds a conversation's home partition of the requests
+// topic (topic.Home, as every Turnpike producer places it) and the end
+// offset of every partition. The partition count is read with every call,
+// so a cancel made after partitions were added sees all of them.
 type KafkaPositions struct {
 	brokers []string
 	topic   string
 	client  *kafka.Client
-
-	mu    sync.Mutex // guards parts and at
-	parts []int
-	at    time.Time
 }
 
 // NewKafkaPositions returns positions in requestsTopic.
@@ -31,41 +27,35 @@ func NewKafkaPositions(brokers []string, requestsTopic string) *KafkaPositions {
 }
 
 // End implements Positions.
-func (k *KafkaPositions) End(ctx context.Context, key []byte) (string, int, int64, error) {
-	parts, err := k.partitions(ctx)
-	if err != nil {
-		return "", 0, 0, err
-	}
-	p := kafka.Murmur2Balancer{}.Balance(kafka.Message{Key: key}, parts...)
-	resp, err := k.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{
-		k.topic: {kafka.LastOffsetOf(p)},
-	}})
-	if err != nil {
-		return "", 0, 0, fmt.Errorf("list offsets: %w", err)
-	}
-	for _, po := range resp.Topics[k.topic] {
-		if po.Partition == p {
-			if po.Error != nil {
-				return "", 0, 0, fmt.Errorf("list offsets of %s/%d: %w", k.topic, p, po.Error)
-			}
-			return k.topic, p, po.LastOffset, nil
-		}
-	}
-	return "", 0, 0, fmt.Errorf("list offsets of %s/%d: no answer", k.topic, p)
-}
-
-func (k *KafkaPositions) partitions(ctx context.Context) ([]int, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.parts != nil && time.Since(k.at) < time.Minute {
-		return k.parts, nil
-	}
+func (k *KafkaPositions) End(ctx context.Context, key []byte) (Position, error) {
 	parts, err := topic.Partitions(ctx, k.brokers, k.topic)
 	if err != nil {
-		return nil, err
+		return Position{}, err
 	}
-	k.parts, k.at = parts, time.Now()
-	return parts, nil
+	reqs := make([]kafka.OffsetRequest, len(parts))
+	for i, p := range parts {
+		reqs[i] = kafka.LastOffsetOf(p)
+	}
+	resp, err := k.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{k.topic: reqs}})
+	if err != nil {
+		return Position{}, fmt.Errorf("list offsets: %w", err)
+	}
+	pos := Position{Topic: k.topic, Partition: topic.Home(key, len(parts)), Ends: make([]int64, len(parts))}
+	seen := 0
+	for _, po := range resp.Topics[k.topic] {
+		if po.Partition < 0 || po.Partition >= len(parts) {
+			continue
+		}
+		if po.Error != nil {
+			return Position{}, fmt.Errorf("list offsets of %s/%d: %w", k.topic, po.Partition, po.Error)
+		}
+		pos.Ends[po.Partition] = po.LastOffset
+		seen++
+	}
+	if seen != len(parts) {
+		return Position{}, fmt.Errorf("list offsets of %s: %d of %d partitions answered", k.topic, seen, len(parts))
+	}
+	return pos, nil
 }
 
 // KafkaCompletions reads the completions workers announce on the control

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
@@ -16,9 +16,9 @@ import (
 // added to every redriven record.
 const (
 	HeaderDLQReason       = "turnpike-dlq-reason"
-	HeaderSourceTopic     = "turnpike-source-topic"
-	HeaderSourcePartition = "turnpike-source-partition"
-	HeaderSourceOffset    = "turnpike-source-offset"
+	HeaderSourceTopic     = topic.HeaderSourceTopic
+	HeaderSourcePartition = topic.HeaderSourcePartition
+	HeaderSourceOffset    = topic.HeaderSourceOffset
 	HeaderDLQAttempts     = "turnpike-dlq-attempts"
 
 	HeaderReplayID              = "turnpike-replay-id"
@@ -44,27 +44,8 @@ func coordinatesOf(m kafka.Message) Coordinates {
 // the original timestamp). ok is false for a record that names no valid
 // origin, which then stands for itself.
 func origin(m kafka.Message) (c Coordinates, fromHeaders bool) {
-	var topic, part, off string
-	var have int
-	for _, h := range m.Headers {
-		switch h.Key {
-		case HeaderSourceTopic:
-			topic, have = string(h.Value), have|1
-		case HeaderSourcePartition:
-			part, have = string(h.Value), have|2
-		case HeaderSourceOffset:
-			off, have = string(h.Value), have|4
-		}
-	}
-	if have != 7 {
-		return coordinatesOf(m), false
-	}
-	p, err1 := strconv.Atoi(part)
-	o, err2 := strconv.ParseInt(off, 10, 64)
-	if err1 != nil || err2 != nil || p < 0 || o < 0 {
-		return coordinatesOf(m), false
-	}
-	return Coordinates{Topic: topic, Partition: p, Offset: o, Time: m.Time}, true
+	t, p, o, fromHeaders := topic.Origin(m)
+	return Coordinates{Topic: t, Partition: p, Offset: o, Time: m.Time}, fromHeaders
 }
 
 // decoded is a record decoded as the worker decodes it.

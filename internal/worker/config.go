@@ -47,6 +47,10 @@ type Config struct {
 	RetryBackoffMin, RetryBackoffMax time.Duration
 	// SessionTimeout of the consumer group. Default 10s.
 	SessionTimeout time.Duration
+	// PartitionWatchInterval is how often the requests topic's partition
+	// count is checked: a change ends the consumer group's generation, and
+	// the next one places records by the new count. Default 10s.
+	PartitionWatchInterval time.Duration
 	// Ordering is "key" (default): within a partition, requests of
 	// different conversations run concurrently and those of one
 	// conversation strictly in topic order; or "partition": one record at
@@ -124,6 +128,7 @@ func (c *Config) setDefaults() {
 	defDur(&c.RetryBackoffMin, 100*time.Millisecond)
 	defDur(&c.RetryBackoffMax, 10*time.Second)
 	defDur(&c.SessionTimeout, 10*time.Second)
+	defDur(&c.PartitionWatchInterval, 10*time.Second)
 }
 
 // Validate reports every problem with c (after defaults are applied).
@@ -145,6 +150,7 @@ func (c Config) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"StreamBatchTimeout": c.StreamBatchTimeout, "RunTimeout": c.RunTimeout, "DrainTimeout": c.DrainTimeout,
 		"RetryBackoffMin": c.RetryBackoffMin, "RetryBackoffMax": c.RetryBackoffMax, "SessionTimeout": c.SessionTimeout,
+		"PartitionWatchInterval": c.PartitionWatchInterval,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("worker: %s %v < 0", name, d))

@@ -7,14 +7,16 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/turnpike-dev/turnpike/internal/topic"
 )
 
 // DLQ header names of API.md.
 const (
 	HeaderDLQReason       = "turnpike-dlq-reason"
-	HeaderSourceTopic     = "turnpike-source-topic"
-	HeaderSourcePartition = "turnpike-source-partition"
-	HeaderSourceOffset    = "turnpike-source-offset"
+	HeaderSourceTopic     = topic.HeaderSourceTopic
+	HeaderSourcePartition = topic.HeaderSourcePartition
+	HeaderSourceOffset    = topic.HeaderSourceOffset
 	// HeaderDLQAttempts is how many times the record was run before it was
 	// dead-lettered (1 for a record that failed validation).
 	HeaderDLQAttempts = "turnpike-dlq-attempts"
@@ -44,19 +46,11 @@ func (d *deadLetters) send(ctx context.Context, m kafka.Message, reason string, 
 	if len(reason) > maxReason {
 		reason = reason[:maxReason]
 	}
-	headers := make([]kafka.Header, 0, len(m.Headers)+4)
-	for _, h := range m.Headers {
-		switch h.Key {
-		case HeaderDLQReason, HeaderSourceTopic, HeaderSourcePartition, HeaderSourceOffset, HeaderDLQAttempts:
-			continue // a redriven record's old coordinates are replaced
-		}
-		headers = append(headers, h)
-	}
-	headers = append(headers,
+	// The source coordinates are where the record was first written: a
+	// record moved to its home partition names its original placement,
+	// from which a missing request id is derived.
+	headers := append(topic.SourceHeaders(m, HeaderDLQReason, HeaderDLQAttempts),
 		kafka.Header{Key: HeaderDLQReason, Value: []byte(reason)},
-		kafka.Header{Key: HeaderSourceTopic, Value: []byte(m.Topic)},
-		kafka.Header{Key: HeaderSourcePartition, Value: []byte(strconv.Itoa(m.Partition))},
-		kafka.Header{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
 		kafka.Header{Key: HeaderDLQAttempts, Value: []byte(strconv.Itoa(attempts))},
 	)
 	err := d.w.WriteMessages(ctx, kafka.Message{Key: m.Key, Value: m.Value, Headers: headers, Time: m.Time})

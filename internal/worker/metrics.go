@@ -27,6 +27,7 @@ type metrics struct {
 	interrupts         prometheus.Counter
 	resumes            *prometheus.CounterVec
 	compactions        *prometheus.CounterVec
+	moved              prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -93,10 +94,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "turnpike_worker_compactions_total", Help: "Windows over the token budget, by result (summarized, failed, kept: nothing old enough to condense).",
 		}, []string{"result"}),
+		moved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnpike_worker_moved_total", Help: "Misplaced request records (not in their key's Murmur2 home partition) copied to their home partition.",
+		}),
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.completionsDropped, m.lag, m.streamWrite, m.cancelled, m.fenced, m.committed, m.running, m.peakInflight, m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds,
-		m.tokens, m.transfers, m.interrupts, m.resumes, m.compactions} {
+		m.tokens, m.transfers, m.interrupts, m.resumes, m.compactions, m.moved} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

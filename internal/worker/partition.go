@@ -23,7 +23,10 @@ type partition struct {
 	w   *Worker
 	gen *kafka.Generation
 	id  int
-	log *slog.Logger
+	// partitions is the requests topic's partition count this generation
+	// places records by (see home.go).
+	partitions int
+	log        *slog.Logger
 	// slots bounds this partition's records fetched and not yet done.
 	slots chan struct{}
 
@@ -52,18 +55,23 @@ type entry struct {
 	// this one while it was queued; it completes cancelled without
 	// running. Guarded by partition.mu.
 	cancelled bool
+	// move: the record is not in its key's home partition; it is copied
+	// to home (partition home) instead of run, and never counted busy.
+	move bool
+	home int
 }
 
-func (w *Worker) consumePartition(genCtx context.Context, gen *kafka.Generation, pa kafka.PartitionAssignment) {
+func (w *Worker) consumePartition(genCtx context.Context, gen *kafka.Generation, pa kafka.PartitionAssignment, partitions int) {
 	p := &partition{
-		w:       w,
-		gen:     gen,
-		id:      pa.ID,
-		log:     w.log.With(slog.Int("partition", pa.ID)),
-		slots:   make(chan struct{}, w.cfg.ReadAhead),
-		keys:    make(map[string]*keyQueue),
-		busy:    make(map[string]int),
-		offsets: newOffsetTracker(),
+		w:          w,
+		gen:        gen,
+		id:         pa.ID,
+		partitions: partitions,
+		log:        w.log.With(slog.Int("partition", pa.ID)),
+		slots:      make(chan struct{}, w.cfg.ReadAhead),
+		keys:       make(map[string]*keyQueue),
+		busy:       make(map[string]int),
+		offsets:    newOffsetTracker(),
 	}
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:   w.cfg.Brokers,
@@ -156,11 +164,12 @@ func (p *partition) keyOf(m kafka.Message) string {
 func (p *partition) dispatch(genCtx context.Context, m kafka.Message, runners *sync.WaitGroup) {
 	e := &entry{m: m}
 	e.req, e.err = p.w.decode(m)
+	p.place(e)
 	key := p.keyOf(m)
 	conv := string(m.Key)
 	p.mu.Lock()
 	p.offsets.add(m.Offset)
-	if e.err == nil && p.busy[conv] > 0 && !p.queuedLocked(key, e.req.RequestID) {
+	if e.err == nil && !e.move && p.busy[conv] > 0 && !p.queuedLocked(key, e.req.RequestID) {
 		switch e.req.Strategy {
 		case events.StrategyReject:
 			p.mu.Unlock()
@@ -174,7 +183,9 @@ func (p *partition) dispatch(genCtx context.Context, m kafka.Message, runners *s
 			p.interruptLocked(key, conv)
 		}
 	}
-	p.busy[conv]++
+	if !e.move {
+		p.busy[conv]++
+	}
 	q, running := p.keys[key]
 	if !running {
 		q = &keyQueue{}
@@ -197,7 +208,7 @@ func (p *partition) dispatch(genCtx context.Context, m kafka.Message, runners *s
 func (p *partition) queuedLocked(key, requestID string) bool {
 	if q := p.keys[key]; q != nil {
 		for _, e := range q.entries {
-			if e.err == nil && e.req.RequestID == requestID {
+			if e.err == nil && !e.move && e.req.RequestID == requestID {
 				return true
 			}
 		}
@@ -213,7 +224,7 @@ func (p *partition) interruptLocked(key, conv string) {
 		return
 	}
 	for i, e := range q.entries {
-		if string(e.m.Key) != conv {
+		if string(e.m.Key) != conv || e.move {
 			continue
 		}
 		if i == 0 {
@@ -241,7 +252,9 @@ func (p *partition) runKey(genCtx context.Context, key string, q *keyQueue) {
 		p.mu.Unlock()
 
 		var err error
-		if cancelled && e.err == nil {
+		if e.move {
+			err = p.w.move(genCtx, e)
+		} else if cancelled && e.err == nil {
 			err = p.w.complete(genCtx, e, events.StatusCancelled)
 		} else {
 			err = p.w.handle(genCtx, e)
@@ -253,10 +266,7 @@ func (p *partition) runKey(genCtx context.Context, key string, q *keyQueue) {
 		}
 		p.mu.Lock()
 		q.entries = q.entries[1:]
-		p.busy[string(e.m.Key)]--
-		if p.busy[string(e.m.Key)] <= 0 {
-			delete(p.busy, string(e.m.Key))
-		}
+		p.unbusyLocked(e)
 		p.mu.Unlock()
 		if abandoned {
 			p.release()
@@ -289,12 +299,21 @@ func (p *partition) finish(e *entry, err error) {
 func (p *partition) dropLocked(key string, q *keyQueue) {
 	for _, e := range q.entries {
 		p.release()
-		if p.busy[string(e.m.Key)]--; p.busy[string(e.m.Key)] <= 0 {
-			delete(p.busy, string(e.m.Key))
-		}
+		p.unbusyLocked(e)
 	}
 	q.entries = nil
 	delete(p.keys, key)
+}
+
+// unbusyLocked uncounts e from its conversation's records queued or
+// running. p.mu must be held.
+func (p *partition) unbusyLocked(e *entry) {
+	if e.move {
+		return
+	}
+	if p.busy[string(e.m.Key)]--; p.busy[string(e.m.Key)] <= 0 {
+		delete(p.busy, string(e.m.Key))
+	}
 }
 
 // commitLoop commits the partition's progress every CommitInterval, and

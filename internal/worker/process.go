@@ -163,7 +163,7 @@ func (w *Worker) decode(m kafka.Message) (events.Request, error) {
 		return events.Request{}, fmt.Errorf("%w key: %q does not match the record's identity %q", events.ErrInvalid, truncateKey(m.Key), key)
 	}
 	if req.RequestID == "" {
-		req.RequestID = events.DerivedRequestID(m.Partition, m.Offset, m.Time)
+		req.RequestID = derivedRequestID(m)
 	}
 	if req.CreatedAt.IsZero() {
 		req.CreatedAt = m.Time
@@ -203,7 +203,7 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 	src := history.Source{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Time: m.Time}
 	ar := w.active.register(id.Key(), req.RequestID, src)
 	defer w.active.unregister(id.Key(), ar)
-	if cancelled, err := w.store.Cancelled(ctx, id, req.RequestID, src); err != nil {
+	if cancelled, err := w.cancelled(ctx, id, req.RequestID, m, src); err != nil {
 		return fmt.Errorf("read cancels: %w", err)
 	} else if cancelled || ar.isCancelled() {
 		log.Info("cancelled before it ran")

@@ -74,6 +74,7 @@ type Worker struct {
 	control *controlChannel
 	stream  *streamWriter
 	dlq     *deadLetters
+	mover   *kafka.Writer // copies misplaced records home (home.go)
 	bridge  *bridge.Bridge
 }
 
@@ -173,6 +174,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.stream = newStreamWriter(w.cfg.Brokers, w.cfg.Topics.Stream, w.cfg.StreamBatchTimeout, w.metrics.streamWrite)
 	w.dlq = newDeadLetters(w.cfg.Brokers, w.cfg.Topics.DLQ)
+	w.mover = newMover(w.cfg.Brokers, w.cfg.Topics.Requests)
 	b, err := bridge.New(bridge.Config{Logger: w.log, Now: w.now, RetryModelError: transientModelError,
 		Stream: w.agents.stream, Persist: w.agents.persist})
 	if err != nil {
@@ -182,7 +184,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.control = newControlChannel(w)
 	defer func() {
 		// Writers flush what they hold on Close.
-		if err := errors.Join(w.stream.Close(), w.dlq.Close(), w.control.Close()); err != nil {
+		if err := errors.Join(w.stream.Close(), w.dlq.Close(), w.mover.Close(), w.control.Close()); err != nil {
 			w.log.Warn("close writers", slog.Any("error", err))
 		}
 	}()
@@ -206,7 +208,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		RebalanceTimeout:  w.cfg.DrainTimeout + 5*time.Second,
 		// Partitions added to the topic trigger a rebalance.
 		WatchPartitionChanges:  true,
-		PartitionWatchInterval: 10 * time.Second,
+		PartitionWatchInterval: w.cfg.PartitionWatchInterval,
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
 			w.log.Debug("consumer group: " + fmt.Sprintf(msg, args...))
 		}),
@@ -236,12 +238,23 @@ func (w *Worker) Run(ctx context.Context) error {
 			backoff = min(2*backoff, w.cfg.RetryBackoffMax)
 			continue
 		}
-		backoff = w.cfg.RetryBackoffMin
 		assigned := gen.Assignments[w.cfg.Topics.Requests]
-		w.log.Info("partitions assigned", slog.Int("generation", int(gen.ID)), slog.Int("partitions", len(assigned)))
+		// Records are placed by the topic's partition count of this
+		// generation; a change of it ends the generation (home.go).
+		n, err := w.requestPartitions(ctx)
+		if err != nil {
+			w.log.Warn("read the requests topic's partitions: rejoining", slog.Any("error", err))
+			gen.Start(func(genCtx context.Context) { sleep(genCtx, backoff) })
+			backoff = min(2*backoff, w.cfg.RetryBackoffMax)
+			continue
+		}
+		backoff = w.cfg.RetryBackoffMin
+		w.log.Info("partitions assigned", slog.Int("generation", int(gen.ID)), slog.Int("partitions", len(assigned)),
+			slog.Int("requests_partitions", n))
+		gen.Start(func(genCtx context.Context) { w.watchPartitions(genCtx, n) })
 		for _, pa := range assigned {
 			gen.Start(func(genCtx context.Context) {
-				w.consumePartition(genCtx, gen, pa)
+				w.consumePartition(genCtx, gen, pa, n)
 			})
 		}
 	}

@@ -1,0 +1,291 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/turnpike-dev/turnpike/internal/devstack"
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// The default partitioners of the clients whose placement differs from
+// ingest's Murmur2. The placements are implemented here (no sarama or
+// librdkafka in the module): librdkafka's consistent_random, kcat's
+// default, is CRC32 (IEEE) of the key modulo the partition count, which is
+// kafka-go's CRC32Balancer with Consistent set; sarama's HashPartitioner is
+// FNV-1a 32 of the key, as an int32 modulo the count, negated when negative.
+var (
+	librdkafkaPlacement = kafka.CRC32Balancer{Consistent: true}
+	saramaPlacement     = kafka.BalancerFunc(func(m kafka.Message, partitions ...int) int {
+		h := fnv.New32a()
+		h.Write(m.Key)
+		p := int32(h.Sum32()) % int32(len(partitions))
+		if p < 0 {
+			p = -p
+		}
+		return partitions[p]
+	})
+)
+
+func newForeignProducers(t *testing.T, brokers []string, requests string) (librdkafka, sarama *kafka.Writer) {
+	t.Helper()
+	mk := func(b kafka.Balancer) *kafka.Writer {
+		w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: requests, Balancer: b, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+		t.Cleanup(func() { w.Close() })
+		return w
+	}
+	return mk(librdkafkaPlacement), mk(saramaPlacement)
+}
+
+// produceDirect writes one request record with w; an empty requestID
+// leaves the id to the worker (derived from the record's coordinates).
+func produceDirect(t *testing.T, ctx context.Context, w *kafka.Writer, id events.Identity, requestID, content string, strategy events.Strategy) {
+	t.Helper()
+	v, err := events.EncodeRequest(events.Request{V: events.Version, RequestID: requestID, Tenant: id.Tenant, User: id.User,
+		Conversation: id.Conversation, Content: content, Strategy: strategy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mixedConversation returns a conversation whose key three placements put
+// in three different partitions: ingest's Murmur2 (its home), librdkafka's
+// CRC32 and sarama's FNV-1a.
+func mixedConversation(t *testing.T, tenant, user, prefix string, partitions int) (events.Identity, int) {
+	t.Helper()
+	ids := make([]int, partitions)
+	for i := range ids {
+		ids[i] = i
+	}
+	for i := range 1000 {
+		id := events.Identity{Tenant: tenant, User: user, Conversation: fmt.Sprintf("%s-%d", prefix, i)}
+		m := kafka.Message{Key: []byte(id.Key())}
+		home, crc, fnv := topic.Home(m.Key, partitions), librdkafkaPlacement.Balance(m, ids...), saramaPlacement.Balance(m, ids...)
+		if home != crc && home != fnv && crc != fnv {
+			return id, home
+		}
+	}
+	t.Fatal("no conversation with three distinct placements")
+	return events.Identity{}, 0
+}
+
+// homeRequestIDs reads partition home of the requests topic from the start
+// until it holds n records of conv, and returns their request ids (derived
+// from the first placement when a record carries none), in topic order.
+func homeRequestIDs(t *testing.T, ctx context.Context, brokers []string, requests string, home int, conv events.Identity, n int) []string {
+	t.Helper()
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: requests, Partition: home, MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 50 * time.Millisecond})
+	defer r.Close()
+	var ids []string
+	for len(ids) < n {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			t.Fatalf("read home partition %d after %d records of %s: %v", home, len(ids), conv, err)
+		}
+		if string(m.Key) != conv.Key() {
+			continue
+		}
+		req, err := events.DecodeRequest(m.Value, 0)
+		if err != nil {
+			t.Fatalf("record in the home partition does not decode: %v", err)
+		}
+		if req.RequestID == "" {
+			_, p, o, _ := topic.Origin(m)
+			req.RequestID = events.DerivedRequestID(p, o, m.Time)
+		}
+		ids = append(ids, req.RequestID)
+	}
+	return ids
+}
+
+// completions reads events until n run.completed arrived and returns how
+// many times each request started.
+func (w *watcher) completions(ctx context.Context, n int) map[string]int {
+	w.t.Helper()
+	started := map[string]int{}
+	for done := 0; done < n; {
+		switch e := w.next(ctx); e.Type() {
+		case events.TypeRunStarted:
+			started[e.Header().RequestID]++
+		case events.TypeRunCompleted:
+			done++
+		}
+	}
+	return started
+}
+
+// oneAtATime fails unless the conversation's runs were one at a time.
+func oneAtATime(t *testing.T, seen []events.Event) {
+	t.Helper()
+	if err := testenv.OneRunAtATime(seen); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDirectRecordsOfAnyPartitionerFollowTheirConversation(t *testing.T) {
+	var requests string
+	const partitions = 4
+	s := startStack(t, "", func(c *devstack.Config) {
+		requests = c.Topics().Requests
+		c.Partitions = partitions
+	})
+	ann := s.client(t, "acme", "ann")
+	rdk, sarama := newForeignProducers(t, s.Brokers, requests)
+
+	t.Run("records placed by CRC32 and FNV-1a run one at a time, in the home partition's order, numbered in sequence", func(t *testing.T) {
+		t.Parallel()
+		ctx := testenv.Context(t, 60*time.Second)
+		id, home := mixedConversation(t, "acme", "ann", "order", partitions)
+		w := watch(t, ctx, ann, id.Conversation, "")
+		// Each answer takes a while, so that a request run beside another
+		// would show.
+		const slow = " x y z [[delay:15ms]]"
+		// The moved records reach the home partition after the POSTs sent
+		// with them, in an order the test reads from the partition.
+		var want []string // request ids ("" for the derived one), as sent
+		want = append(want, send(t, ctx, ann, id.Conversation, "a1"+slow))
+		produceDirect(t, ctx, rdk, id, "order-b2", "b2"+slow, "")
+		produceDirect(t, ctx, sarama, id, "order-c3", "c3"+slow, "")
+		want = append(want, "order-b2", "order-c3", send(t, ctx, ann, id.Conversation, "d4"+slow))
+		produceDirect(t, ctx, rdk, id, "", "e5"+slow, "") // no request id: derived from where it was written
+		want = append(want, "")
+		produceDirect(t, ctx, sarama, id, "order-f6", "f6"+slow, "")
+		want = append(want, "order-f6", send(t, ctx, ann, id.Conversation, "g7"+slow))
+
+		started := w.completions(ctx, 7)
+		oneAtATime(t, w.seen)
+		h := historyOf(t, ctx, ann, id.Conversation)
+		if len(h) != 14 {
+			t.Fatalf("history has %d messages, want 14", len(h))
+		}
+		for i := 0; i < len(h); i += 2 {
+			user, answer := h[i], h[i+1]
+			if want := fmt.Sprintf("echo #%d: %s", i/2+1, strings.TrimSuffix(user.Content, slow)+" x y z"); answer.Content != want {
+				t.Fatalf("turn %d answered %q, want %q", i/2+1, answer.Content, want)
+			}
+		}
+		order := homeRequestIDs(t, ctx, s.Brokers, requests, home, id, 7)
+		for _, r := range want {
+			if r != "" && !slices.Contains(order, r) {
+				t.Fatalf("request %s is not in the home partition %d: %v", r, home, order)
+			}
+		}
+		for i, r := range order {
+			if started[r] != 1 {
+				t.Fatalf("request %s started %d times, want once", r, started[r])
+			}
+			if h[2*i].RequestID != r || h[2*i+1].RequestID != r {
+				t.Fatalf("turn %d is request %s, want %s (the home partition's order %v)", i+1, h[2*i].RequestID, r, order)
+			}
+		}
+		if !slices.ContainsFunc(order, func(r string) bool { return strings.HasPrefix(r, "d-") }) {
+			t.Fatalf("no derived request id in %v", order)
+		}
+	})
+
+	t.Run("cancelling all reaches moved records, running or queued", func(t *testing.T) {
+		t.Parallel()
+		ctx := testenv.Context(t, 60*time.Second)
+		id, home := mixedConversation(t, "acme", "ann", "cancel-all", partitions)
+		w := watch(t, ctx, ann, id.Conversation, "")
+		// One at a time, so that the home partition has them in this order.
+		produceDirect(t, ctx, rdk, id, "ca-first", "[[tokens:200]][[delay:20ms]]", "")
+		homeRequestIDs(t, ctx, s.Brokers, requests, home, id, 1)
+		produceDirect(t, ctx, sarama, id, "ca-second", "second", "")
+		homeRequestIDs(t, ctx, s.Brokers, requests, home, id, 2)
+		third := send(t, ctx, ann, id.Conversation, "third")
+		w.waitTokens(ctx, "ca-first", 2)
+		cancel(t, ctx, ann, id.Conversation, "")
+		for _, r := range []string{"ca-first", "ca-second", third} {
+			if got := w.until(ctx, r); got.status != events.StatusCancelled {
+				t.Fatalf("request %s completed %s, want cancelled", r, got.status)
+			}
+		}
+		produceDirect(t, ctx, rdk, id, "ca-after", "after", "")
+		if got := w.until(ctx, "ca-after"); got.status != events.StatusComplete {
+			t.Fatalf("the request after the cancel completed %s", got.status)
+		}
+	})
+
+	t.Run("cancelling one moved record by its id cancels it alone", func(t *testing.T) {
+		t.Parallel()
+		ctx := testenv.Context(t, 60*time.Second)
+		id, home := mixedConversation(t, "acme", "ann", "cancel-one", partitions)
+		w := watch(t, ctx, ann, id.Conversation, "")
+		first := send(t, ctx, ann, id.Conversation, "[[tokens:100]][[delay:20ms]]")
+		produceDirect(t, ctx, sarama, id, "co-queued", "queued", "")
+		homeRequestIDs(t, ctx, s.Brokers, requests, home, id, 2)
+		produceDirect(t, ctx, rdk, id, "co-kept", "kept", "")
+		homeRequestIDs(t, ctx, s.Brokers, requests, home, id, 3)
+		w.waitTokens(ctx, first, 2)
+		cancel(t, ctx, ann, id.Conversation, "co-queued")
+		for _, c := range []struct {
+			request string
+			want    events.Status
+		}{{first, events.StatusComplete}, {"co-queued", events.StatusCancelled}, {"co-kept", events.StatusComplete}} {
+			if got := w.until(ctx, c.request); got.status != c.want {
+				t.Fatalf("request %s completed %s, want %s", c.request, got.status, c.want)
+			}
+		}
+		// And a running moved record.
+		produceDirect(t, ctx, rdk, id, "co-running", "[[tokens:200]][[delay:20ms]]", "")
+		w.waitTokens(ctx, "co-running", 2)
+		cancel(t, ctx, ann, id.Conversation, "co-running")
+		if got := w.until(ctx, "co-running"); got.status != events.StatusCancelled {
+			t.Fatalf("running moved request completed %s, want cancelled", got.status)
+		}
+	})
+
+	t.Run("reject and interrupt apply to moved records", func(t *testing.T) {
+		t.Parallel()
+		ctx := testenv.Context(t, 60*time.Second)
+		id, _ := mixedConversation(t, "acme", "ann", "strategies", partitions)
+		w := watch(t, ctx, ann, id.Conversation, "")
+		first := send(t, ctx, ann, id.Conversation, "[[tokens:200]][[delay:20ms]]")
+		w.waitTokens(ctx, first, 2)
+		produceDirect(t, ctx, rdk, id, "st-rejected", "busy?", events.StrategyReject)
+		if got := w.until(ctx, "st-rejected"); got.status != events.StatusRejected || got.started != 0 {
+			t.Fatalf("rejecting request: %s after %d run.started, want rejected without running", got.status, got.started)
+		}
+		produceDirect(t, ctx, sarama, id, "st-interrupting", "now", events.StrategyInterrupt)
+		if got := w.until(ctx, first); got.status != events.StatusCancelled {
+			t.Fatalf("interrupted request completed %s, want cancelled", got.status)
+		}
+		if got := w.until(ctx, "st-interrupting"); got.status != events.StatusComplete {
+			t.Fatalf("interrupting request completed %s", got.status)
+		}
+		oneAtATime(t, w.seen)
+	})
+
+	t.Run("the same request id written to two partitions runs once", func(t *testing.T) {
+		t.Parallel()
+		ctx := testenv.Context(t, 60*time.Second)
+		id, _ := mixedConversation(t, "acme", "ann", "twice", partitions)
+		w := watch(t, ctx, ann, id.Conversation, "")
+		produceDirect(t, ctx, rdk, id, "tw-1", "once", "")
+		murmur := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: requests, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+		defer murmur.Close()
+		produceDirect(t, ctx, murmur, id, "tw-1", "once", "")
+		started := w.completions(ctx, 2)
+		produceDirect(t, ctx, sarama, id, "tw-next", "next", "")
+		if got := w.until(ctx, "tw-next"); got.status != events.StatusComplete {
+			t.Fatalf("the next request completed %s", got.status)
+		}
+		h := historyOf(t, ctx, ann, id.Conversation)
+		if started["tw-1"] != 1 || len(h) != 4 || h[1].Content != "echo #1: once" || h[3].Content != "echo #2: next" {
+			t.Fatalf("tw-1 ran %d times, history %+v: want tw-1 run once, then tw-next", started["tw-1"], h)
+		}
+	})
+}

@@ -1,0 +1,149 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+)
+
+// A request record belongs in its key's home partition (topic.Home over
+// the requests topic's partition count): there, and only there, it is run,
+// in order with its conversation's other requests. A record a producer put
+// elsewhere (another partitioner: librdkafka's CRC32, sarama's FNV-1a) is
+// misplaced: the worker copies it to its home partition and commits it,
+// and the copy runs when the home partition reaches it.
+//
+// The partition count is read once per generation of the consumer group,
+// and a change of it ends the generation (watchPartitions): within a
+// generation every partition goroutine of this worker places by the same
+// count, and since the group's rebalances are eager, no run of one
+// generation overlaps a run of the next.
+
+// requestPartitions reads the partition count of the requests topic.
+func (w *Worker) requestPartitions(ctx context.Context) (int, error) {
+	ids, err := topic.Partitions(ctx, w.cfg.Brokers, w.cfg.Topics.Requests)
+	if err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		return 0, fmt.Errorf("metadata %s: no partitions", w.cfg.Topics.Requests)
+	}
+	return len(ids), nil
+}
+
+// watchPartitions returns when the requests topic's partition count is no
+// longer n, checked every PartitionWatchInterval, or when genCtx ends.
+// Started with the generation's Start, its return ends the generation: the
+// worker drains, rejoins, and places by the new count in the next one.
+func (w *Worker) watchPartitions(genCtx context.Context, n int) {
+	t := time.NewTicker(w.cfg.PartitionWatchInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-genCtx.Done():
+			return
+		case <-t.C:
+		}
+		now, err := w.requestPartitions(genCtx)
+		if err != nil {
+			if genCtx.Err() == nil {
+				w.log.Warn("read the requests topic's partitions", slog.Any("error", err))
+			}
+			continue
+		}
+		if now != n {
+			w.log.Info("the requests topic's partition count changed: rebalancing, then placing by the new count",
+				slog.Int("partitions_before", n), slog.Int("partitions", now))
+			return
+		}
+	}
+}
+
+// placeLocked marks e to be moved when it decoded and its partition is not
+// its key's home. A record that does not decode is dead-lettered where it
+// is: it never runs, so its place does not matter.
+func (p *partition) place(e *entry) {
+	if e.err != nil {
+		return
+	}
+	if home := topic.Home(e.m.Key, p.partitions); home != p.id {
+		e.move, e.home = true, home
+	}
+}
+
+// move copies a misplaced record to its home partition (acks=all: the same
+// key, value, timestamp and headers, plus the turnpike-source-* headers
+// naming where it was first written) and reports it done, so that its
+// offset is committed. Kafka outages are retried for as long as the
+// partition is ours. A crash between the copy and the commit copies it
+// again; both copies carry the same request id (a missing one is derived
+// from the first placement), so it runs once.
+func (w *Worker) move(genCtx context.Context, e *entry) error {
+	m := e.m
+	out := kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time, Partition: e.home, Headers: topic.SourceHeaders(m)}
+	srcTopic, srcPart, srcOff, _ := topic.Origin(m)
+	err := w.retryInfra(genCtx, func(ctx context.Context) error {
+		if err := w.mover.WriteMessages(ctx, out); err != nil {
+			return fmt.Errorf("move %s/%d/%d to partition %d: %w", m.Topic, m.Partition, m.Offset, e.home, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	w.metrics.moved.Inc()
+	id := e.req.Identity()
+	w.log.Info("misplaced record moved to its home partition",
+		slog.String("tenant", id.Tenant), slog.String("user", id.User), slog.String("conversation", id.Conversation),
+		slog.String("request_id", e.req.RequestID),
+		slog.String("topic", m.Topic), slog.Int("partition", m.Partition), slog.Int64("offset", m.Offset),
+		slog.Int("home_partition", e.home),
+		slog.String("source_topic", srcTopic), slog.Int("source_partition", srcPart), slog.Int64("source_offset", srcOff))
+	return nil
+}
+
+// newMover returns the writer of moves: each record goes to the partition
+// it names (its home), with acks=all.
+func newMover(brokers []string, requests string) *kafka.Writer {
+	return &kafka.Writer{
+		Addr:         kafka.TCP(brokers...),
+		Topic:        requests,
+		Balancer:     kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return m.Partition }),
+		BatchTimeout: time.Millisecond,
+		RequiredAcks: kafka.RequireAll,
+		MaxAttempts:  5,
+		WriteTimeout: 10 * time.Second,
+	}
+}
+
+// derivedRequestID is the request id of a record that carries none, from
+// the coordinates it was first written at: a moved copy keeps its
+// original's id.
+func derivedRequestID(m kafka.Message) string {
+	_, p, o, _ := topic.Origin(m)
+	return events.DerivedRequestID(p, o, m.Time)
+}
+
+// cancelled reports whether a recorded cancel covers the request, where
+// it runs (src) or, for a record moved home, where it was first written:
+// ingest records every cancel in every partition with that partition's
+// end offset, so a record written to another partition before a cancel
+// is cancelled even when it was moved home after it. The second point
+// read is made only for moved records.
+func (w *Worker) cancelled(ctx context.Context, id events.Identity, requestID string, m kafka.Message, src history.Source) (bool, error) {
+	if c, err := w.store.Cancelled(ctx, id, requestID, src); err != nil || c {
+		return c, err
+	}
+	t, p, o, moved := topic.Origin(m)
+	if !moved {
+		return false, nil
+	}
+	return w.store.Cancelled(ctx, id, requestID, history.Source{Topic: t, Partition: p, Offset: o, Time: m.Time})
+}
