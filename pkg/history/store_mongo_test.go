@@ -199,8 +199,8 @@ func TestSeedTurnsMatchesCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(want) != 11 { // 1 conversation, 5 turns, 5 requests
-		t.Fatalf("committed conversation has %d documents, want 11: %v", len(want), want)
+	if len(want) != 6 { // 1 conversation, 5 turns
+		t.Fatalf("committed conversation has %d documents, want 6: %v", len(want), want)
 	}
 	conv := want["conversations/KEY"]
 	wantConv := bson.M{
@@ -258,8 +258,8 @@ func TestMongoConfigValidate(t *testing.T) {
 		{"The zero config is valid.", history.MongoConfig{}, nil},
 		{"Custom collection names are valid.", history.MongoConfig{Conversations: "a", Turns: "b", Requests: "c"}, nil},
 		{"A collection named twice is invalid.", history.MongoConfig{Turns: "requests"}, []string{"distinct"}},
-		{"Every problem is reported at once.", history.MongoConfig{ReadConcurrency: -1, CommitAttempts: -2},
-			[]string{"read concurrency -1", "commit attempts -2"}},
+		{"Every problem is reported at once.", history.MongoConfig{GroupCommitBatch: -1, CommitAttempts: -2},
+			[]string{"group commit batch -1", "commit attempts -2"}},
 	}
 	for _, tc := range tests {
 		err := tc.cfg.Validate()
