@@ -89,7 +89,9 @@ func (w *Worker) move(genCtx context.Context, e *entry) error {
 	m := e.m
 	out := kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time, Partition: e.home, Headers: topic.SourceHeaders(m)}
 	srcTopic, srcPart, srcOff, _ := topic.Origin(m)
-	err := w.retryInfra(genCtx, func(ctx context.Context) error {
+	id := e.req.Identity()
+	log := w.log.With(identityAttr(id), slog.String("request_id", e.req.RequestID))
+	err := w.retryInfra(genCtx, log, func(ctx context.Context) error {
 		if err := w.mover.WriteMessages(ctx, out); err != nil {
 			return fmt.Errorf("move %s/%d/%d to partition %d: %w", m.Topic, m.Partition, m.Offset, e.home, err)
 		}
@@ -99,10 +101,7 @@ func (w *Worker) move(genCtx context.Context, e *entry) error {
 		return err
 	}
 	w.metrics.moved.Inc()
-	id := e.req.Identity()
-	w.log.Info("misplaced record moved to its home partition",
-		slog.String("tenant", id.Tenant), slog.String("user", id.User), slog.String("conversation", id.Conversation),
-		slog.String("request_id", e.req.RequestID),
+	log.Info("misplaced record moved to its home partition",
 		slog.String("topic", m.Topic), slog.Int("partition", m.Partition), slog.Int64("offset", m.Offset),
 		slog.Int("home_partition", e.home),
 		slog.String("source_topic", srcTopic), slog.Int("source_partition", srcPart), slog.Int64("source_offset", srcOff))
@@ -131,16 +130,13 @@ func derivedRequestID(m kafka.Message) string {
 	return events.DerivedRequestID(p, o, m.Time)
 }
 
-// cancelled reports whether a recorded cancel covers the request, where
-// it runs (src) or, for a record moved home, where it was first written:
-// ingest records every cancel in every partition with that partition's
-// end offset, so a record written to another partition before a cancel
-// is cancelled even when it was moved home after it. The second point
-// read is made only for moved records.
-func (w *Worker) cancelled(ctx context.Context, id events.Identity, requestID string, m kafka.Message, src history.Source) (bool, error) {
-	if c, err := w.store.Cancelled(ctx, id, requestID, src); err != nil || c {
-		return c, err
-	}
+// originCancelled reports whether a recorded cancel covers a record moved
+// home where it was first written: ingest records every cancel in every
+// partition with that partition's end offset, so a record written to
+// another partition before a cancel is cancelled even when it was moved
+// home after it. Where it runs is checked by Pending.Start; this second
+// point read is made only for moved records.
+func (w *Worker) originCancelled(ctx context.Context, id events.Identity, requestID string, m kafka.Message) (bool, error) {
 	t, p, o, moved := topic.Origin(m)
 	if !moved {
 		return false, nil

@@ -187,25 +187,36 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 	id := req.Identity()
 	log := w.log.With(identityAttr(id), slog.String("request_id", req.RequestID))
 
-	// A request already decided (a redelivery, a duplicate record) is
-	// completed as it was the first time, without running the model again.
-	if c, ok, err := w.store.Lookup(ctx, id, req.RequestID); err != nil {
-		return fmt.Errorf("lookup request: %w", err)
-	} else if ok {
-		log.Info("duplicate request", slog.Int64("turn", c.N), slog.String("status", string(c.Status)))
-		w.metrics.duplicates.Inc()
-		return w.completed(ctx, id, req.RequestID, c.Status)
-	}
-
 	// Register before looking for a durable cancel: ingest records the
 	// cancel before it publishes it, so a cancel is either in the store
 	// now or reaches this registration through the control topic.
 	src := history.Source{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Time: m.Time}
 	ar := w.active.register(id.Key(), req.RequestID, src)
 	defer w.active.unregister(id.Key(), ar)
-	if cancelled, err := w.cancelled(ctx, id, req.RequestID, m, src); err != nil {
-		return fmt.Errorf("read cancels: %w", err)
-	} else if cancelled || ar.isCancelled() {
+	pending := history.Begin(w.store, id, req.RequestID, req.Content, req.CreatedAt)
+	pending.SetSource(src)
+	// One round trip: already decided (a redelivery, a duplicate record:
+	// completed as it was the first time, without running the model
+	// again), cancelled, or the window.
+	windowMessages := w.cfg.WindowMessages
+	if req.ResumeOf != "" {
+		windowMessages = 0 // a resume reads its checkpoint instead
+	}
+	st, err := pending.Start(ctx, windowMessages)
+	if err != nil {
+		return fmt.Errorf("start request: %w", err)
+	}
+	if st.Decided {
+		log.Info("duplicate request", slog.Int64("turn", st.Committed.N), slog.String("status", string(st.Committed.Status)))
+		w.metrics.duplicates.Inc()
+		return w.completed(ctx, id, req.RequestID, st.Committed.Status)
+	}
+	if !st.Cancelled {
+		if st.Cancelled, err = w.originCancelled(ctx, id, req.RequestID, m); err != nil {
+			return fmt.Errorf("read cancels: %w", err)
+		}
+	}
+	if st.Cancelled || ar.isCancelled() {
 		log.Info("cancelled before it ran")
 		c, err := w.store.RecordOutcome(ctx, id, req.RequestID, events.StatusCancelled)
 		if err != nil {
@@ -220,8 +231,6 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 	start := w.now()
 	runCtx, stopGeneration := context.WithTimeout(ctx, w.cfg.RunTimeout)
 	defer stopGeneration()
-	pending := history.Begin(w.store, id, req.RequestID, req.Content, req.CreatedAt)
-	pending.SetSource(src)
 	var iter *adk.AsyncIterator[*adk.AgentEvent]
 	if req.ResumeOf != "" {
 		// A resume continues the interrupted run from its checkpoint; the
@@ -235,11 +244,7 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 		}
 		w.metrics.resumes.WithLabelValues("resumed").Inc()
 	} else {
-		window, err := pending.Window(ctx, w.cfg.WindowMessages)
-		if err != nil {
-			return fmt.Errorf("load window: %w", err)
-		}
-		input, err := w.compactWindow(ctx, id, window)
+		input, err := w.compactWindow(ctx, id, st.Window)
 		if err != nil {
 			return fmt.Errorf("compact window: %w", err)
 		}

@@ -20,18 +20,13 @@ func SeedTurns(ctx context.Context, s *MongoStore, id events.Identity, first int
 	if len(turns) == 0 {
 		return nil
 	}
-	key := id.Key()
 	tdocs := make([]any, 0, seedBatch)
-	rdocs := make([]any, 0, seedBatch)
 	flush := func() error {
 		opts := options.InsertMany().SetOrdered(false)
 		if _, err := s.turns.InsertMany(ctx, tdocs, opts); err != nil {
 			return fmt.Errorf("seed turns: %w", err)
 		}
-		if _, err := s.reqs.InsertMany(ctx, rdocs, opts); err != nil {
-			return fmt.Errorf("seed requests: %w", err)
-		}
-		tdocs, rdocs = tdocs[:0], rdocs[:0]
+		tdocs = tdocs[:0]
 		return nil
 	}
 	var oldest, newest time.Time
@@ -42,7 +37,6 @@ func SeedTurns(ctx context.Context, s *MongoStore, id events.Identity, first int
 		t = normalize(t, s.cfg.Now)
 		d := newTurnDoc(id, first+int64(i), t)
 		tdocs = append(tdocs, d)
-		rdocs = append(rdocs, newRequestDoc(key, d.numbered()))
 		if i == 0 || t.CommittedAt.Before(oldest) {
 			oldest = t.CommittedAt
 		}
@@ -85,8 +79,7 @@ func SetConversationTurns(ctx context.Context, s *MongoStore, id events.Identity
 // _id with the identity key replaced by "KEY", for comparing two
 // conversations' storage.
 func RawDocuments(ctx context.Context, s *MongoStore, id events.Identity) (map[string]bson.M, error) {
-	// Read by _id like the store does: conversation, then turns and
-	// requests while they exist.
+	// Read by _id: the conversation, then turns while they exist.
 	out := make(map[string]bson.M)
 	key := id.Key()
 	put := func(coll, docID string, m bson.M) {
@@ -111,13 +104,15 @@ func RawDocuments(ctx context.Context, s *MongoStore, id events.Identity) (map[s
 		if !found {
 			break
 		}
-		rid, _ := d["request_id"].(string)
 		put("turns", turnID(key, n), d)
-		r, found, err := findByID[bson.M](ctx, s.reqs, requestDocID(key, rid))
-		if err != nil || !found {
-			return nil, fmt.Errorf("raw request %s: found %v, %v", rid, found, err)
-		}
-		put("requests", requestDocID(key, rid), r)
 	}
 	return out, nil
+}
+
+// WriteLegacyRequest writes the request document an older version of the
+// store wrote for every committed turn (the turn's number and status),
+// which the store still honours.
+func WriteLegacyRequest(ctx context.Context, s *MongoStore, id events.Identity, n int64, requestID string, status events.Status, at time.Time) error {
+	_, err := s.reqs.InsertOne(ctx, requestDoc{ID: requestDocID(id.Key(), requestID), N: n, Status: status, CreatedAt: storedTime(at, s.cfg.Now)})
+	return err
 }

@@ -107,6 +107,10 @@ type Turn struct {
 	// (ErrFenced), so a worker that lost its partition (a zombie) cannot
 	// persist out of order.
 	Source *Source
+
+	// tip, set by Pending.Start, is the conversation's newest turn when
+	// the request started: the turn the commit expects to follow.
+	tip *tip
 }
 
 // Source is the coordinates of a request record in the requests topic.

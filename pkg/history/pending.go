@@ -25,6 +25,7 @@ type Pending struct {
 	content   string
 	at        time.Time
 	source    *Source
+	tip       *tip // the conversation's newest turn, as Start saw it
 	closed    bool // committed or discarded
 }
 
@@ -107,6 +108,7 @@ func (p *Pending) CommitAnswer(ctx context.Context, a Answer) (Committed, error)
 		Source:      p.source,
 		Usage:       a.Usage,
 		Interrupt:   a.Interrupt,
+		tip:         p.tip,
 	})
 	if err != nil {
 		return Committed{}, err

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -32,8 +30,10 @@ type MongoConfig struct {
 	// Checkpoints is the collection of agent checkpoints (one per
 	// interrupted run). Default "checkpoints".
 	Checkpoints string
-	// ReadConcurrency bounds the point reads one Window or List call has in
-	// flight. Default 8.
+	// ReadConcurrency is ignored: the store reads turns by range queries
+	// now, not by concurrent point reads.
+	//
+	// Deprecated: has no effect.
 	ReadConcurrency int
 	// CommitAttempts bounds the turn inserts of one Commit: each after the
 	// first follows a concurrent commit of the same conversation taking the
@@ -41,6 +41,20 @@ type MongoConfig struct {
 	// at a time; with k racing committers one wins each round, so a commit
 	// may lose about k-1 times per turn it waits for. Default 64.
 	CommitAttempts int
+	// GroupCommitBatch bounds the documents of one bulk write of turn
+	// inserts, and of conversation updates: the commits of concurrent runs
+	// are written together (group commit), each learning its own result.
+	// A full batch makes later commits wait for the next one. Default 64;
+	// 1 writes every document on its own.
+	GroupCommitBatch int
+	// GroupCommitFlushes bounds the bulk writes of each kind in flight at
+	// once; while that many are, new writes gather into the next batch.
+	// Default 2.
+	GroupCommitFlushes int
+	// GroupCommitTimeout bounds one bulk write (it is not cut short when
+	// the run that leads it gives up, as it holds other runs' documents).
+	// Default 30s.
+	GroupCommitTimeout time.Duration
 	// Now stamps turns whose UserAt or CommittedAt is zero. Default time.Now.
 	Now func() time.Time
 }
@@ -61,8 +75,14 @@ func (c MongoConfig) withDefaults() MongoConfig {
 	if c.Checkpoints == "" {
 		c.Checkpoints = "checkpoints"
 	}
-	if c.ReadConcurrency == 0 {
-		c.ReadConcurrency = 8
+	if c.GroupCommitBatch == 0 {
+		c.GroupCommitBatch = 64
+	}
+	if c.GroupCommitFlushes == 0 {
+		c.GroupCommitFlushes = 2
+	}
+	if c.GroupCommitTimeout == 0 {
+		c.GroupCommitTimeout = 30 * time.Second
 	}
 	if c.CommitAttempts == 0 {
 		c.CommitAttempts = 64
@@ -77,8 +97,14 @@ func (c MongoConfig) withDefaults() MongoConfig {
 func (c MongoConfig) Validate() error {
 	c = c.withDefaults()
 	var errs []error
-	if c.ReadConcurrency < 1 {
-		errs = append(errs, fmt.Errorf("read concurrency %d: must be at least 1", c.ReadConcurrency))
+	if c.GroupCommitBatch < 1 {
+		errs = append(errs, fmt.Errorf("group commit batch %d: must be at least 1", c.GroupCommitBatch))
+	}
+	if c.GroupCommitFlushes < 1 {
+		errs = append(errs, fmt.Errorf("group commit flushes %d: must be at least 1", c.GroupCommitFlushes))
+	}
+	if c.GroupCommitTimeout < 0 {
+		errs = append(errs, fmt.Errorf("group commit timeout %v: must not be negative", c.GroupCommitTimeout))
 	}
 	if c.CommitAttempts < 1 {
 		errs = append(errs, fmt.Errorf("commit attempts %d: must be at least 1", c.CommitAttempts))
@@ -97,26 +123,35 @@ func (c MongoConfig) Validate() error {
 
 // MongoStore is the Store on MongoDB or FerretDB.
 //
-// Every hot read is a point lookup by _id (FerretDB's SQLite backend pushes
-// down nothing else) and every write relies only on single-document
-// atomicity and unique _ids (FerretDB has no transactions):
+// Every write relies only on single-document atomicity and unique indexes
+// (FerretDB has no transactions):
 //
 //   - turns/<key>#<n, 12 digits> is the commit point: one document holds
 //     both messages of turn n, so a turn is stored whole or not at all.
-//   - requests/<key>#r#<request id> records which turn a request id landed
-//     on, for idempotency and Lookup.
+//     Its unique index on (identity, request_id) makes a request id land
+//     on one turn, so the insert is the idempotency check too. The turns of
+//     a conversation are one _id range, read newest first with a limit:
+//     the window, and the newest turn that fencing compares with.
+//   - requests/<key>#r#<request id> records an outcome without a turn
+//     (RecordOutcome). Stores written before this protocol also hold one
+//     for every committed turn; they are still honoured.
+//   - requests/<key>#cancel#<partition> holds a conversation's cancels.
 //   - conversations/<key> holds turns, the highest turn number known
-//     committed. It is rolled forward monotonically after each commit and
-//     may lag behind the turns collection (a crash between the commit point
-//     and the roll-forward; FerretDB's non-atomic read-modify-write updates
-//     under concurrent commits). Readers therefore also probe the turns
-//     after it, which costs one extra point read done concurrently with the
-//     others.
+//     committed, and the times the conversation list is ordered by. It is
+//     rolled forward monotonically after each commit and may lag behind
+//     the turns collection (a crash between the commit point and the
+//     roll-forward; FerretDB's non-atomic read-modify-write updates):
+//     reads of messages never use it.
 //
-// FerretDB 1.24's SQLite backend does not use its _id index for the _id
-// filter it pushes down (the WHERE expression differs from the index
-// expression), so there a point read scans the table up to the document,
-// or all of it when the document is missing.
+// An ordinary turn (Pending.Start, then Commit) is four commands in three
+// round trips: the request's decision and cancels (one query by _id) with
+// the window (one range query), then the turn insert, then the
+// conversation update. Concurrent commits' inserts and updates are written
+// in bulk (group commit, see MongoConfig.GroupCommitBatch).
+//
+// On FerretDB's SQLite backend the _id equality, $in and range filters,
+// with a sort on _id and a limit, are pushed down to SQLite's _id index by
+// Turnpike's patches of FerretDB (third_party/ferretdb/TURNPIKE_PATCHES.md).
 type MongoStore struct {
 	cfg       MongoConfig
 	convs     *mongo.Collection
@@ -124,14 +159,17 @@ type MongoStore struct {
 	reqs      *mongo.Collection
 	summaries *mongo.Collection
 	cps       *mongo.Collection
+
+	// Group commit of turn inserts and conversation roll-forwards.
+	turnWriter *groupWriter[any]
+	convWriter *groupWriter[mongo.WriteModel]
 }
 
 var _ Store = (*MongoStore)(nil)
 
 // NewMongoStore returns a store on db and creates its secondary indexes
-// (idempotent). They serve real MongoDB and the rare query by request id;
-// the hot paths read by _id only. The request id's unique index also
-// enforces, on both backends, that a request id lands on one turn.
+// (idempotent). The request id's unique index on turns enforces, on both
+// backends, that a request id lands on one turn.
 func NewMongoStore(ctx context.Context, db *mongo.Database, cfg MongoConfig) (*MongoStore, error) {
 	if db == nil {
 		return nil, errors.New("new mongo store: nil database")
@@ -149,6 +187,18 @@ func NewMongoStore(ctx context.Context, db *mongo.Database, cfg MongoConfig) (*M
 		summaries: db.Collection(cfg.Summaries),
 		cps:       db.Collection(cfg.Checkpoints),
 	}
+	unordered := options.InsertMany().SetOrdered(false)
+	s.turnWriter = newGroupWriter(cfg.GroupCommitBatch, cfg.GroupCommitFlushes, cfg.GroupCommitTimeout,
+		func(ctx context.Context, docs []any) []error {
+			_, err := s.turns.InsertMany(ctx, docs, unordered)
+			return bulkErrors(len(docs), err)
+		})
+	unorderedBulk := options.BulkWrite().SetOrdered(false)
+	s.convWriter = newGroupWriter(cfg.GroupCommitBatch, cfg.GroupCommitFlushes, cfg.GroupCommitTimeout,
+		func(ctx context.Context, models []mongo.WriteModel) []error {
+			_, err := s.convs.BulkWrite(ctx, models, unorderedBulk)
+			return bulkErrors(len(models), err)
+		})
 	if err := s.createIndexes(ctx); err != nil {
 		return nil, fmt.Errorf("new mongo store: %w", err)
 	}
@@ -334,32 +384,162 @@ func (d turnDoc) numbered() numbered {
 	}}
 }
 
-// newRequestDoc is the request document of a committed turn: a function of
-// the turn alone, so every writer of it writes the same document.
-func newRequestDoc(key string, x numbered) requestDoc {
-	return requestDoc{
-		ID:        requestDocID(key, x.t.RequestID),
-		N:         x.n,
-		Status:    x.t.Status,
-		CreatedAt: x.t.CommittedAt,
+// maxTurn is the highest turn number a turn _id can hold (12 digits).
+const maxTurn = 999_999_999_999
+
+// turnsOf is the filter of every turn of the conversation of key: one _id
+// range (identity keys hold no '#', so no other conversation's turns fall
+// in it).
+func turnsOf(key string) bson.E {
+	return bson.E{Key: "_id", Value: bson.D{{Key: "$gte", Value: turnID(key, 1)}, {Key: "$lte", Value: turnID(key, maxTurn)}}}
+}
+
+// newest reads the newest k turns (k >= 1) of the conversation of key,
+// oldest first: one range query on _id, newest first, with a limit.
+func (s *MongoStore) newest(ctx context.Context, key string, k int64) ([]numbered, error) {
+	return s.findTurns(ctx, bson.D{turnsOf(key)}, -1, k)
+}
+
+// findTurns reads the turns matching filter in _id order (dir 1 or -1),
+// at most limit of them (0: all), and returns them oldest first.
+func (s *MongoStore) findTurns(ctx context.Context, filter bson.D, dir int, limit int64) ([]numbered, error) {
+	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: dir}})
+	if limit > 0 {
+		// A batch larger than the limit: the first reply holds every turn
+		// and closes the cursor (MongoDB stops at the limit; FerretDB at a
+		// batch it could not fill), so no getMore follows.
+		opts.SetLimit(limit).SetBatchSize(int32(min(limit+1, 1<<20)))
 	}
+	cur, err := s.turns.Find(ctx, filter, opts)
+	if err != nil {
+		return nil, fmt.Errorf("read turns: %w", err)
+	}
+	var docs []turnDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("read turns: %w", err)
+	}
+	out := make([]numbered, len(docs))
+	for i, d := range docs {
+		if dir < 0 {
+			out[len(docs)-1-i] = d.numbered()
+		} else {
+			out[i] = d.numbered()
+		}
+	}
+	for i := 1; i < len(out); i++ {
+		if out[i].n != out[i-1].n+1 {
+			return nil, fmt.Errorf("read turns: turn %d follows turn %d", out[i].n, out[i-1].n)
+		}
+	}
+	return out, nil
+}
+
+// decisionDoc decodes both kinds of document Start reads from the
+// requests collection: a request's decision and a partition's cancels.
+type decisionDoc struct {
+	ID       string        `bson:"_id"`
+	N        int64         `bson:"n"`
+	Status   events.Status `bson:"status"`
+	Topic    string        `bson:"topic"`
+	Before   int64         `bson:"before"`
+	Requests []string      `bson:"requests"`
+}
+
+// start implements starter: the request's decision and cancels (one query
+// by _id) and the newest turns (one range query), issued together.
+func (s *MongoStore) start(ctx context.Context, p *Pending, n int) (Start, *tip, error) {
+	key := p.id.Key()
+	reqID := requestDocID(key, p.requestID)
+	ids := bson.A{reqID}
+	if p.source != nil {
+		ids = append(ids, cancelDocID(key, p.source.Partition))
+	}
+	var (
+		decisions []decisionDoc
+		derr      error
+		done      = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		cur, err := s.reqs.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+		if err == nil {
+			err = cur.All(ctx, &decisions)
+		}
+		if err != nil {
+			derr = fmt.Errorf("read request and cancels: %w", err)
+		}
+	}()
+	turns, terr := s.newest(ctx, key, max(1, windowTurns(n)))
+	<-done
+	if err := errors.Join(derr, terr); err != nil {
+		return Start{}, nil, err
+	}
+
+	var cancels *decisionDoc
+	for i, d := range decisions {
+		switch d.ID {
+		case reqID:
+			return Start{Decided: true, Committed: Committed{N: d.N, Status: d.Status}}, nil, nil
+		default:
+			cancels = &decisions[i]
+		}
+	}
+	for _, x := range turns {
+		if x.t.RequestID == p.requestID {
+			return Start{Decided: true, Committed: Committed{N: x.n, Status: x.t.Status}}, nil, nil
+		}
+	}
+	t := &tip{}
+	if len(turns) > 0 {
+		last := turns[len(turns)-1]
+		t = &tip{n: last.n, source: last.t.Source}
+		if !p.source.follows(last.t.Source) {
+			// The record is not past the newest turn's: a redelivery of a
+			// request committed before the window, or one that will be
+			// fenced. Only the request id's index can tell (not on the
+			// ordinary path: records of a conversation are committed in
+			// order).
+			have, found, err := s.turnOfRequest(ctx, p.id, p.requestID)
+			if err != nil {
+				return Start{}, nil, err
+			}
+			if found {
+				return Start{Decided: true, Committed: Committed{N: have.N, Status: have.Assistant.Status}}, nil, nil
+			}
+		}
+	}
+	if cancels != nil && p.source != nil &&
+		(cancelState{topic: cancels.Topic, before: cancels.Before, requests: cancels.Requests}).covers(p.requestID, *p.source) {
+		return Start{Cancelled: true}, nil, nil
+	}
+	return Start{Window: windowMessages(turns, n)}, t, nil
+}
+
+// follows reports whether the record src comes after last in the same
+// partition, so that no turn up to last's can hold src's request.
+func (src *Source) follows(last *Source) bool {
+	return src != nil && last != nil && src.Topic == last.Topic && src.Partition == last.Partition && src.Offset > last.Offset
 }
 
 // Commit implements Store. Protocol (each step is a single-document
 // operation; a crash or a retry at any point converges):
 //
-//  1. requests/_id exists: roll the conversation forward to its turn and
-//     report a duplicate.
-//  2. n := conversations.turns + 1 (missing document: 0).
-//  3. Insert turns/_id(n): the commit point. On a duplicate key, read turn
-//     n: the same request id means an earlier attempt got this far (go on
-//     with n, reporting a duplicate). Another request id means the
-//     conversation document lags: read on to the first free turn and
-//     insert there (bounded by CommitAttempts inserts). A free turn n
-//     means the request id's unique index refused it: the request landed
-//     at another turn, found by that index.
-//  4. Insert requests/_id (a duplicate key is fine).
-//  5. Roll the conversation forward to n.
+//  1. Unless Pending.Start just read them (t.tip): the request's document
+//     (an outcome decided first, or a turn recorded by an older version
+//     of this store: report a duplicate), and the newest turn.
+//  2. A turn from an older record than the newest turn's is fenced.
+//  3. Insert turns/_id(newest+1): the commit point. On a duplicate key,
+//     read that turn: the same request id means an earlier attempt got
+//     this far (report a duplicate). Another request id means a
+//     concurrent commit took the turn: read on to the first free turn
+//     and insert there (bounded by CommitAttempts inserts), fencing
+//     against every turn found. A free turn means the request id's unique
+//     index refused the insert: the request landed at another turn, found
+//     by that index.
+//  4. Roll the conversation forward to the turn.
+//
+// Inserts and roll-forwards of concurrent commits are written in bulk
+// (group commit).
 func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Committed, error) {
 	if err := id.Validate(); err != nil {
 		return Committed{}, fmt.Errorf("commit: %w", err)
@@ -370,40 +550,40 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 	t = normalize(t, s.cfg.Now)
 	key := id.Key()
 
-	req, found, err := findByID[requestDoc](ctx, s.reqs, requestDocID(key, t.RequestID))
-	if err != nil {
-		return Committed{}, fmt.Errorf("commit: read request: %w", err)
-	}
-	if found {
-		if req.N == 0 { // an outcome without a turn was decided first
-			return Committed{Status: req.Status, Duplicate: true}, nil
+	last := t.tip
+	if last == nil {
+		req, found, err := findByID[requestDoc](ctx, s.reqs, requestDocID(key, t.RequestID))
+		if err != nil {
+			return Committed{}, fmt.Errorf("commit: read request: %w", err)
 		}
-		if err := s.rollForward(ctx, id, req.N, req.CreatedAt); err != nil {
+		if found {
+			if req.N == 0 { // an outcome without a turn was decided first
+				return Committed{Status: req.Status, Duplicate: true}, nil
+			}
+			if err := s.rollForward(ctx, id, req.N, req.CreatedAt); err != nil {
+				return Committed{}, fmt.Errorf("commit: %w", err)
+			}
+			return Committed{N: req.N, Status: req.Status, Duplicate: true}, nil
+		}
+		turns, err := s.newest(ctx, key, 1)
+		if err != nil {
 			return Committed{}, fmt.Errorf("commit: %w", err)
 		}
-		return Committed{N: req.N, Status: req.Status, Duplicate: true}, nil
-	}
-
-	top, err := s.convTurns(ctx, key)
-	if err != nil {
-		return Committed{}, fmt.Errorf("commit: %w", err)
-	}
-	n := top + 1
-	if t.Source != nil && n > 1 {
-		// Fencing: the turn before the one we take must come from an older
-		// record. Every later candidate predecessor is checked below, as
-		// the slot it holds is found taken.
-		prev, found, err := findByID[turnDoc](ctx, s.turns, turnID(key, n-1))
-		if err != nil {
-			return Committed{}, fmt.Errorf("commit: read turn %d: %w", n-1, err)
-		}
-		if found && t.Source.Fences(prev.Source.source()) {
-			return Committed{}, fmt.Errorf("commit: %w", ErrFenced)
+		last = &tip{}
+		if len(turns) == 1 {
+			last = &tip{n: turns[0].n, source: turns[0].t.Source}
 		}
 	}
+	// Fencing: the turn before the one we take must come from an older
+	// record. Every later candidate predecessor is checked below, as the
+	// slot it holds is found taken.
+	if last.n > 0 && t.Source.Fences(last.source) {
+		return Committed{}, fmt.Errorf("commit: %w", ErrFenced)
+	}
+	n := last.n + 1
 	for range s.cfg.CommitAttempts {
 		doc := newTurnDoc(id, n, t)
-		_, err := s.turns.InsertOne(ctx, doc)
+		err := s.turnWriter.do(ctx, doc)
 		switch {
 		case err == nil:
 			return s.finishCommit(ctx, id, doc.numbered(), false)
@@ -416,10 +596,8 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 			return Committed{}, fmt.Errorf("commit: read turn %d: %w", n, err)
 		}
 		if !found {
-			// The request id's unique index refused the insert: a
-			// concurrent attempt committed this request at another turn
-			// (rare; a collection scan on FerretDB, hence off the normal
-			// path).
+			// The request id's unique index refused the insert: this
+			// request is committed at another turn.
 			have, found, err = s.turnOfRequest(ctx, id, t.RequestID)
 			if err != nil {
 				return Committed{}, fmt.Errorf("commit: %w", err)
@@ -434,36 +612,29 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 		if t.Source.Fences(have.Source.source()) {
 			return Committed{}, fmt.Errorf("commit: %w", ErrFenced)
 		}
-		// Another request holds turn n: the conversation document lags.
-		// Point reads of the turns after n find the first free one more
-		// cheaply than failed inserts would, and with a smaller window
-		// for another commit to take it first.
-		for {
-			n++
-			next, found, err := findByID[turnDoc](ctx, s.turns, turnID(key, n))
-			if err != nil {
-				return Committed{}, fmt.Errorf("commit: read turn %d: %w", n, err)
+		// Another request holds turn n: read the turns after it (one
+		// range query) to find the first free one, fencing against each.
+		after, err := s.findTurns(ctx, bson.D{{Key: "_id", Value: bson.D{
+			{Key: "$gt", Value: turnID(key, n)}, {Key: "$lte", Value: turnID(key, maxTurn)},
+		}}}, 1, 0)
+		if err != nil {
+			return Committed{}, fmt.Errorf("commit: %w", err)
+		}
+		for _, next := range after {
+			if next.t.RequestID == t.RequestID {
+				return s.finishCommit(ctx, id, next, true)
 			}
-			if !found {
-				break
-			}
-			if next.RequestID == t.RequestID {
-				return s.finishCommit(ctx, id, next.numbered(), true)
-			}
-			if t.Source.Fences(next.Source.source()) {
+			if t.Source.Fences(next.t.Source) {
 				return Committed{}, fmt.Errorf("commit: %w", ErrFenced)
 			}
 		}
+		n += int64(len(after)) + 1
 	}
 	return Committed{}, fmt.Errorf("commit: gave up after %d inserts found their turn taken", s.cfg.CommitAttempts)
 }
 
-// finishCommit runs steps 4 and 5 for a turn that is committed.
+// finishCommit rolls the conversation forward to a committed turn.
 func (s *MongoStore) finishCommit(ctx context.Context, id events.Identity, x numbered, duplicate bool) (Committed, error) {
-	key := id.Key()
-	if _, err := s.reqs.InsertOne(ctx, newRequestDoc(key, x)); err != nil && !mongo.IsDuplicateKeyError(err) {
-		return Committed{}, fmt.Errorf("commit: record request: %w", err)
-	}
 	if err := s.rollForward(ctx, id, x.n, x.t.CommittedAt); err != nil {
 		return Committed{}, fmt.Errorf("commit: %w", err)
 	}
@@ -473,13 +644,11 @@ func (s *MongoStore) finishCommit(ctx context.Context, id events.Identity, x num
 // rollForward raises the conversation's turn count to at least n, creating
 // the document if needed. Every operator is monotonic ($max, $min) so
 // concurrent and repeated roll-forwards commute (atomically on MongoDB;
-// FerretDB's updates are read-modify-write, hence the readers' probe). The
-// filter is the _id alone because FerretDB pushes down nothing else: with
-// {turns: {$lt: n}} added it decodes every document of the collection on
-// every commit. Issue #4's fencing condition is to be added to filter.
+// FerretDB's updates are read-modify-write, so there the count may lag,
+// which no read of messages depends on). The filter is the _id alone: one
+// document, found through the _id index on both backends.
 func (s *MongoStore) rollForward(ctx context.Context, id events.Identity, n int64, at time.Time) error {
-	filter := bson.D{{Key: "_id", Value: id.Key()}}
-	update := bson.D{
+	update := mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: id.Key()}}).SetUpsert(true).SetUpdate(bson.D{
 		{Key: "$max", Value: bson.D{{Key: "turns", Value: n}, {Key: "updated_at", Value: at}}},
 		{Key: "$min", Value: bson.D{{Key: "created_at", Value: at}}},
 		{Key: "$setOnInsert", Value: bson.D{
@@ -487,13 +656,12 @@ func (s *MongoStore) rollForward(ctx context.Context, id events.Identity, n int6
 			{Key: "user", Value: id.User},
 			{Key: "conversation", Value: id.Conversation},
 		}},
-	}
-	opts := options.UpdateOne().SetUpsert(true)
-	_, err := s.convs.UpdateOne(ctx, filter, update, opts)
+	})
+	err := s.convWriter.do(ctx, update)
 	if mongo.IsDuplicateKeyError(err) {
 		// Two first commits upserted at once and this one lost the insert:
 		// the document exists now, so the update matches it.
-		_, err = s.convs.UpdateOne(ctx, filter, update, opts)
+		err = s.convWriter.do(ctx, update)
 	}
 	if err != nil {
 		return fmt.Errorf("roll conversation forward to %d: %w", n, err)
@@ -501,10 +669,13 @@ func (s *MongoStore) rollForward(ctx context.Context, id events.Identity, n int6
 	return nil
 }
 
-// turnOfRequest finds the turn of a request id by a secondary-index query.
+// turnOfRequest finds the turn of a request id: a query on the request
+// id's index within the conversation's _id range (which FerretDB pushes
+// down, reading only that conversation's turns).
 func (s *MongoStore) turnOfRequest(ctx context.Context, id events.Identity, requestID string) (turnDoc, bool, error) {
 	var d turnDoc
 	err := s.turns.FindOne(ctx, bson.D{
+		turnsOf(id.Key()),
 		{Key: "tenant", Value: id.Tenant},
 		{Key: "user", Value: id.User},
 		{Key: "conversation", Value: id.Conversation},
@@ -519,7 +690,25 @@ func (s *MongoStore) turnOfRequest(ctx context.Context, id events.Identity, requ
 	return d, true, nil
 }
 
-// Lookup implements Store.
+// decision reports the committed turn or the recorded outcome of a
+// request id: its request document (an outcome, or a turn committed by an
+// older version of this store), else its turn.
+func (s *MongoStore) decision(ctx context.Context, id events.Identity, requestID string) (Committed, bool, error) {
+	req, found, err := findByID[requestDoc](ctx, s.reqs, requestDocID(id.Key(), requestID))
+	if err != nil {
+		return Committed{}, false, err
+	}
+	if found {
+		return Committed{N: req.N, Status: req.Status}, true, nil
+	}
+	d, found, err := s.turnOfRequest(ctx, id, requestID)
+	if err != nil || !found {
+		return Committed{}, false, err
+	}
+	return Committed{N: d.N, Status: d.Assistant.Status}, true, nil
+}
+
+// Lookup implements Store: the request's document, else its turn.
 func (s *MongoStore) Lookup(ctx context.Context, id events.Identity, requestID string) (Committed, bool, error) {
 	if err := id.Validate(); err != nil {
 		return Committed{}, false, fmt.Errorf("lookup: %w", err)
@@ -527,39 +716,43 @@ func (s *MongoStore) Lookup(ctx context.Context, id events.Identity, requestID s
 	if err := events.ValidateID("request_id", requestID); err != nil {
 		return Committed{}, false, fmt.Errorf("lookup: %w", err)
 	}
-	req, found, err := findByID[requestDoc](ctx, s.reqs, requestDocID(id.Key(), requestID))
+	c, found, err := s.decision(ctx, id, requestID)
 	if err != nil {
 		return Committed{}, false, fmt.Errorf("lookup: %w", err)
 	}
-	if !found {
-		return Committed{}, false, nil
-	}
-	return Committed{N: req.N, Status: req.Status}, true, nil
+	return c, found, nil
 }
 
-// RecordOutcome implements Store: the request document with turn 0 is the
-// decision; its unique _id makes the first decision win.
+// RecordOutcome implements Store: a turn of the request id, or its request
+// document, is a decision already made; else the request document with
+// turn 0 is the decision, its unique _id making the first one win.
 func (s *MongoStore) RecordOutcome(ctx context.Context, id events.Identity, requestID string, status events.Status) (Committed, error) {
 	if err := validateOutcome(id, requestID, status); err != nil {
 		return Committed{}, err
 	}
+	have, found, err := s.turnOfRequest(ctx, id, requestID)
+	if err != nil {
+		return Committed{}, fmt.Errorf("record outcome: %w", err)
+	}
+	if found {
+		return Committed{N: have.N, Status: have.Assistant.Status, Duplicate: true}, nil
+	}
 	doc := requestDoc{ID: requestDocID(id.Key(), requestID), Status: status, CreatedAt: storedTime(time.Time{}, s.cfg.Now)}
-	_, err := s.reqs.InsertOne(ctx, doc)
+	_, err = s.reqs.InsertOne(ctx, doc)
 	if err == nil {
 		return Committed{Status: status}, nil
 	}
 	if !mongo.IsDuplicateKeyError(err) {
 		return Committed{}, fmt.Errorf("record outcome: %w", err)
 	}
-	have, found, err := findByID[requestDoc](ctx, s.reqs, doc.ID)
+	req, found, err := findByID[requestDoc](ctx, s.reqs, doc.ID)
 	if err != nil || !found {
 		return Committed{}, fmt.Errorf("record outcome: read request: %v (found %v)", err, found)
 	}
-	return Committed{N: have.N, Status: have.Status, Duplicate: true}, nil
+	return Committed{N: req.N, Status: req.Status, Duplicate: true}, nil
 }
 
-// Window implements Store: one read of the conversation document, then
-// point reads of the newest ceil(n/2) turns (and the probe past them).
+// Window implements Store: one range query.
 func (s *MongoStore) Window(ctx context.Context, id events.Identity, n int) ([]Message, error) {
 	if err := id.Validate(); err != nil {
 		return nil, fmt.Errorf("window: %w", err)
@@ -567,153 +760,45 @@ func (s *MongoStore) Window(ctx context.Context, id events.Identity, n int) ([]M
 	if n <= 0 {
 		return []Message{}, nil
 	}
-	key := id.Key()
-	top, err := s.convTurns(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("window: %w", err)
-	}
-	turns, err := s.newestTurns(ctx, key, top, windowTurns(n))
+	turns, err := s.newest(ctx, id.Key(), windowTurns(n))
 	if err != nil {
 		return nil, fmt.Errorf("window: %w", err)
 	}
 	return windowMessages(turns, n), nil
 }
 
-// List implements Store. limit is clamped to 1..MaxListLimit.
+// List implements Store: the newest turns (one range query, which also
+// tells whether the conversation exists), and for an older page one more
+// range query. limit is clamped to 1..MaxListLimit.
 func (s *MongoStore) List(ctx context.Context, id events.Identity, before int64, limit int) (Page, error) {
 	if err := id.Validate(); err != nil {
 		return Page{}, fmt.Errorf("list: %w", err)
 	}
 	key := id.Key()
-	top, err := s.convTurns(ctx, key)
+	turns, err := s.newest(ctx, key, windowTurns(clampLimit(limit)))
 	if err != nil {
 		return Page{}, fmt.Errorf("list: %w", err)
 	}
-	if top == 0 || before <= 0 || before > 2*top+1 {
-		// The page ends at the newest message, past what the conversation
-		// document may vouch for: probe.
-		turns, err := s.newestTurns(ctx, key, top, windowTurns(clampLimit(limit)))
-		if err != nil {
-			return Page{}, fmt.Errorf("list: %w", err)
-		}
-		if len(turns) == 0 {
-			return Page{}, fmt.Errorf("list %s: %w", id.Conversation, ErrNotFound)
-		}
-		newest := turns[len(turns)-1].n
-		if before <= 0 || before > 2*newest {
-			lo, hi := listRange(2*newest, before, limit)
-			return Page{Messages: flatten(turns, lo, hi), NextBefore: nextBefore(lo, hi)}, nil
-		}
-		top = newest // the document lagged and before lies within the turns probed
+	if len(turns) == 0 {
+		return Page{}, fmt.Errorf("list %s: %w", id.Conversation, ErrNotFound)
 	}
-	lo, hi := listRange(2*top, before, limit)
+	lo, hi := listRange(2*turns[len(turns)-1].n, before, limit)
 	if lo > hi {
 		return Page{Messages: []Message{}}, nil
 	}
-	turns, err := s.turnRange(ctx, key, turnOf(lo), turnOf(hi))
-	if err != nil {
-		return Page{}, fmt.Errorf("list: %w", err)
+	if turnOf(lo) < turns[0].n {
+		first, last := turnOf(lo), turnOf(hi)
+		turns, err = s.findTurns(ctx, bson.D{{Key: "_id", Value: bson.D{
+			{Key: "$gte", Value: turnID(key, first)}, {Key: "$lte", Value: turnID(key, last)},
+		}}}, 1, 0)
+		if err != nil {
+			return Page{}, fmt.Errorf("list: %w", err)
+		}
+		if int64(len(turns)) != last-first+1 {
+			return Page{}, fmt.Errorf("list: read %d of turns %d…%d", len(turns), first, last)
+		}
 	}
 	return Page{Messages: flatten(turns, lo, hi), NextBefore: nextBefore(lo, hi)}, nil
-}
-
-// convTurns reads the conversation document's turn count (0 when missing).
-func (s *MongoStore) convTurns(ctx context.Context, key string) (int64, error) {
-	c, _, err := findByID[convDoc](ctx, s.convs, key)
-	if err != nil {
-		return 0, fmt.Errorf("read conversation: %w", err)
-	}
-	return c.Turns, nil
-}
-
-// newestTurns returns the newest k turns, oldest first, given top, the
-// conversation document's turn count. It reads turns top-k+1 … top+1 at
-// once; when turn top+1 exists (the document lags) it reads on while turns
-// exist.
-func (s *MongoStore) newestTurns(ctx context.Context, key string, top, k int64) ([]numbered, error) {
-	lo := max(1, top-k+1)
-	docs, found, err := s.fetchTurns(ctx, key, lo, top+1)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]numbered, 0, len(docs))
-	for i, d := range docs[:len(docs)-1] {
-		if !found[i] {
-			return nil, fmt.Errorf("turn %d of %d is missing", lo+int64(i), top)
-		}
-		out = append(out, d.numbered())
-	}
-	if found[len(docs)-1] {
-		out = append(out, docs[len(docs)-1].numbered())
-		for n := top + 2; ; n++ {
-			d, ok, err := findByID[turnDoc](ctx, s.turns, turnID(key, n))
-			if err != nil {
-				return nil, fmt.Errorf("read turn %d: %w", n, err)
-			}
-			if !ok {
-				break
-			}
-			out = append(out, d.numbered())
-		}
-	}
-	if int64(len(out)) > k {
-		out = out[int64(len(out))-k:]
-	}
-	return out, nil
-}
-
-// turnRange reads turns lo … hi, all of which must exist.
-func (s *MongoStore) turnRange(ctx context.Context, key string, lo, hi int64) ([]numbered, error) {
-	docs, found, err := s.fetchTurns(ctx, key, lo, hi)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]numbered, len(docs))
-	for i, d := range docs {
-		if !found[i] {
-			return nil, fmt.Errorf("turn %d is missing", lo+int64(i))
-		}
-		out[i] = d.numbered()
-	}
-	return out, nil
-}
-
-// fetchTurns point-reads turns lo … hi with at most ReadConcurrency reads
-// in flight, and reports which exist. It returns when every read it started
-// has returned.
-func (s *MongoStore) fetchTurns(ctx context.Context, key string, lo, hi int64) ([]turnDoc, []bool, error) {
-	size := hi - lo + 1
-	docs := make([]turnDoc, size)
-	found := make([]bool, size)
-	readCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		next    atomic.Int64 // index of the next turn to read
-		errOnce sync.Once
-		first   error // the first read error; written once under errOnce
-		wg      sync.WaitGroup
-	)
-	for range min(int64(s.cfg.ReadConcurrency), size) {
-		wg.Go(func() {
-			for i := next.Add(1) - 1; i < size && readCtx.Err() == nil; i = next.Add(1) - 1 {
-				n := lo + i
-				var err error
-				docs[i], found[i], err = findByID[turnDoc](readCtx, s.turns, turnID(key, n))
-				if err != nil {
-					errOnce.Do(func() { first = fmt.Errorf("read turn %d: %w", n, err) })
-					cancel()
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if first != nil {
-		return nil, nil, first
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read turns: %w", err)
-	}
-	return docs, found, nil
 }
 
 // findByID point-reads the document with _id id; found is false when there

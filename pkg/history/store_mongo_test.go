@@ -199,8 +199,8 @@ func TestSeedTurnsMatchesCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(want) != 11 { // 1 conversation, 5 turns, 5 requests
-		t.Fatalf("committed conversation has %d documents, want 11: %v", len(want), want)
+	if len(want) != 6 { // 1 conversation, 5 turns
+		t.Fatalf("committed conversation has %d documents, want 6: %v", len(want), want)
 	}
 	conv := want["conversations/KEY"]
 	wantConv := bson.M{
@@ -258,8 +258,8 @@ func TestMongoConfigValidate(t *testing.T) {
 		{"The zero config is valid.", history.MongoConfig{}, nil},
 		{"Custom collection names are valid.", history.MongoConfig{Conversations: "a", Turns: "b", Requests: "c"}, nil},
 		{"A collection named twice is invalid.", history.MongoConfig{Turns: "requests"}, []string{"distinct"}},
-		{"Every problem is reported at once.", history.MongoConfig{ReadConcurrency: -1, CommitAttempts: -2},
-			[]string{"read concurrency -1", "commit attempts -2"}},
+		{"Every problem is reported at once.", history.MongoConfig{GroupCommitBatch: -1, CommitAttempts: -2},
+			[]string{"group commit batch -1", "commit attempts -2"}},
 	}
 	for _, tc := range tests {
 		err := tc.cfg.Validate()
@@ -316,5 +316,59 @@ func BenchmarkWindow(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestMongoStoreReadsWhatOlderVersionsWrote covers a store written before
+// the four-command protocol, which also kept a request document for every
+// committed turn (and lagging conversation documents): those turns stay
+// decided, duplicates are recognised, and new turns follow them.
+func TestMongoStoreReadsWhatOlderVersionsWrote(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	s := newMongoStore(t, ctx, testenv.MongoDB(t))
+	id := events.Identity{Tenant: "legacy", User: "u", Conversation: "c"}
+	at := func(off int64) *history.Source {
+		return &history.Source{Topic: "requests", Partition: 0, Offset: off, Time: time.Unix(off, 0)}
+	}
+	for i := 1; i <= 3; i++ {
+		tr := testTurn(i)
+		tr.Source = at(int64(i))
+		if _, err := s.Commit(ctx, id, tr); err != nil {
+			t.Fatal(err)
+		}
+		if err := history.WriteLegacyRequest(ctx, s, id, int64(i), tr.RequestID, tr.Status, tr.CommittedAt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := history.SetConversationTurns(ctx, s, id, 1); err != nil {
+		t.Fatal(err)
+	}
+	if c, found, err := s.Lookup(ctx, id, "r2"); err != nil || !found || c != (history.Committed{N: 2, Status: events.StatusComplete}) {
+		t.Fatalf("Lookup(r2) = %+v, %v, %v", c, found, err)
+	}
+	p := history.Begin(s, id, "r1", "q1", time.Now())
+	p.SetSource(*at(1))
+	if st, err := p.Start(ctx, 20); err != nil || !st.Decided || st.Committed.N != 1 {
+		t.Fatalf("Start of a redelivered r1 = %+v, %v", st, err)
+	}
+	if c, err := s.Commit(ctx, id, testTurn(2)); err != nil || c != (history.Committed{N: 2, Status: events.StatusComplete, Duplicate: true}) {
+		t.Fatalf("Commit(r2) again = %+v, %v", c, err)
+	}
+	if c, err := s.RecordOutcome(ctx, id, "r3", events.StatusFailed); err != nil || c != (history.Committed{N: 3, Status: events.StatusComplete, Duplicate: true}) {
+		t.Fatalf("RecordOutcome(r3) = %+v, %v", c, err)
+	}
+	p = history.Begin(s, id, "r4", "q4", time.Now())
+	p.SetSource(*at(4))
+	st, err := p.Start(ctx, 20)
+	if err != nil || st.Decided || st.Cancelled || len(st.Window) != 7 {
+		t.Fatalf("Start of r4 = %+v, %v; want the 6 messages and the pending one", st, err)
+	}
+	if c, err := p.Commit(ctx, "a4", "echo", events.StatusComplete, time.Now()); err != nil || c.N != 4 || c.Duplicate {
+		t.Fatalf("Commit(r4) = %+v, %v", c, err)
+	}
+	page, err := s.Conversations(ctx, "legacy", "u", history.ConversationCursor{}, 10)
+	if err != nil || len(page.Conversations) != 1 || page.Conversations[0].Messages != 8 {
+		t.Fatalf("Conversations = %+v, %v; want one with 8 messages", page, err)
 	}
 }

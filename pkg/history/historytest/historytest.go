@@ -62,6 +62,10 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"An interrupt goes with status interrupted, and only there an empty answer is allowed", testInterruptRules},
 		{"A summary is saved per conversation and only moves forward", testSummaries},
 		{"Checkpoints are kept by name per conversation and replaced by a second write", testCheckpoints},
+		{"Start returns the window of a new request, whose commit lands after it", testStartWindowThenCommit},
+		{"Start reports a request already committed or with an outcome as decided, in the window or before it", testStartDecided},
+		{"Start reports a cancelled request, unless it is already decided", testStartCancelled},
+		{"A commit after Start whose expected turn was taken meanwhile lands after it, or is a duplicate, or is fenced", testStartStale},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -79,6 +79,14 @@ type QueryParams struct {
 	Sort   *types.Document
 	Limit  int64
 
+	// Turnpike patch: IDSort (1, -1, or 0 for none) and IDLimit (0 for
+	// none) are the sort on _id and the limit of a query whose filter is
+	// _id alone and that skips nothing. A backend that pushes that filter
+	// down whole may push them down too; the handler sorts and limits the
+	// documents it gets again, so a backend may ignore them.
+	IDSort  int64
+	IDLimit int64
+
 	OnlyRecordIDs bool
 	Comment       string
 }
@@ -136,6 +144,10 @@ type ExplainParams struct {
 	Filter *types.Document
 	Sort   *types.Document
 	Limit  int64
+
+	// Turnpike patch: as QueryParams.IDSort and IDLimit.
+	IDSort  int64
+	IDLimit int64
 }
 
 // ExplainResult represents the results of Collection.Explain method.

@@ -163,6 +163,11 @@ func (h *Handler) MsgExplain(connCtx context.Context, msg *wire.OpMsg) (*wire.Op
 		qp.Limit = params.Limit
 	}
 
+	// Turnpike patch: see backends.QueryParams.IDSort.
+	if !h.DisablePushdown && qp.Sort.Len() == 0 {
+		qp.IDSort, qp.IDLimit = idSortLimit(qp.Filter, params.Sort, params.Skip, params.Limit)
+	}
+
 	res, err := coll.Explain(connCtx, qp)
 	if err != nil {
 		return nil, lazyerrors.Error(err)

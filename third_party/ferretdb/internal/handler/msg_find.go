@@ -283,9 +283,39 @@ func (h *Handler) makeFindQueryParams(ctx context.Context, params *common.FindPa
 		qp.Limit = params.Limit
 	}
 
+	// Turnpike patch: see backends.QueryParams.IDSort.
+	if !h.DisablePushdown && qp.Sort.Len() == 0 {
+		qp.IDSort, qp.IDLimit = idSortLimit(qp.Filter, params.Sort, params.Skip, params.Limit)
+	}
+
 	h.L.DebugContext(ctx, fmt.Sprintf("Converted %+v for %+v to %+v.", params, cInfo, qp))
 
 	return qp, nil
+}
+
+// idSortLimit (Turnpike patch) returns the sort on _id (1, -1, or 0 for
+// none) and the limit of a query whose filter is _id alone and that skips
+// nothing, and zeros for any other query.
+func idSortLimit(filter, sort *types.Document, skip, limit int64) (int64, int64) {
+	if filter.Len() != 1 || !filter.Has("_id") || skip != 0 {
+		return 0, 0
+	}
+
+	switch sort.Len() {
+	case 0:
+		return 0, limit
+	case 1:
+		v, err := sort.Get("_id")
+		if err != nil {
+			return 0, 0
+		}
+
+		if dir, ok := v.(int64); ok && (dir == 1 || dir == -1) {
+			return dir, limit
+		}
+	}
+
+	return 0, 0
 }
 
 // makeFindIter creates an iterator chain for the find command.

@@ -67,31 +67,23 @@ func (c *collection) Query(ctx context.Context, params *backends.QueryParams) (*
 
 	q := prepareSelectClause(meta.TableName, params.Comment, meta.Capped(), params.OnlyRecordIDs)
 
-	var whereClause string
-	var args []any
-
-	// that logic should exist in one place
-	// TODO https://github.com/FerretDB/FerretDB/issues/3235
-	// Turnpike patch: push an _id equality down even when the filter has
-	// other fields. The handler filters every returned document in memory
-	// again, so this only narrows the rows read; upstream pushed down only a
-	// filter of _id alone, so a conditional update ({_id, field}) scanned
-	// the whole collection.
-	if pushdownID(params.Filter) {
-		v, _ := params.Filter.Get("_id")
-		switch v.(type) {
-		case string, types.ObjectID:
-			whereClause = fmt.Sprintf(` WHERE %s = ?`, metadata.IDColumn)
-			args = []any{string(must.NotFail(sjson.MarshalSingleValue(v)))}
-		}
+	// Turnpike patch: _id equality, $in and ranges, with a sort on _id and
+	// a limit (see prepareIDClauses).
+	whereClause, args, orderByClause, limit := prepareIDClauses(params.Filter, params.IDSort, params.IDLimit)
+	if orderByClause == "" {
+		orderByClause = prepareOrderByClause(params.Sort)
 	}
 
 	q += whereClause
-	q += prepareOrderByClause(params.Sort)
+	q += orderByClause
 
 	if params.Limit != 0 {
+		limit = params.Limit
+	}
+
+	if limit != 0 {
 		q += ` LIMIT ?`
-		args = append(args, params.Limit)
+		args = append(args, limit)
 	}
 
 	rows, err := db.QueryContext(ctx, q, args...)
@@ -278,38 +270,26 @@ func (c *collection) Explain(ctx context.Context, params *backends.ExplainParams
 
 	selectClause := prepareSelectClause(meta.TableName, "", meta.Capped(), false)
 
-	var filterPushdown bool
-	var whereClause string
-	var args []any
+	// Turnpike patch: as in Query.
+	whereClause, args, orderByClause, limit := prepareIDClauses(params.Filter, params.IDSort, params.IDLimit)
+	filterPushdown := whereClause != ""
 
-	// that logic should exist in one place
-	// TODO https://github.com/FerretDB/FerretDB/issues/3235
-	// Turnpike patch: push an _id equality down even when the filter has
-	// other fields. The handler filters every returned document in memory
-	// again, so this only narrows the rows read; upstream pushed down only a
-	// filter of _id alone, so a conditional update ({_id, field}) scanned
-	// the whole collection.
-	if pushdownID(params.Filter) {
-		v, _ := params.Filter.Get("_id")
-		switch v.(type) {
-		case string, types.ObjectID:
-			filterPushdown = true
-			whereClause = fmt.Sprintf(` WHERE %s = ?`, metadata.IDColumn)
-			args = []any{string(must.NotFail(sjson.MarshalSingleValue(v)))}
-		}
+	if orderByClause == "" {
+		orderByClause = prepareOrderByClause(params.Sort)
 	}
 
-	orderByClause := prepareOrderByClause(params.Sort)
 	sortPushdown := orderByClause != ""
 
 	q := `EXPLAIN QUERY PLAN ` + selectClause + whereClause + orderByClause
 
-	var limitPushdown bool
-
 	if params.Limit != 0 {
+		limit = params.Limit
+	}
+
+	limitPushdown := limit != 0
+	if limitPushdown {
 		q += ` LIMIT ?`
-		args = append(args, params.Limit)
-		limitPushdown = true
+		args = append(args, limit)
 	}
 
 	rows, err := db.QueryContext(ctx, q, args...)
@@ -550,13 +530,151 @@ var (
 	_ backends.Collection = (*collection)(nil)
 )
 
-// pushdownID reports whether filter has exactly one _id key (Turnpike patch).
-func pushdownID(filter *types.Document) bool {
+// prepareIDClauses (Turnpike patch) pushes the filter's _id condition
+// down to the unique _id index, when it is
+//
+//   - an equality with a string or an ObjectID, even when the filter has
+//     other fields (upstream pushed down only a filter of _id alone, so a
+//     conditional update {_id, field} scanned the whole collection);
+//   - $in of strings and ObjectIDs;
+//   - a range ($gt, $gte, $lt, $lte) of plain strings (see plainString):
+//     only documents whose _id is a string are returned.
+//
+// The handler filters every returned document in memory again, so a
+// pushed-down condition only narrows the rows read. When it is the whole
+// filter, the sort on _id (idSort 1 or -1) and the limit (idLimit) are
+// pushed down too, as ORDER BY and LIMIT on the index: a window of the
+// newest documents of a range reads only those rows.
+//
+// Within a range, the index orders strings as their JSON text, which is
+// their order as MongoDB compares them as long as they hold none of
+// space, '!', '"', '&', '<', '>', '\' and control characters (JSON
+// escapes them, or they sort before the closing quote): a string _id with
+// one of those, in a pushed-down range, may be missed or misplaced.
+func prepareIDClauses(filter *types.Document, idSort, idLimit int64) (where string, args []any, orderBy string, limit int64) {
 	n := 0
 	for _, k := range filter.Keys() {
 		if k == "_id" {
 			n++
 		}
 	}
-	return n == 1
+
+	if n != 1 {
+		return "", nil, "", 0
+	}
+
+	v, _ := filter.Get("_id")
+
+	switch v := v.(type) {
+	case string, types.ObjectID:
+		where = fmt.Sprintf(` WHERE %s = ?`, metadata.IDColumn)
+		args = []any{string(must.NotFail(sjson.MarshalSingleValue(v)))}
+
+	case *types.Document:
+		where, args = prepareIDOperators(v)
+		if where == "" {
+			return "", nil, "", 0
+		}
+
+	default:
+		return "", nil, "", 0
+	}
+
+	if filter.Len() != 1 {
+		return where, args, "", 0
+	}
+
+	switch idSort {
+	case 1:
+		orderBy = fmt.Sprintf(" ORDER BY %s", metadata.IDColumn)
+	case -1:
+		orderBy = fmt.Sprintf(" ORDER BY %s DESC", metadata.IDColumn)
+	}
+
+	return where, args, orderBy, idLimit
+}
+
+// prepareIDOperators (Turnpike patch) returns the WHERE clause of an _id
+// condition of $in or range operators, or "" when it cannot be pushed
+// down.
+func prepareIDOperators(ops *types.Document) (string, []any) {
+	if ops.Len() == 1 && ops.Has("$in") {
+		in, ok := must.NotFail(ops.Get("$in")).(*types.Array)
+		if !ok || in.Len() == 0 || in.Len() > 1000 {
+			return "", nil
+		}
+
+		placeholders := make([]string, in.Len())
+		args := make([]any, in.Len())
+
+		for i := 0; i < in.Len(); i++ {
+			v := must.NotFail(in.Get(i))
+			switch v.(type) {
+			case string, types.ObjectID:
+			default:
+				return "", nil
+			}
+
+			placeholders[i] = "?"
+			args[i] = string(must.NotFail(sjson.MarshalSingleValue(v)))
+		}
+
+		return fmt.Sprintf(` WHERE %s IN (%s)`, metadata.IDColumn, strings.Join(placeholders, ", ")), args
+	}
+
+	// Every JSON string's text lies in ['"', '#'): those are the bounds of
+	// a range open at one end.
+	lower, upper := ">=", "<"
+	args := []any{`"`, `#`}
+	var haveLower, haveUpper bool
+
+	for _, op := range ops.Keys() {
+		s, ok := must.NotFail(ops.Get(op)).(string)
+		if !ok || !plainString(s) {
+			return "", nil
+		}
+
+		switch op {
+		case "$gt", "$gte":
+			if haveLower {
+				return "", nil
+			}
+
+			haveLower, lower, args[0] = true, map[string]string{"$gt": ">", "$gte": ">="}[op], `"`+s+`"`
+		case "$lt", "$lte":
+			if haveUpper {
+				return "", nil
+			}
+
+			haveUpper, upper, args[1] = true, map[string]string{"$lt": "<", "$lte": "<="}[op], `"`+s+`"`
+		default:
+			return "", nil
+		}
+	}
+
+	// An ObjectID's JSON text is a string too: keep strings only.
+	isString := fmt.Sprintf(`%s->>'$."$s".p._id.t' = 'string'`, metadata.DefaultColumn)
+
+	return fmt.Sprintf(` WHERE %[1]s %[2]s ? AND %[1]s %[3]s ? AND %[4]s`, metadata.IDColumn, lower, upper, isString), args
+}
+
+// plainString (Turnpike patch) reports whether s is non-empty and made of
+// the printable ASCII characters from '#' on that JSON does not escape:
+// its JSON text is s quoted, and it compares with other strings' JSON text
+// as it compares with them.
+func plainString(s string) bool {
+	if s == "" {
+		return false
+	}
+
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < '#' || c > '~':
+			return false
+		case c == '\\' || c == '<' || c == '>' || c == '&':
+			return false
+		}
+	}
+
+	return true
 }

@@ -1,0 +1,246 @@
+package embedded_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+)
+
+// These tests cover Turnpike's patch of FerretDB's SQLite backend that
+// pushes _id ranges, $in, a sort on _id and a limit down to SQLite's _id
+// index (third_party/ferretdb/TURNPIKE_PATCHES.md): the results are
+// MongoDB's, and FerretDB's explain (its SQLite query plan and pushdown
+// flags) shows the index doing the work.
+
+// idCollection returns a collection holding the string _ids "a#001" …
+// "a#030", "b#001" … "b#030" and "c#001" … "c#030", ObjectIDs whose hex
+// text lies between them, and an integer _id.
+func idCollection(t *testing.T, ctx context.Context) (*mongo.Database, *mongo.Collection, []string) {
+	t.Helper()
+	db := testenv.MongoClient(t, testenv.EmbeddedMongo(t, t.TempDir()).URI()).Database("pushdown")
+	coll := db.Collection("docs")
+	var ids []string
+	var docs []any
+	for _, p := range []string{"a", "b", "c"} {
+		for i := 1; i <= 30; i++ {
+			id := fmt.Sprintf("%s#%03d", p, i)
+			ids = append(ids, id)
+			docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "n", Value: i}})
+		}
+	}
+	for _, hex := range []string{"b0000000000000000000000a", "b1234567890abcdef1234567"} {
+		oid, err := bson.ObjectIDFromHex(hex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, bson.D{{Key: "_id", Value: oid}, {Key: "n", Value: 0}})
+	}
+	docs = append(docs, bson.D{{Key: "_id", Value: 42}, {Key: "n", Value: 0}})
+	if _, err := coll.InsertMany(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	return db, coll, ids
+}
+
+func findIDs(t *testing.T, ctx context.Context, coll *mongo.Collection, filter, sort bson.D, limit int64) []string {
+	t.Helper()
+	opts := options.Find()
+	if sort != nil {
+		opts.SetSort(sort)
+	}
+	if limit != 0 {
+		opts.SetLimit(limit)
+	}
+	cur, err := coll.Find(ctx, filter, opts)
+	if err != nil {
+		t.Fatalf("find %v: %v", filter, err)
+	}
+	var docs []struct {
+		ID any `bson:"_id"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(docs))
+	for i, d := range docs {
+		out[i] = fmt.Sprint(d.ID)
+	}
+	return out
+}
+
+type explained struct {
+	Plan                          []string
+	Filter, Sort, Limit, Scanning bool
+}
+
+// explain runs FerretDB's explain of a find.
+func explain(t *testing.T, ctx context.Context, db *mongo.Database, filter, sort bson.D, limit int64) explained {
+	t.Helper()
+	find := bson.D{{Key: "find", Value: "docs"}, {Key: "filter", Value: filter}}
+	if sort != nil {
+		find = append(find, bson.E{Key: "sort", Value: sort})
+	}
+	if limit != 0 {
+		find = append(find, bson.E{Key: "limit", Value: limit})
+	}
+	var res struct {
+		QueryPlanner struct {
+			Plan []string `bson:"Plan"`
+		} `bson:"queryPlanner"`
+		FilterPushdown bool `bson:"filterPushdown"`
+		SortPushdown   bool `bson:"sortPushdown"`
+		LimitPushdown  bool `bson:"limitPushdown"`
+	}
+	if err := db.RunCommand(ctx, bson.D{{Key: "explain", Value: find}}).Decode(&res); err != nil {
+		t.Fatalf("explain: %v", err)
+	}
+	e := explained{Plan: res.QueryPlanner.Plan, Filter: res.FilterPushdown, Sort: res.SortPushdown, Limit: res.LimitPushdown}
+	for _, step := range e.Plan {
+		// "SCAN <table>" reads every row; "SEARCH … USING INDEX" does not.
+		// A temporary B-tree is a sort SQLite does itself.
+		if strings.Contains(step, "detail=SCAN") || strings.Contains(step, "TEMP B-TREE") {
+			e.Scanning = true
+		}
+	}
+	return e
+}
+
+func rng(op1, v1, op2, v2 string) bson.D {
+	return bson.D{{Key: "_id", Value: bson.D{{Key: op1, Value: v1}, {Key: op2, Value: v2}}}}
+}
+
+// want is what MongoDB returns for a range over the string _ids: the
+// strings s with lo <op1> s and s <op2> hi, in order, up to limit.
+func want(ids []string, lo, hi string, loIncl, hiIncl, desc bool, limit int) []string {
+	var out []string
+	for _, id := range ids {
+		if (id > lo || loIncl && id == lo) && (id < hi || hiIncl && id == hi) {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	if desc {
+		slices.Reverse(out)
+	}
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	if out == nil {
+		out = []string{}
+	}
+	return out
+}
+
+func TestIDRangeWithSortAndLimitIsOneIndexSearch(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	db, coll, ids := idCollection(t, ctx)
+	tests := []struct {
+		name           string
+		op1, lo        string
+		op2, hi        string
+		desc           bool
+		limit          int
+		loIncl, hiIncl bool
+	}{
+		{"The newest five of a prefix, newest first.", "$gte", "b#000", "$lte", "b#999", true, 5, true, true},
+		{"The oldest three of a prefix, oldest first.", "$gte", "b#000", "$lte", "b#999", false, 3, true, true},
+		{"Exclusive bounds exclude the documents at them.", "$gt", "b#010", "$lt", "b#020", true, 100, false, false},
+		{"A range across prefixes skips the ObjectIDs whose hex lies in it.", "$gt", "a#025", "$lte", "c#002", false, 36, false, true},
+		{"A limit past the range returns the range.", "$gte", "c#028", "$lte", "c#999", true, 10, true, true},
+		{"An empty range returns nothing.", "$gt", "b#999", "$lt", "c#", true, 10, false, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := 1
+			if tc.desc {
+				dir = -1
+			}
+			filter, sort := rng(tc.op1, tc.lo, tc.op2, tc.hi), bson.D{{Key: "_id", Value: dir}}
+			got := findIDs(t, ctx, coll, filter, sort, int64(tc.limit))
+			if w := want(ids, tc.lo, tc.hi, tc.loIncl, tc.hiIncl, tc.desc, tc.limit); !slices.Equal(got, w) {
+				t.Fatalf("find = %v, want %v", got, w)
+			}
+			e := explain(t, ctx, db, filter, sort, int64(tc.limit))
+			t.Logf("plan: %q", e.Plan)
+			if !e.Filter || !e.Sort || !e.Limit || e.Scanning {
+				t.Fatalf("explain = %+v: want filter, sort and limit pushed down to an index search", e)
+			}
+		})
+	}
+}
+
+func TestIDPushdownKeepsMongoDBResults(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	db, coll, _ := idCollection(t, ctx)
+	desc := bson.D{{Key: "_id", Value: -1}}
+	tests := []struct {
+		name                  string
+		filter, sort          bson.D
+		limit                 int64
+		want                  []string
+		filterDown, limitDown bool
+		indexOnly             bool
+	}{
+		{
+			name:   "A range open above returns strings only, with the limit pushed down.",
+			filter: bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: "c#027"}}}}, sort: desc, limit: 2,
+			want: []string{"c#030", "c#029"}, filterDown: true, limitDown: true, indexOnly: true,
+		},
+		{
+			name:   "A range with another field is pushed down without the limit; the handler applies it.",
+			filter: append(rng("$gte", "a#000", "$lte", "a#999"), bson.E{Key: "n", Value: bson.D{{Key: "$gt", Value: 27}}}), sort: desc, limit: 2,
+			want: []string{"a#030", "a#029"}, filterDown: true, limitDown: false, indexOnly: true,
+		},
+		{
+			name:   "A bound JSON would escape is not pushed down, and the results are still right.",
+			filter: rng("$gte", "b#0 ", "$lte", "b#002"), sort: desc, limit: 5,
+			want: []string{"b#002", "b#001"}, filterDown: false, limitDown: false,
+		},
+		{
+			name:   "A bound of another type is not pushed down.",
+			filter: bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: 40}}}}, sort: desc, limit: 5,
+			want: []string{"42"}, filterDown: false, limitDown: false,
+		},
+		{
+			name:   "Two lower bounds are not pushed down.",
+			filter: bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: "c#020"}, {Key: "$gte", Value: "c#028"}}}}, sort: desc, limit: 5,
+			want: []string{"c#030", "c#029", "c#028"}, filterDown: false, limitDown: false,
+		},
+		{
+			name:   "$in of strings is an index search.",
+			filter: bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"a#003", "c#030", "z#001"}}}}}, sort: nil,
+			want: []string{"a#003", "c#030"}, filterDown: true, limitDown: false, indexOnly: true,
+		},
+		{
+			name:   "A sort on another field is not pushed down.",
+			filter: rng("$gte", "a#000", "$lte", "a#999"), sort: bson.D{{Key: "n", Value: -1}}, limit: 1,
+			want: []string{"a#030"}, filterDown: true, limitDown: false,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := findIDs(t, ctx, coll, tc.filter, tc.sort, tc.limit)
+			if tc.sort == nil {
+				slices.Sort(got)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("find = %v, want %v", got, tc.want)
+			}
+			e := explain(t, ctx, db, tc.filter, tc.sort, tc.limit)
+			if e.Filter != tc.filterDown || e.Limit != tc.limitDown || tc.indexOnly && slices.ContainsFunc(e.Plan, func(s string) bool { return strings.Contains(s, "detail=SCAN") }) {
+				t.Fatalf("explain = %+v: want filter pushed down %v, limit %v, index only %v", e, tc.filterDown, tc.limitDown, tc.indexOnly)
+			}
+		})
+	}
+}

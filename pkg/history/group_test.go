@@ -1,0 +1,161 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// fakeBulk is a bulk writer whose writes wait to be released, recording
+// the batches they got. An item "dup-…" fails as a duplicate key, "bad-…"
+// with another write error.
+type fakeBulk struct {
+	release chan struct{}
+	// mu guards batches.
+	mu      sync.Mutex
+	batches [][]string
+	started chan struct{} // a write started
+}
+
+func newFakeBulk() *fakeBulk {
+	return &fakeBulk{release: make(chan struct{}), started: make(chan struct{}, 100)}
+}
+
+func (f *fakeBulk) write(ctx context.Context, items []string) []error {
+	f.mu.Lock()
+	f.batches = append(f.batches, slices.Clone(items))
+	f.mu.Unlock()
+	f.started <- struct{}{}
+	<-f.release
+	var bwe mongo.BulkWriteException
+	for i, it := range items {
+		switch {
+		case len(it) > 4 && it[:4] == "dup-":
+			bwe.WriteErrors = append(bwe.WriteErrors, mongo.BulkWriteError{WriteError: mongo.WriteError{Index: i, Code: 11000, Message: "E11000 duplicate key"}})
+		case len(it) > 4 && it[:4] == "bad-":
+			bwe.WriteErrors = append(bwe.WriteErrors, mongo.BulkWriteError{WriteError: mongo.WriteError{Index: i, Code: 2, Message: "bad value"}})
+		}
+	}
+	if len(bwe.WriteErrors) == 0 {
+		return bulkErrors(len(items), nil)
+	}
+	return bulkErrors(len(items), bwe)
+}
+
+// waiting reports how many writes the open batch holds.
+func waiting[T any](g *groupWriter[T]) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.open == nil {
+		return 0
+	}
+	return len(g.open.items)
+}
+
+// until polls cond: the writers' goroutines join batches on their own.
+func until(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestGroupWriterBatchesConcurrentWritesAndGivesEachItsOwnResult(t *testing.T) {
+	t.Parallel()
+	f := newFakeBulk()
+	g := newGroupWriter(3, 1, time.Minute, f.write)
+	ctx := context.Background()
+	results := make(map[string]error)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	do := func(item string) {
+		wg.Go(func() {
+			err := g.do(ctx, item)
+			mu.Lock()
+			results[item] = err
+			mu.Unlock()
+		})
+	}
+	do("first")
+	<-f.started // the first write holds the only slot
+	// One by one: three fill a batch, which is then closed; the next two
+	// open another. Both wait for the slot.
+	for i, it := range []string{"a", "dup-b", "c", "bad-d", "e"} {
+		do(it)
+		until(t, func() bool { return waiting(g) == []int{1, 2, 0, 1, 2}[i] })
+	}
+	for range 3 {
+		f.release <- struct{}{}
+	}
+	wg.Wait()
+	f.mu.Lock()
+	batches := slices.Clone(f.batches)
+	f.mu.Unlock()
+	// The two waiting batches take the slot in either order.
+	slices.SortFunc(batches, func(a, b []string) int { return len(a) - len(b) })
+	if want := [][]string{{"first"}, {"bad-d", "e"}, {"a", "dup-b", "c"}}; !slices.EqualFunc(batches, want, slices.Equal) {
+		t.Fatalf("batches %v, want %v", batches, want)
+	}
+	for it, err := range results {
+		switch {
+		case it == "dup-b":
+			if !mongo.IsDuplicateKeyError(err) {
+				t.Errorf("%s: %v, want a duplicate key error", it, err)
+			}
+		case it == "bad-d":
+			if err == nil || mongo.IsDuplicateKeyError(err) {
+				t.Errorf("%s: %v, want its own write error", it, err)
+			}
+		case err != nil:
+			t.Errorf("%s: %v, want success", it, err)
+		}
+	}
+}
+
+func TestGroupWriterWritesAtOnceWhenIdle(t *testing.T) {
+	t.Parallel()
+	f := newFakeBulk()
+	close(f.release)
+	g := newGroupWriter(64, 2, time.Minute, f.write)
+	for i := range 3 {
+		if err := g.do(context.Background(), fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(f.batches) != 3 {
+		t.Fatalf("batches %v, want one per sequential write", f.batches)
+	}
+}
+
+func TestBulkErrorsSpreadsACommandErrorToEveryDocument(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("connection reset")
+	for i, err := range bulkErrors(3, boom) {
+		if !errors.Is(err, boom) {
+			t.Errorf("document %d: %v", i, err)
+		}
+	}
+	wce := mongo.BulkWriteException{WriteConcernError: &mongo.WriteConcernError{Code: 64, Message: "waiting for replication timed out"},
+		WriteErrors: []mongo.BulkWriteError{{WriteError: mongo.WriteError{Index: 0, Code: 11000}}}}
+	for i, err := range bulkErrors(2, wce) {
+		if err == nil {
+			t.Errorf("document %d: a write concern error must reach every document", i)
+		}
+	}
+	bad := mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{{WriteError: mongo.WriteError{Index: 7, Code: 11000}}}}
+	for i, err := range bulkErrors(2, bad) {
+		if err == nil {
+			t.Errorf("document %d: an error indexing no document must reach every document", i)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package history
+
+import (
+	"context"
+	"fmt"
+)
+
+// Start is what a worker must know before it runs a request: whether the
+// request id is already decided, whether a recorded cancel covers it, and
+// otherwise the model's window. Pending.Start reads it.
+type Start struct {
+	// Decided is set when the request id already has a turn or an outcome
+	// (a redelivery, a duplicate record): Committed says which (N is 0 for
+	// an outcome without a turn), and the request must not run again.
+	Decided   bool
+	Committed Committed
+	// Cancelled is set when a recorded cancel covers the request (never
+	// together with Decided).
+	Cancelled bool
+	// Window is set when neither is: the last n stored messages, oldest
+	// first, followed by the pending user message (as Pending.Window).
+	Window []Message
+}
+
+// tip is the newest turn of a conversation as Start saw it: the turn a
+// commit expects to follow, and the record that fences it.
+type tip struct {
+	n      int64   // 0: the conversation had no turn
+	source *Source // of turn n; nil when it had none
+}
+
+// starter is implemented by the stores of this package that answer Start
+// in fewer round trips than Lookup, Cancelled and Window one after the
+// other (MongoStore: two queries issued together), and whose Commit uses
+// the tip to skip its own reads.
+type starter interface {
+	start(ctx context.Context, p *Pending, n int) (Start, *tip, error)
+}
+
+// Start reads, for the pending request, whether it is already decided or
+// cancelled (the cancel check needs the request's source, see SetSource)
+// and otherwise the window of the last n stored messages followed by the
+// pending message. On a MongoStore that is two queries issued at once; and
+// the commit that follows then costs one insert (the commit point and the
+// idempotency check at once) and one conversation update, so an ordinary
+// turn costs four commands in three round trips. Other stores answer with
+// Lookup, Cancelled and Window.
+func (p *Pending) Start(ctx context.Context, n int) (Start, error) {
+	if p.closed {
+		return Start{}, fmt.Errorf("start: %w", ErrClosed)
+	}
+	if err := p.id.Validate(); err != nil {
+		return Start{}, fmt.Errorf("start: %w", err)
+	}
+	if s, ok := p.store.(starter); ok {
+		st, tip, err := s.start(ctx, p, n)
+		if err != nil {
+			return Start{}, fmt.Errorf("start: %w", err)
+		}
+		p.tip = tip
+		if st.Window != nil {
+			st.Window = append(st.Window, p.Message())
+		}
+		return st, nil
+	}
+	c, decided, err := p.store.Lookup(ctx, p.id, p.requestID)
+	if err != nil {
+		return Start{}, fmt.Errorf("start: %w", err)
+	}
+	if decided {
+		return Start{Decided: true, Committed: c}, nil
+	}
+	if p.source != nil {
+		cancelled, err := p.store.Cancelled(ctx, p.id, p.requestID, *p.source)
+		if err != nil {
+			return Start{}, fmt.Errorf("start: %w", err)
+		}
+		if cancelled {
+			return Start{Cancelled: true}, nil
+		}
+	}
+	w, err := p.Window(ctx, n)
+	if err != nil {
+		return Start{}, fmt.Errorf("start: %w", err)
+	}
+	return Start{Window: w}, nil
+}
