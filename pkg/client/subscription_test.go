@@ -42,7 +42,9 @@ func TestTranscriptDropsThePartialTextOfAnOlderRun(t *testing.T) {
 
 func TestTranscriptFollowsTheLastRunOfARequest(t *testing.T) {
 	t.Parallel()
-	started := func(req, run string, seq int64) events.Event { return &events.RunStartedEvent{Meta: meta(req, run, seq)} }
+	started := func(req, run string, seq int64) events.Event {
+		return &events.RunStartedEvent{Meta: meta(req, run, seq)}
+	}
 	token := func(req, run string, seq int64, d string) events.Event {
 		return &events.TokenEvent{Meta: meta(req, run, seq), Delta: d, Role: "assistant"}
 	}
