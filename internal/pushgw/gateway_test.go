@@ -58,7 +58,13 @@ type instance struct {
 
 func newFixture(t *testing.T, ctx context.Context) *fixture {
 	t.Helper()
-	f := &fixture{t: t, brokers: testenv.Kafka(t), topic: testenv.Name(t, "stream")}
+	return newFixtureOn(t, ctx, testenv.Kafka(t))
+}
+
+// newFixtureOn is newFixture on the given brokers.
+func newFixtureOn(t *testing.T, ctx context.Context, brokers []string) *fixture {
+	t.Helper()
+	f := &fixture{t: t, brokers: brokers, topic: testenv.Name(t, "stream")}
 	if err := topic.Ensure(ctx, f.brokers, testPartitions, f.topic); err != nil {
 		t.Fatalf("ensure topic: %v", err)
 	}

@@ -185,12 +185,19 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // Transcript folds a conversation's events into the text of each request,
-// handling re-runs: when a request is re-run after a worker failure its
-// events carry a new run id, and the partial text of the older run is
-// dropped. It is not safe for concurrent use.
+// as the stream contract asks of clients. A request may be run more than
+// once (a worker failed mid-run, a record was redelivered), and it may be
+// completed more than once: every run.completed of a request carries the
+// same status, the one persisted, and the last run's events win. So a new
+// run id starts the request's text over (the older run's partial text is
+// dropped), late events of a run already superseded are ignored, and an
+// event whose seq the run already showed (a writer's retry) is dropped.
+// It is not safe for concurrent use.
 type Transcript struct {
 	runs  map[string]*RunState
 	order []string
+	// superseded holds, per request id, the run ids a later run replaced.
+	superseded map[string]map[string]bool
 }
 
 // RunState is what the stream showed of one request.
@@ -202,32 +209,57 @@ type RunState struct {
 	Status events.Status
 	// Notices are the ephemeral notices of the current run.
 	Notices []string
+	// Started is set when the current run's run.started arrived.
+	Started bool
+	// NeedsHistory is set when the request completed but Text may not be
+	// its persisted answer: the current run's beginning was not seen (the
+	// subscription joined mid-run, or a redelivery re-announced an
+	// already decided request with a lone run.completed). Read the answer
+	// from history.
+	NeedsHistory bool
+
+	seq int64 // the highest seq of the current run applied
 }
 
 // Apply folds e in and returns the state of its request.
 func (t *Transcript) Apply(e events.Event) *RunState {
 	if t.runs == nil {
 		t.runs = map[string]*RunState{}
+		t.superseded = map[string]map[string]bool{}
 	}
 	m := e.Header()
 	r := t.runs[m.RequestID]
 	if r == nil {
-		r = &RunState{RequestID: m.RequestID}
+		r = &RunState{RequestID: m.RequestID, RunID: m.RunID}
 		t.runs[m.RequestID] = r
 		t.order = append(t.order, m.RequestID)
 	}
-	if m.RunID != r.RunID {
-		// A new run of the request (or its first event): drop what an older
-		// run showed.
-		r.RunID, r.Text, r.Notices, r.Status = m.RunID, "", nil, ""
+	switch {
+	case m.RunID == r.RunID:
+		if m.Seq <= r.seq {
+			return r // seen already
+		}
+	case t.superseded[m.RequestID][m.RunID]:
+		return r // a late event of a run already replaced
+	default:
+		// A new run of the request: drop what the older run showed.
+		if t.superseded[m.RequestID] == nil {
+			t.superseded[m.RequestID] = map[string]bool{}
+		}
+		t.superseded[m.RequestID][r.RunID] = true
+		*r = RunState{RequestID: m.RequestID, RunID: m.RunID}
 	}
+	r.seq = m.Seq
 	switch e := e.(type) {
+	case *events.RunStartedEvent:
+		r.Started = true
 	case *events.TokenEvent:
 		r.Text += e.Delta
 	case *events.NoticeEvent:
 		r.Notices = append(r.Notices, e.Message)
 	case *events.RunCompletedEvent:
 		r.Status = e.Status
+		r.NeedsHistory = !r.Started
 	}
 	return r
 }

@@ -39,3 +39,48 @@ func TestTranscriptDropsThePartialTextOfAnOlderRun(t *testing.T) {
 		t.Fatalf("r2 = %+v", runs[1])
 	}
 }
+
+func TestTranscriptFollowsTheLastRunOfARequest(t *testing.T) {
+	t.Parallel()
+	started := func(req, run string, seq int64) events.Event {
+		return &events.RunStartedEvent{Meta: meta(req, run, seq)}
+	}
+	token := func(req, run string, seq int64, d string) events.Event {
+		return &events.TokenEvent{Meta: meta(req, run, seq), Delta: d, Role: "assistant"}
+	}
+	done := func(req, run string, seq int64) events.Event {
+		return &events.RunCompletedEvent{Meta: meta(req, run, seq), Status: events.StatusComplete}
+	}
+	tests := []struct {
+		name                 string
+		evs                  []events.Event
+		run, text            string
+		status               events.Status
+		started, needHistory bool
+	}{
+		{"A late event of a superseded run is ignored.",
+			[]events.Event{started("r1", "a", 1), token("r1", "a", 2, "old "), started("r1", "b", 1), token("r1", "a", 3, "late "), token("r1", "b", 2, "new"), done("r1", "b", 3)},
+			"b", "new", events.StatusComplete, true, false},
+		{"An event written twice is applied once.",
+			[]events.Event{started("r1", "a", 1), token("r1", "a", 2, "w1 "), token("r1", "a", 2, "w1 "), token("r1", "a", 3, "w2"), done("r1", "a", 4)},
+			"a", "w1 w2", events.StatusComplete, true, false},
+		{"A redelivery's lone run.completed re-announces the request: read its answer from history.",
+			[]events.Event{started("r1", "a", 1), token("r1", "a", 2, "w1"), done("r1", "a", 3), done("r1", "b", 1)},
+			"b", "", events.StatusComplete, false, true},
+		{"A subscription that joined mid-run reads the answer from history.",
+			[]events.Event{token("r1", "a", 4, "end"), done("r1", "a", 5)},
+			"a", "end", events.StatusComplete, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var tr client.Transcript
+			var r *client.RunState
+			for _, e := range tt.evs {
+				r = tr.Apply(e)
+			}
+			if r.RunID != tt.run || r.Text != tt.text || r.Status != tt.status || r.Started != tt.started || r.NeedsHistory != tt.needHistory {
+				t.Fatalf("state %+v", r)
+			}
+		})
+	}
+}

@@ -17,7 +17,9 @@
 // delivered, so no event is lost or delivered twice. It also handles run_id:
 // when a request is re-run (a worker failed), the first event of the new run
 // carries `rerun: true` and events of the older run that arrive late are
-// dropped; Answers applies that to the text it accumulates.
+// dropped; Answers applies that to the text it accumulates. A request may
+// complete more than once (a redelivery re-announces its outcome with a
+// lone run.completed, same status): the last run wins.
 //
 // HTTP calls go to the ingest API at baseURL (default: the page's origin).
 // They reject with a TurnpikeError carrying the API's error code.
