@@ -464,6 +464,7 @@ async function send(event) {
     // Keep the order: it goes after the messages still waiting.
     turn.setUser(item.content, { status: 'not sent yet' });
     turn.line('system', 'Waiting for the server: it is sent after your earlier message.');
+    reveal(turn);
     state.waiting.push({ item, turn });
     return;
   }
@@ -477,6 +478,7 @@ async function deliver(item, turn) {
   const epoch = state.epoch;
   turn.setUser(item.content, { pending: true });
   turn.clearLines();
+  reveal(turn);
   state.sending++;
   try {
     const res = await state.client.send(state.conversation, item.content, {
@@ -507,6 +509,7 @@ async function deliver(item, turn) {
     if (retriable(err)) {
       turn.setUser(item.content, { status: 'not sent yet' });
       turn.line('system', `Not sent yet: ${sendProblem(err)} It is kept, and sent as soon as the server answers again.`);
+      reveal(turn);
       wait(item, turn, err.retryAfter);
       return;
     }
@@ -514,6 +517,7 @@ async function deliver(item, turn) {
     turn.setUser(item.content, { status: 'not sent' });
     turn.user.el.dataset.kept = 'false';
     turn.line('system', `Not sent: ${err.message}. Your text is back in the message box.`);
+    reveal(turn);
     const input = $('message');
     input.value = input.value.trim() === '' ? item.content : `${item.content}\n${input.value}`;
     saveDraft();
@@ -523,6 +527,11 @@ async function deliver(item, turn) {
       flushOrphans();
     }
   }
+}
+
+// reveal keeps the newest of the user's own messages in view.
+function reveal(turn) {
+  if (turn.el === log.lastElementChild) log.scrollTop = log.scrollHeight;
 }
 
 // retriable says whether a failed send may succeed later unchanged: the
