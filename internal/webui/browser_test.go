@@ -290,6 +290,19 @@ func TestBrowserChat(t *testing.T) {
 	}
 	screenshot(t, ctx, artifacts, "chat-after-restart.png")
 
+	// A newer message sent with "interrupt it" cancels the streaming answer,
+	// which says why it stopped.
+	id6 := sendMessage(t, ctx, "[[tokens:400]][[delay:30ms]]")
+	run(t, ctx, "wait for a partial answer to interrupt", waitJS(fmt.Sprintf(
+		`(document.querySelector('%s .msg-assistant .msg-text')?.textContent ?? '').split(' ').length >= 3`, turnSel(id6))))
+	run(t, ctx, "choose interrupt", chromedp.SetValue(chromedp.CSS("#strategy"), "interrupt"))
+	id7 := sendMessage(t, ctx, "never mind")
+	waitAnswer(t, ctx, id6, "cancelled")
+	waitAnswer(t, ctx, id7, "complete")
+	if got := text(t, ctx, turnSel(id6)+" .system"); !strings.Contains(got, "Interrupted by your newer message") {
+		t.Errorf("the interrupted answer says %q, want why it stopped", got)
+	}
+
 	// turnpike.js on its own, against a fake socket and fetch.
 	script, err := os.ReadFile(filepath.Join("testdata", "turnpike_test.js"))
 	if err != nil {

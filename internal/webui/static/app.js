@@ -479,6 +479,10 @@ async function deliver(item, turn) {
   turn.setUser(item.content, { pending: true });
   turn.clearLines();
   reveal(turn);
+  // The answers this one would interrupt, marked before the POST: their
+  // cancellation may arrive before its 202.
+  const interrupts = item.strategy === 'interrupt' ? [...state.turns.values()].filter((t) => !t.done && !t.interruptedBy) : [];
+  for (const t of interrupts) t.interruptedBy = true;
   state.sending++;
   try {
     const res = await state.client.send(state.conversation, item.content, {
@@ -487,9 +491,6 @@ async function deliver(item, turn) {
     });
     outbox.remove(item);
     if (epoch !== state.epoch) return;
-    if (item.strategy === 'interrupt') {
-      for (const t of state.turns.values()) if (!t.done) t.interruptedBy = true;
-    }
     if (state.fromHistory.has(res.request_id)) {
       turn.el.remove(); // a history reload has shown it already
       return;
@@ -499,6 +500,7 @@ async function deliver(item, turn) {
     state.turns.set(res.request_id, turn);
   } catch (err) {
     if (epoch !== state.epoch) return;
+    for (const t of interrupts) t.interruptedBy = false; // it did not go
     if (err instanceof TurnpikeError && err.status === 401) {
       // No new token could be had: the message stays in the outbox, for
       // after signing in again.
