@@ -274,6 +274,10 @@ func TestBrowserChat(t *testing.T) {
 	if n := evalJS[int](t, ctx, `document.querySelectorAll('.turn .system').length`); n != 0 {
 		t.Errorf("%d status lines left after the message was sent, want none", n)
 	}
+	// (chromedp's Enter also types a newline after the page sent the text.)
+	if v := evalJS[string](t, ctx, `document.getElementById('message').value`); strings.TrimSpace(v) != "" {
+		t.Errorf("the message box holds %q after the message was sent, want it empty", v)
+	}
 	if tok := evalJS[string](t, ctx, `sessionStorage.getItem('turnpike.token')`); tok == oldToken || tok == "" {
 		t.Error("the page did not get a new token from the restarted devstack")
 	}
