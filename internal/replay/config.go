@@ -137,7 +137,9 @@ type Config struct {
 
 // Bind registers the flags of c, the shared ones included.
 func (c *Config) Bind(set *flagenv.Set) {
-	c.Shared.Bind(set)
+	// A replay verifies no token, creates no topic, exports no trace and
+	// serves nothing: those shared settings would only mislead in -h.
+	c.Shared.BindWithout(set, "json", "auth-secret", "topic-partitions", "otlp-endpoint", "trace-sample-ratio", "pprof-addr")
 	set.String(&c.Mode, "mode", "", "", "redrive (re-publish to the requests topic) or shadow (run offline, report only)")
 	set.String(&c.Topic, "topic", "", TopicRequests, `topic to read: "requests", "dlq" (under the topic prefix), or a full topic name`)
 	set.FlagSet().Func("partitions", "partitions to read, comma-separated (default: all)", func(v string) error {
