@@ -18,11 +18,11 @@ type Agent interface {
 	Run(ctx context.Context, messages []adk.Message, opts ...adk.AgentRunOption) *adk.AsyncIterator[*adk.AgentEvent]
 }
 
-// AgentConfig is the agent configuration a shadow replay runs. Today it is
-// the worker's: one chat model agent with a name and an instruction, its
-// model built from service.Shared (TURNPIKE_MODEL and friends). Issue #9's
-// agent configuration file is meant to produce this value (or a richer
-// Agent) and hand it to Deps.Agent.
+// AgentConfig is the agent a shadow replay runs without an agent
+// configuration file: the worker's default, one chat model agent with a
+// name and an instruction, its model built from service.Shared
+// (TURNPIKE_MODEL and friends). With Config.AgentFile, Connect builds the
+// file's agents instead (worker.NewFileAgent) and hands them to Deps.Agent.
 type AgentConfig struct {
 	// Name names the agent in token events. Default "assistant".
 	Name string

@@ -9,6 +9,7 @@ import (
 
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
 	"github.com/turnpike-dev/turnpike/internal/service"
+	"github.com/turnpike-dev/turnpike/internal/worker"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
@@ -115,6 +116,10 @@ type Config struct {
 	// AgentName and Instruction (shadow) configure the agent, as in the
 	// worker. Defaults "assistant" and none.
 	AgentName, Instruction string
+	// AgentFile (shadow) is an agent configuration file, as the worker's
+	// TURNPIKE_AGENT_CONFIG: its agents, models and tools run instead of
+	// one agent on Model (Connect builds it; needs Agent AgentADK).
+	AgentFile string
 	// ShadowMongoDB (shadow) keeps the rebuilt histories in this MongoDB
 	// database (on the Shared MongoURI), which must not be the live one.
 	// Default: in memory.
@@ -137,7 +142,9 @@ type Config struct {
 
 // Bind registers the flags of c, the shared ones included.
 func (c *Config) Bind(set *flagenv.Set) {
-	c.Shared.Bind(set)
+	// A replay verifies no token, creates no topic, exports no trace and
+	// serves nothing: those shared settings would only mislead in -h.
+	c.Shared.BindWithout(set, "json", "auth-secret", "topic-partitions", "otlp-endpoint", "trace-sample-ratio", "pprof-addr")
 	set.String(&c.Mode, "mode", "", "", "redrive (re-publish to the requests topic) or shadow (run offline, report only)")
 	set.String(&c.Topic, "topic", "", TopicRequests, `topic to read: "requests", "dlq" (under the topic prefix), or a full topic name`)
 	set.FlagSet().Func("partitions", "partitions to read, comma-separated (default: all)", func(v string) error {
@@ -167,6 +174,8 @@ func (c *Config) Bind(set *flagenv.Set) {
 	set.Int(&c.WindowMessages, "window", "TURNPIKE_WINDOW_MESSAGES", DefaultWindowMessages, "shadow: stored messages the model sees before the new one")
 	set.String(&c.Agent, "agent", "", AgentADK, "shadow: adk (the worker's eino agent) or direct (the model streamed directly, no tools; faster)")
 	set.String(&c.Instruction, "instruction", "TURNPIKE_INSTRUCTION", "", "shadow: system instruction of the agent")
+	set.String(&c.AgentFile, "agent-config", "TURNPIKE_AGENT_CONFIG", "",
+		"shadow: agent configuration file to run, as the worker does (agents, sub-agents, models, tools); default: one agent on -model")
 	set.String(&c.ShadowMongoDB, "shadow-mongo-db", "", "", "shadow: keep the rebuilt histories in this MongoDB database (never the live one; default: in memory)")
 	set.Duration(&c.RunTimeout, "run-timeout", "TURNPIKE_RUN_TIMEOUT", DefaultRunTimeout, "shadow: longest one generation may run")
 	set.Duration(&c.DrainTimeout, "drain-timeout", "TURNPIKE_DRAIN_TIMEOUT", DefaultDrainTimeout, "shadow: how long running requests may finish after an interrupt")
@@ -298,6 +307,14 @@ func (c Config) validateShadow() []error {
 	var errs []error
 	if c.Agent != AgentADK && c.Agent != AgentDirect {
 		errs = append(errs, fmt.Errorf("agent %q: want adk or direct", c.Agent))
+	}
+	if c.AgentFile != "" {
+		if c.Agent == AgentDirect {
+			errs = append(errs, errors.New("agent direct cannot run an agent configuration file (tools, sub-agents): use -agent adk"))
+		}
+		if _, err := worker.LoadAgentConfig(c.AgentFile); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.ShadowMongoDB == "" {
 		return errs

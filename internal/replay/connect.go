@@ -3,8 +3,15 @@ package replay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+
+	"github.com/cloudwego/eino/components/model"
+
+	"github.com/turnpike-dev/turnpike/internal/worker"
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
+	"github.com/turnpike-dev/turnpike/pkg/history"
 )
 
 // Connect builds the dependencies a replay needs from cfg, as cmd/replay
@@ -49,6 +56,11 @@ func Connect(ctx context.Context, cfg Config, stderr io.Writer) (d Deps, closeDe
 			return Deps{}, closeDeps, err
 		}
 		d.Model = m
+		if cfg.AgentFile != "" {
+			if d.Agent, d.Persist, err = fileAgent(ctx, cfg, m); err != nil {
+				return Deps{}, closeDeps, err
+			}
+		}
 		if cfg.ShadowMongoDB != "" {
 			sh := cfg.Shared
 			sh.MongoDB = cfg.ShadowMongoDB // Validate refused the live name
@@ -61,4 +73,23 @@ func Connect(ctx context.Context, cfg Config, stderr io.Writer) (d Deps, closeDe
 		}
 	}
 	return d, closeDeps, nil
+}
+
+// fileAgent builds the agent of cfg.AgentFile as the worker would, with m
+// as its default model. Interrupted runs are checkpointed in memory: a
+// shadow replay never resumes them.
+func fileAgent(ctx context.Context, cfg Config, m model.ToolCallingChatModel) (Agent, bridge.Predicate, error) {
+	spec, err := worker.LoadAgentConfig(cfg.AgentFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	models, err := cfg.NewAgentModels(spec, os.Getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	fa, err := worker.NewFileAgent(ctx, spec, worker.Deps{Store: history.NewMemoryStore(), Model: m, ModelName: cfg.ModelName(), Models: models})
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent config %s: %w", cfg.AgentFile, err)
+	}
+	return fa, fa.Persist(), nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cloudwego/eino/components/model"
 
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 )
@@ -37,6 +38,9 @@ type Deps struct {
 	Model model.ToolCallingChatModel
 	// Agent (shadow), if set, is run instead of NewAgent's.
 	Agent Agent
+	// Persist (shadow), with Agent, selects the messages whose text makes
+	// the answer. Default: assistant text of any agent.
+	Persist bridge.Predicate
 	// ShadowStore (shadow) keeps the rebuilt histories. Default: a fresh
 	// history.MemoryStore, rebuilt from the report on resume. Never the
 	// live store.

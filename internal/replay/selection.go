@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -104,6 +105,15 @@ func (c Config) fingerprint() string {
 	case ModeShadow:
 		v["model"], v["echo_delay"], v["instruction"], v["agent"] = c.Model, c.EchoDelay.String(), c.Instruction, c.AgentName
 		v["window"], v["shadow_db"], v["agent_kind"] = c.WindowMessages, c.ShadowMongoDB, c.Agent
+		if c.AgentFile != "" {
+			// The file's content, not its name: an edited file is another replay.
+			b, err := os.ReadFile(c.AgentFile)
+			sum := sha256.Sum256(b)
+			v["agent_file"] = hex.EncodeToString(sum[:])
+			if err != nil {
+				v["agent_file"] = "unreadable: " + err.Error()
+			}
+		}
 	}
 	b, _ := json.Marshal(v) // map keys are sorted: a canonical form
 	sum := sha256.Sum256(b)

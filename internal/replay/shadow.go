@@ -91,7 +91,7 @@ func (r *run) shadow(ctx context.Context) error {
 		}
 		s.agent = a
 	}
-	b, err := bridge.New(bridge.Config{Sink: discardSink{}, BufferSize: shadowBufferSize, Logger: r.d.Logger, Now: r.d.Now})
+	b, err := bridge.New(bridge.Config{Sink: discardSink{}, BufferSize: shadowBufferSize, Logger: r.d.Logger, Now: r.d.Now, Persist: r.d.Persist})
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,22 +64,63 @@ func (s *Shared) Bind(set *flagenv.Set) { s.BindLogFormat(set, "json") }
 
 // BindLogFormat is Bind with another default log format.
 func (s *Shared) BindLogFormat(set *flagenv.Set, defaultLogFormat string) {
-	set.List(&s.Brokers, "kafka-brokers", "TURNPIKE_KAFKA_BROKERS", nil, "Kafka bootstrap brokers")
-	set.String(&s.MongoURI, "mongo-uri", "TURNPIKE_MONGO_URI", "", "MongoDB connection string")
-	set.String(&s.MongoDB, "mongo-db", "TURNPIKE_MONGO_DB", "turnpike", "MongoDB database")
-	set.String(&s.AuthSecret, "auth-secret", "TURNPIKE_AUTH_SECRET", "", "HS256 secret of bearer tokens (at least 32 bytes)")
-	set.String(&s.TopicPrefix, "topic-prefix", "TURNPIKE_TOPIC_PREFIX", topic.DefaultPrefix, "prefix of the Kafka topic names")
-	set.String(&s.Model, "model", "TURNPIKE_MODEL", "echo", "model: echo or openai")
-	set.Duration(&s.EchoDelay, "echo-delay", "TURNPIKE_ECHO_DELAY", echo.DefaultDelay, "per-token delay of the echo model")
-	set.String(&s.OpenAI.BaseURL, "openai-base-url", "TURNPIKE_OPENAI_BASE_URL", "", "base URL of an OpenAI-compatible API")
-	set.String(&s.OpenAI.APIKey, "openai-api-key", "TURNPIKE_OPENAI_API_KEY", "", "API key of the OpenAI-compatible API")
-	set.String(&s.OpenAI.Model, "openai-model", "TURNPIKE_OPENAI_MODEL", "", "model name at the OpenAI-compatible API")
-	set.String(&s.LogLevel, "log-level", "TURNPIKE_LOG_LEVEL", "info", "log level: debug, info, warn, error")
-	set.String(&s.LogFormat, "log-format", "TURNPIKE_LOG_FORMAT", defaultLogFormat, "log format: json or text")
-	set.Int(&s.Partitions, "topic-partitions", "TURNPIKE_PARTITIONS", topic.DefaultPartitions, "partitions of topics created at start")
-	set.String(&s.OTLPEndpoint, "otlp-endpoint", "TURNPIKE_OTLP_ENDPOINT", "", "OTLP/HTTP endpoint of trace spans, e.g. http://otel-collector:4318 (off when empty)")
-	set.Float(&s.TraceSampleRatio, "trace-sample-ratio", "TURNPIKE_TRACE_SAMPLE_RATIO", 1, "share of new traces sampled, 0..1")
-	set.String(&s.PprofAddr, "pprof-addr", "TURNPIKE_PPROF_ADDR", "", "serve net/http/pprof on this address (off when empty; keep it private)")
+	s.BindWithout(set, defaultLogFormat)
+}
+
+// BindWithout is BindLogFormat without the flags named in omit (e.g.
+// "auth-secret"), for a command that does not use those settings: its -h
+// then lists only what it reads. Omitted fields keep their zero values.
+func (s *Shared) BindWithout(set *flagenv.Set, defaultLogFormat string, omit ...string) {
+	flags := []struct {
+		name string
+		bind func(name string)
+	}{
+		{"kafka-brokers", func(n string) { set.List(&s.Brokers, n, "TURNPIKE_KAFKA_BROKERS", nil, "Kafka bootstrap brokers") }},
+		{"mongo-uri", func(n string) { set.String(&s.MongoURI, n, "TURNPIKE_MONGO_URI", "", "MongoDB connection string") }},
+		{"mongo-db", func(n string) { set.String(&s.MongoDB, n, "TURNPIKE_MONGO_DB", "turnpike", "MongoDB database") }},
+		{"auth-secret", func(n string) {
+			set.String(&s.AuthSecret, n, "TURNPIKE_AUTH_SECRET", "", "HS256 secret of bearer tokens (at least 32 bytes)")
+		}},
+		{"topic-prefix", func(n string) {
+			set.String(&s.TopicPrefix, n, "TURNPIKE_TOPIC_PREFIX", topic.DefaultPrefix, "prefix of the Kafka topic names")
+		}},
+		{"model", func(n string) { set.String(&s.Model, n, "TURNPIKE_MODEL", "echo", "model: echo or openai") }},
+		{"echo-delay", func(n string) {
+			set.Duration(&s.EchoDelay, n, "TURNPIKE_ECHO_DELAY", echo.DefaultDelay, "per-token delay of the echo model")
+		}},
+		{"openai-base-url", func(n string) {
+			set.String(&s.OpenAI.BaseURL, n, "TURNPIKE_OPENAI_BASE_URL", "", "base URL of an OpenAI-compatible API")
+		}},
+		{"openai-api-key", func(n string) {
+			set.String(&s.OpenAI.APIKey, n, "TURNPIKE_OPENAI_API_KEY", "", "API key of the OpenAI-compatible API")
+		}},
+		{"openai-model", func(n string) {
+			set.String(&s.OpenAI.Model, n, "TURNPIKE_OPENAI_MODEL", "", "model name at the OpenAI-compatible API")
+		}},
+		{"log-level", func(n string) {
+			set.String(&s.LogLevel, n, "TURNPIKE_LOG_LEVEL", "info", "log level: debug, info, warn, error")
+		}},
+		{"log-format", func(n string) {
+			set.String(&s.LogFormat, n, "TURNPIKE_LOG_FORMAT", defaultLogFormat, "log format: json or text")
+		}},
+		{"topic-partitions", func(n string) {
+			set.Int(&s.Partitions, n, "TURNPIKE_PARTITIONS", topic.DefaultPartitions, "partitions of topics created at start")
+		}},
+		{"otlp-endpoint", func(n string) {
+			set.String(&s.OTLPEndpoint, n, "TURNPIKE_OTLP_ENDPOINT", "", "OTLP/HTTP endpoint of trace spans, e.g. http://otel-collector:4318 (off when empty)")
+		}},
+		{"trace-sample-ratio", func(n string) {
+			set.Float(&s.TraceSampleRatio, n, "TURNPIKE_TRACE_SAMPLE_RATIO", 1, "share of new traces sampled, 0..1")
+		}},
+		{"pprof-addr", func(n string) {
+			set.String(&s.PprofAddr, n, "TURNPIKE_PPROF_ADDR", "", "serve net/http/pprof on this address (off when empty; keep it private)")
+		}},
+	}
+	for _, f := range flags {
+		if !slices.Contains(omit, f.name) {
+			f.bind(f.name)
+		}
+	}
 }
 
 // Topics returns the topic names under the configured prefix.

@@ -60,7 +60,8 @@ const instrument = `(() => {
 
 func TestBrowserChat(t *testing.T) {
 	t.Parallel()
-	st := startStack(t)
+	stk := newStack(t)
+	st := stk.start(t, "")
 	checkDevstackServesThePage(t, st)
 	chromium := findChromium(t)
 	artifacts := artifactsDir(t)
@@ -229,6 +230,83 @@ func TestBrowserChat(t *testing.T) {
 	}
 	screenshot(t, ctx, artifacts, "chat-phone.png")
 
+	// A shorter viewport (a phone's keyboard opening) keeps the newest
+	// message in view.
+	run(t, ctx, "shorten the viewport",
+		chromedp.EmulateViewport(360, 420, chromedp.EmulateMobile),
+		waitJS(`(() => { const l = document.getElementById('log'); return l.scrollHeight - l.scrollTop - l.clientHeight < 40; })()`),
+	)
+	run(t, ctx, "back to desktop", chromedp.EmulateViewport(1100, 720), waitJS(`document.getElementById('conn').dataset.state === 'open'`))
+
+	// The stack restarts with another secret while a message is typed and
+	// sent: the page keeps it and says why, then re-authenticates,
+	// resubscribes from its cursor and sends it, without a reload.
+	waitAnswer(t, ctx, sendMessage(t, ctx, "before the restart"), "complete") // the subscription has a cursor
+	oldToken := evalJS[string](t, ctx, `window.__notReloaded = true, sessionStorage.getItem('turnpike.token')`)
+	subscribes := evalJS[int](t, ctx, `window.__tp.sent.filter((f) => f.includes('"subscribe"')).length`)
+	stk.stop(t)
+	run(t, ctx, "see the connection lost", waitJS(`document.getElementById('conn').dataset.state === 'reconnecting'`))
+	const typed = "typed while the server was down"
+	run(t, ctx, "send while the server is down",
+		chromedp.SendKeys(chromedp.CSS("#message"), typed+kb.Enter),
+		waitJS(`[...document.querySelectorAll('.turn .system')].some((p) => p.textContent.startsWith('Not sent yet'))`),
+	)
+	if !evalJS[bool](t, ctx, `(() => { const l = document.getElementById('log'); return l.scrollHeight - l.scrollTop - l.clientHeight < 40; })()`) {
+		t.Error("the message typed while the server is down is not scrolled into view")
+	}
+	if got := text(t, ctx, ".turn:last-child .msg-user .msg-text"); got != typed {
+		t.Errorf("while the server is down the page shows %q, want the typed message", got)
+	}
+	if n := evalJS[int](t, ctx, `Object.keys(sessionStorage).filter((k) => k.startsWith('turnpike.outbox:')).length`); n != 1 {
+		t.Errorf("%d outboxes kept while the server is down, want the typed message in one", n)
+	}
+	screenshot(t, ctx, artifacts, "chat-server-down.png")
+	st = stk.start(t, "another-secret-after-the-restart-0123456789")
+	sent := fmt.Sprintf(`[...document.querySelectorAll('.turn[data-request-id]')].filter((t) => t.querySelector('.msg-user .msg-text')?.textContent === %q)`, typed)
+	run(t, ctx, "wait for the typed message to be sent and answered",
+		waitJS(sent+`.some((t) => t.querySelector('.msg-assistant')?.dataset.status === 'complete')`))
+	if !evalJS[bool](t, ctx, `window.__notReloaded === true`) {
+		t.Error("the page reloaded across the restart")
+	}
+	if n := evalJS[int](t, ctx, sent+`.length`); n != 1 {
+		t.Errorf("the typed message shows %d times, want once", n)
+	}
+	if n := evalJS[int](t, ctx, `document.querySelectorAll('.turn .system').length`); n != 0 {
+		t.Errorf("%d status lines left after the message was sent, want none", n)
+	}
+	// (chromedp's Enter also types a newline after the page sent the text.)
+	if v := evalJS[string](t, ctx, `document.getElementById('message').value`); strings.TrimSpace(v) != "" {
+		t.Errorf("the message box holds %q after the message was sent, want it empty", v)
+	}
+	if tok := evalJS[string](t, ctx, `sessionStorage.getItem('turnpike.token')`); tok == oldToken || tok == "" {
+		t.Error("the page did not get a new token from the restarted devstack")
+	}
+	after := evalJS[[]string](t, ctx, fmt.Sprintf(`window.__tp.sent.filter((f) => f.includes('"subscribe"')).slice(%d)`, subscribes))
+	if len(after) == 0 || !strings.Contains(after[len(after)-1], `"since":"1-`) {
+		t.Errorf("subscribe frames after the restart %q: want a resume from the last cursor", after)
+	}
+	if n := evalJS[int](t, ctx, `Object.keys(sessionStorage).filter((k) => k.startsWith('turnpike.outbox:')).length`); n != 0 {
+		t.Errorf("%d outboxes left after the message was accepted, want none", n)
+	}
+	stored = history(t, st, conv)
+	if n := count(stored, typed); n != 1 {
+		t.Errorf("history holds the typed message %d times, want once: %q", n, stored)
+	}
+	screenshot(t, ctx, artifacts, "chat-after-restart.png")
+
+	// A newer message sent with "interrupt it" cancels the streaming answer,
+	// which says why it stopped.
+	id6 := sendMessage(t, ctx, "[[tokens:400]][[delay:30ms]]")
+	run(t, ctx, "wait for a partial answer to interrupt", waitJS(fmt.Sprintf(
+		`(document.querySelector('%s .msg-assistant .msg-text')?.textContent ?? '').split(' ').length >= 3`, turnSel(id6))))
+	run(t, ctx, "choose interrupt", chromedp.SetValue(chromedp.CSS("#strategy"), "interrupt"))
+	id7 := sendMessage(t, ctx, "never mind")
+	waitAnswer(t, ctx, id6, "cancelled")
+	waitAnswer(t, ctx, id7, "complete")
+	if got := text(t, ctx, turnSel(id6)+" .system"); !strings.Contains(got, "Interrupted by your newer message") {
+		t.Errorf("the interrupted answer says %q, want why it stopped", got)
+	}
+
 	// turnpike.js on its own, against a fake socket and fetch.
 	script, err := os.ReadFile(filepath.Join("testdata", "turnpike_test.js"))
 	if err != nil {
@@ -389,9 +467,10 @@ func newBrowser(t *testing.T, path string) context.Context {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, p := range problems {
-			// The dropped socket is logged by the browser itself; nothing
-			// else may be.
-			if !strings.Contains(p, "WebSocket") {
+			// The dropped socket, and the requests refused while the stack
+			// restarts, are logged by the browser itself; nothing else may be.
+			if !strings.Contains(p, "WebSocket") && !strings.Contains(p, "net::ERR_CONNECTION_REFUSED") &&
+				!strings.Contains(p, "status of 401 (Unauthorized)") {
 				t.Errorf("the page logged %s", p)
 			}
 		}
@@ -471,6 +550,16 @@ func screenshot(t *testing.T, ctx context.Context, dir, name string) {
 	t.Logf("screenshot: %s", path)
 }
 
+func count(xs []string, x string) int {
+	n := 0
+	for _, v := range xs {
+		if v == x {
+			n++
+		}
+	}
+	return n
+}
+
 func contains(xs []string, x string) bool {
 	for _, v := range xs {
 		if v == x {
@@ -503,6 +592,21 @@ func history(t *testing.T, st devstack.Stack, conv string) []string {
 // per-token echo delay, and returns once it is ready.
 func startStack(t *testing.T) devstack.Stack {
 	t.Helper()
+	return newStack(t).start(t, "")
+}
+
+// stack is a devstack that a test can stop and start again: on the same
+// ingest and gateway addresses and data directory (the page does not move),
+// with its kept secret or another one.
+type stack struct {
+	cfg                devstack.Config
+	ingestAddr, gwAddr string
+	cancel             context.CancelFunc
+	done               chan error
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
 	var cfg devstack.Config
 	cfg.KafkaAddr, cfg.MongoAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
 	cfg.MongoDB, cfg.TopicPrefix, cfg.Model, cfg.LogLevel = "turnpike", "turnpike.", "echo", "warn"
@@ -515,18 +619,25 @@ func startStack(t *testing.T) devstack.Stack {
 		cfg.MongoURI, cfg.MongoDB = v, testenv.Name(t, "webui")
 	}
 	cfg.Worker.Worker.Partitions = 2
-	lns := devstack.Listeners{Ingest: listen(t), Pushgw: listen(t)}
+	s := &stack{cfg: cfg}
+	t.Cleanup(func() { s.stop(t) })
+	return s
+}
+
+// start runs the stack (with secret as TURNPIKE_AUTH_SECRET, if set) and
+// returns once it is ready.
+func (s *stack) start(t *testing.T, secret string) devstack.Stack {
+	t.Helper()
+	cfg := s.cfg
+	cfg.AuthSecret = secret
+	lns := devstack.Listeners{Ingest: listenOn(t, s.ingestAddr), Pushgw: listenOn(t, s.gwAddr)}
+	s.ingestAddr, s.gwAddr = lns.Ingest.Addr().String(), lns.Pushgw.Addr().String()
 	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithCancel(context.Background())
 	readyc := make(chan devstack.Stack, 1)
 	done := make(chan error, 1)
+	s.cancel, s.done = cancel, done
 	go func() { done <- devstack.Run(ctx, cfg, lns, log, func(st devstack.Stack) { readyc <- st }) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("devstack: %v", err)
-		}
-	})
 	select {
 	case st := <-readyc:
 		return st
@@ -537,6 +648,39 @@ func startStack(t *testing.T) devstack.Stack {
 		t.Fatal("devstack not ready within 60s")
 	}
 	return devstack.Stack{}
+}
+
+// stop stops the stack, if it runs, and waits until it has.
+func (s *stack) stop(t *testing.T) {
+	t.Helper()
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	s.cancel = nil
+	if err := <-s.done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("devstack: %v", err)
+	}
+}
+
+// listenOn listens on addr, or on a random loopback port when addr is "".
+// An address just given up may take a moment to be free again.
+func listenOn(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	if addr == "" {
+		return listen(t)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			return ln
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("listen again on %s: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func listen(t *testing.T) net.Listener {

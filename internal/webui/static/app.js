@@ -464,6 +464,7 @@ async function send(event) {
     // Keep the order: it goes after the messages still waiting.
     turn.setUser(item.content, { status: 'not sent yet' });
     turn.line('system', 'Waiting for the server: it is sent after your earlier message.');
+    reveal(turn);
     state.waiting.push({ item, turn });
     return;
   }
@@ -477,6 +478,11 @@ async function deliver(item, turn) {
   const epoch = state.epoch;
   turn.setUser(item.content, { pending: true });
   turn.clearLines();
+  reveal(turn);
+  // The answers this one would interrupt, marked before the POST: their
+  // cancellation may arrive before its 202.
+  const interrupts = item.strategy === 'interrupt' ? [...state.turns.values()].filter((t) => !t.done && !t.interruptedBy) : [];
+  for (const t of interrupts) t.interruptedBy = true;
   state.sending++;
   try {
     const res = await state.client.send(state.conversation, item.content, {
@@ -485,9 +491,6 @@ async function deliver(item, turn) {
     });
     outbox.remove(item);
     if (epoch !== state.epoch) return;
-    if (item.strategy === 'interrupt') {
-      for (const t of state.turns.values()) if (!t.done) t.interruptedBy = true;
-    }
     if (state.fromHistory.has(res.request_id)) {
       turn.el.remove(); // a history reload has shown it already
       return;
@@ -497,6 +500,7 @@ async function deliver(item, turn) {
     state.turns.set(res.request_id, turn);
   } catch (err) {
     if (epoch !== state.epoch) return;
+    for (const t of interrupts) t.interruptedBy = false; // it did not go
     if (err instanceof TurnpikeError && err.status === 401) {
       // No new token could be had: the message stays in the outbox, for
       // after signing in again.
@@ -507,6 +511,7 @@ async function deliver(item, turn) {
     if (retriable(err)) {
       turn.setUser(item.content, { status: 'not sent yet' });
       turn.line('system', `Not sent yet: ${sendProblem(err)} It is kept, and sent as soon as the server answers again.`);
+      reveal(turn);
       wait(item, turn, err.retryAfter);
       return;
     }
@@ -514,6 +519,7 @@ async function deliver(item, turn) {
     turn.setUser(item.content, { status: 'not sent' });
     turn.user.el.dataset.kept = 'false';
     turn.line('system', `Not sent: ${err.message}. Your text is back in the message box.`);
+    reveal(turn);
     const input = $('message');
     input.value = input.value.trim() === '' ? item.content : `${item.content}\n${input.value}`;
     saveDraft();
@@ -523,6 +529,11 @@ async function deliver(item, turn) {
       flushOrphans();
     }
   }
+}
+
+// reveal keeps the newest of the user's own messages in view.
+function reveal(turn) {
+  if (turn.el === log.lastElementChild) log.scrollTop = log.scrollHeight;
 }
 
 // retriable says whether a failed send may succeed later unchanged: the

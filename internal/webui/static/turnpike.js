@@ -324,10 +324,12 @@ export class Client {
       if (!(err instanceof TurnpikeError && err.status === 401)) return;
     }
     const fresh = await this.#refreshToken(token, { reason: 'unauthenticated', status: 401, code: 'unauthenticated' });
-    if (this.#closed || this.#ws || this.#retryTimer !== timer) return; // reconnected or rescheduled meanwhile
+    if (this.#closed) return;
     if (fresh) {
-      this.reconnect();
-    } else {
+      // Connect with it now, also in place of an attempt still opening
+      // with the refused token.
+      if (!this.#ws || !this.#opened) this.reconnect();
+    } else if (!this.#ws && this.#retryTimer === timer) {
       this.#setState('reconnecting', { attempt: this.#attempt, delay: 0, code, unauthenticated: true });
     }
   }

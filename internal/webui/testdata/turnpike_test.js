@@ -155,5 +155,67 @@
   await h.send('c1', 'x').catch((e) => { un = e; });
   check(un?.code === 'unavailable' && calls.length === 6, `without a key a 503 is not retried: ${un} after ${calls.length} calls`);
   h.close();
+
+  // A token provider: an HTTP 401 gets a fresh token and the call is made once more.
+  const tcalls = [];
+  const tq = [
+    [401, { error: { code: 'unauthenticated', message: 'token expired' } }],
+    [200, { conversations: [], next_before: null }],
+    [401, { error: { code: 'unauthenticated', message: 'bad signature' } }], // the check after a failed open
+    [200, { conversations: [], next_before: null }], // the check after a 4001 close
+    [401, { error: { code: 'unauthenticated', message: 'refused' } }], // a provider that fails
+    [401, { error: { code: 'unauthenticated', message: 'refused' } }], // and the check of its socket
+  ];
+  const tfetch = async (url, init) => {
+    tcalls.push({ url, init });
+    const [status, body] = tq.shift();
+    return new Response(JSON.stringify(body), { status });
+  };
+  const reasons = [];
+  let minted = 0;
+  let provide = async (info) => { reasons.push(info.reason); return `NEW${++minted}`; };
+  const rstates = [];
+  const r = tp.connect({
+    streamURL: 'ws://gw.test/v1/stream', token: 'OLD', baseURL: 'http://api.test', fetch: tfetch, WebSocket: FakeSocket,
+    backoffMin: 5, backoffMax: 20, getToken: (info) => provide(info), onState: (s, info) => rstates.push([s, info]),
+  });
+  const auth = (call) => call.init.headers.Authorization;
+  await r.conversations();
+  check(tcalls.length === 2 && auth(tcalls[0]) === 'Bearer OLD' && auth(tcalls[1]) === 'Bearer NEW1' && r.token === 'NEW1' &&
+    show(reasons) === '["unauthenticated"]', `a 401 is retried once with a fresh token: ${show(tcalls.map(auth))} ${show(reasons)}`);
+  // A socket that cannot open: its token is checked, refused, replaced, and the client connects with the new one.
+  const tokenOf = (ws) => new URL(ws.url).searchParams.get('access_token');
+  const rsub = r.subscribe('c9', { onEvent: () => {} });
+  check(tokenOf(latest()) === 'NEW1', `the socket opens with the current token: ${latest().url}`);
+  latest().drop();
+  await until(() => tokenOf(latest()) === 'NEW2', 'a socket with the token that replaced the refused one');
+  check(tcalls[2]?.url === 'http://api.test/v1/conversations?limit=1' && auth(tcalls[2]) === 'Bearer NEW1',
+    `the refused socket's token is checked over HTTP: ${show(tcalls[2])}`);
+  const w2 = latest();
+  w2.open();
+  w2.recv({ type: 'subscribed', conversation: 'c9' });
+  await rsub.ready;
+  // Too slow (4008): reconnect without checking the token.
+  w2.readyState = 3;
+  w2.onclose?.({ code: 4008 });
+  await until(() => latest() !== w2, 'a reconnect after 4008');
+  check(tcalls.length === 3 && tokenOf(latest()) === 'NEW2', `a 4008 close does not check the token: ${tcalls.length} calls`);
+  const w3 = latest();
+  w3.open();
+  w3.recv({ type: 'subscribed', conversation: 'c9' });
+  // A 4xxx close (the gateway's token expiry among them): the token is checked; still good, it is kept.
+  w3.readyState = 3;
+  w3.onclose?.({ code: 4001 });
+  await until(() => latest() !== w3 && tcalls.length === 4, 'a reconnect and a token check after 4001');
+  check(tokenOf(latest()) === 'NEW2' && minted === 2, `a token the API accepts is kept: ${latest().url}, minted ${minted}`);
+  // A provider that fails: the 401 stands, and the client says it is unauthenticated.
+  provide = async () => { throw new Error('no way to sign in'); };
+  r.setToken('STALE');
+  let refused = null;
+  await r.history('c9').catch((e) => { refused = e; });
+  latest().drop();
+  await until(() => rstates.some(([, info]) => info?.unauthenticated), 'the unauthenticated state');
+  check(refused?.status === 401 && r.token === 'STALE', `without a fresh token the 401 stands: ${refused}`);
+  r.close();
   return failures;
 })()
