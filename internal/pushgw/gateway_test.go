@@ -38,7 +38,7 @@ const (
 // a running gateway behind an httptest server. More gateways on the same
 // topic (replicas) come from launch.
 type fixture struct {
-	t       *testing.T
+	t       testing.TB
 	brokers []string
 	topic   string
 	writer  *kafka.Writer
@@ -56,7 +56,7 @@ type instance struct {
 	runErr chan error
 }
 
-func newFixture(t *testing.T, ctx context.Context) *fixture {
+func newFixture(t testing.TB, ctx context.Context) *fixture {
 	t.Helper()
 	f := &fixture{t: t, brokers: testenv.Kafka(t), topic: testenv.Name(t, "stream")}
 	if err := topic.Ensure(ctx, f.brokers, testPartitions, f.topic); err != nil {
@@ -186,7 +186,7 @@ func partitionOf(id events.Identity) int {
 
 // wsClient is a test WebSocket client.
 type wsClient struct {
-	t    *testing.T
+	t    testing.TB
 	conn *websocket.Conn
 }
 
