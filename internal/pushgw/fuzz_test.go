@@ -34,7 +34,7 @@ func FuzzGatewayFrame(f *testing.F) {
 	}
 	ctx := testenv.Context(f, 60*time.Second)
 	fx := newFixture(f, ctx)
-	fx.start(ctx, func(c *Config) { c.ConnectPerMinute, c.SubscribePerMinute, c.MaxSubscriptions = -1, -1, 1 << 20 }, nil)
+	fx.start(ctx, func(c *Config) { c.ConnectPerMinute, c.SubscribePerMinute, c.MaxSubscriptions = -1, -1, 1<<20 }, nil)
 	tok := token(f, auth.DefaultTenant, "fuzz")
 	var c *wsClient // one connection for as long as it stays open
 	f.Cleanup(func() {
