@@ -23,6 +23,9 @@
 // They reject with a TurnpikeError carrying the API's error code.
 
 const PERSISTED = new Set(['complete', 'incomplete', 'cancelled', 'interrupted']);
+/** The close code of a socket whose token expired. */
+export const CLOSE_TOKEN_EXPIRED = 4401;
+
 const EVENT_TYPES = new Set(['run.started', 'token', 'notice', 'agent.transfer', 'run.interrupted', 'run.completed']);
 
 /** An error answer of the API, or a network failure (status 0, code "network"). */
@@ -48,6 +51,9 @@ export class TurnpikeError extends Error {
  * @param {object} options
  * @param {string} options.streamURL the push gateway, e.g. "ws://localhost:8081/v1/stream"
  * @param {string} options.token bearer JWT (sent as ?access_token= on the WebSocket)
+ * @param {() => Promise<string>} [options.tokenSource] called for a fresh token when the gateway
+ *   closes the socket because the token expired (close code 4401); the client then reconnects
+ *   with it and resumes every subscription from its cursor. Without it, the reconnects fail.
  * @param {string} [options.baseURL] the ingest API, default "" (the page's origin)
  * @param {(state: string, info: object) => void} [options.onState] connection state changes:
  *   "idle", "connecting", "open", "reconnecting" (info: {attempt, delay, code}), "closed"
@@ -82,9 +88,10 @@ export class Client {
   #lastFrame = 0;
   #closed = false;
   #online;
+  #tokenSource;
 
   constructor({
-    streamURL, token, baseURL = '', onState,
+    streamURL, token, baseURL = '', onState, tokenSource,
     backoffMin = 250, backoffMax = 10000, pingInterval = 20000, pongTimeout = 10000,
     fetch = globalThis.fetch?.bind(globalThis), WebSocket = globalThis.WebSocket,
   } = {}) {
@@ -96,6 +103,7 @@ export class Client {
     this.#fetch = fetch;
     this.#WebSocket = WebSocket;
     this.#onState = onState;
+    this.#tokenSource = tokenSource;
     this.#opts = { backoffMin, backoffMax, pingInterval, pongTimeout };
     this.#online = () => {
       // The network is back: retry now rather than after the backoff.
@@ -257,9 +265,25 @@ export class Client {
     ws.onmessage = (m) => this.#frame(m.data);
     ws.onclose = (ev) => {
       this.#detach();
+      if (ev.code === CLOSE_TOKEN_EXPIRED && this.#tokenSource) {
+        this.#renew();
+        return;
+      }
       this.#retry(ev.code);
     };
     ws.onerror = () => {}; // a close event follows
+  }
+
+  // #renew gets a fresh token after the gateway closed the socket because
+  // the token expired, and reconnects with it at once (with backoff if the
+  // token source fails).
+  #renew() {
+    this.#setState('reconnecting', { attempt: this.#attempt, delay: 0, code: CLOSE_TOKEN_EXPIRED });
+    Promise.resolve().then(() => this.#tokenSource()).then((token) => {
+      if (this.#closed || this.#ws || this.#retryTimer) return;
+      if (token) this.#token = token;
+      this.#open();
+    }, () => this.#retry(CLOSE_TOKEN_EXPIRED));
   }
 
   // #detach forgets the current socket without waiting for its close event.

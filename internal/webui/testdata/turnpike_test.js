@@ -155,5 +155,31 @@
   await h.send('c1', 'x').catch((e) => { un = e; });
   check(un?.code === 'unavailable' && calls.length === 6, `without a key a 503 is not retried: ${un} after ${calls.length} calls`);
   h.close();
+
+  // The gateway closes a socket whose token expired with 4401: the client
+  // takes a fresh token from tokenSource and resumes from its cursor.
+  let fresh = 0;
+  const r = tp.connect({
+    streamURL: 'ws://gw.test/v1/stream', token: 'OLD', WebSocket: FakeSocket, backoffMin: 5, backoffMax: 20,
+    tokenSource: async () => `NEW${++fresh}`,
+  });
+  const rGot = [];
+  const rSub = r.subscribe('c1', { onEvent: (e) => rGot.push(e.seq) });
+  const r1 = latest();
+  r1.open();
+  r1.recv({ type: 'subscribed', conversation: 'c1' });
+  await rSub.ready;
+  r1.recv(ev('token', 2, { delta: 'a' }));
+  r1.readyState = 3;
+  r1.onclose?.({ code: tp.CLOSE_TOKEN_EXPIRED });
+  await until(() => latest() !== r1, 'the reconnect after the token expired');
+  const r2 = latest();
+  check(new URL(r2.url).searchParams.get('access_token') === 'NEW1', `the reconnect uses the fresh token: ${r2.url}`);
+  r2.open();
+  check(show(r2.sent) === '[{"op":"subscribe","conversation":"c1","since":"cur-2"}]', `resubscribe from the cursor after expiry: ${show(r2.sent)}`);
+  r2.recv({ type: 'subscribed', conversation: 'c1' });
+  r2.recv(ev('token', 3, { delta: 'b' }));
+  check(show(rGot) === '[2,3]', `every event once across the token's expiry: ${show(rGot)}`);
+  r.close();
   return failures;
 })()
