@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"io"
 	"net"
 	"strconv"
@@ -80,9 +81,26 @@ func TestASubscriptionResumesAcrossDroppedConnectionsWithoutGapOrDuplicate(t *te
 	}
 	defer sub.Close()
 	sent := send(t, ctx, c, "drops", "[[tokens:60]][[delay:10ms]]")
+	tokens := 0
+	followAnswer(t, ctx, sub, sent, 60, func(e events.Event) {
+		if e.Type() == events.TypeToken {
+			if tokens++; tokens%15 == 0 {
+				proxy.cut() // the network drops mid-answer
+			}
+		}
+	})
+	if reconnects < 2 {
+		t.Fatalf("%d reconnections: the connection was not actually cut", reconnects)
+	}
+}
+
+// followAnswer reads sub until the answer to request sent completes. It
+// fails on a duplicate event, and unless the answer is the echo model's
+// "w1 w2 … w<words>", complete. each, if set, sees every event first.
+func followAnswer(t *testing.T, ctx context.Context, sub *client.Subscription, sent string, words int, each func(events.Event)) {
+	t.Helper()
 	var tr client.Transcript
 	seen := map[string]bool{}
-	tokens := 0
 	for {
 		e, err := sub.Next(ctx)
 		if err != nil {
@@ -92,23 +110,18 @@ func TestASubscriptionResumesAcrossDroppedConnectionsWithoutGapOrDuplicate(t *te
 			t.Fatalf("duplicate event %+v", e.Header())
 		}
 		seen[e.Header().Cursor] = true
-		if e.Type() == events.TypeToken {
-			if tokens++; tokens%15 == 0 {
-				proxy.cut() // the network drops mid-answer
-			}
+		if each != nil {
+			each(e)
 		}
 		if r := tr.Apply(e); r.RequestID == sent && r.Status != "" {
 			want := "w1"
-			for i := 2; i <= 60; i++ {
+			for i := 2; i <= words; i++ {
 				want += " w" + strconv.Itoa(i)
 			}
 			if r.Text != want || r.Status != events.StatusComplete {
 				t.Fatalf("folded %q (%s), want the whole answer once", r.Text, r.Status)
 			}
-			break
+			return
 		}
-	}
-	if reconnects < 2 {
-		t.Fatalf("%d reconnections: the connection was not actually cut", reconnects)
 	}
 }

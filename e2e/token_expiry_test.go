@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/pkg/client"
-	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
 // The gateway closes a connection when its token expires; a Subscription
@@ -32,28 +30,7 @@ func TestASubscriptionRenewsItsTokenAndResumesWithoutLosingAnEvent(t *testing.T)
 	}
 	defer sub.Close()
 	sent := send(t, ctx, c, "renew", "[[tokens:40]][[delay:100ms]]")
-	var tr client.Transcript
-	seen := map[string]bool{}
-	for {
-		e, err := sub.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if seen[e.Header().Cursor] {
-			t.Fatalf("duplicate event %+v", e.Header())
-		}
-		seen[e.Header().Cursor] = true
-		if r := tr.Apply(e); r.RequestID == sent && r.Status != "" {
-			want := "w1"
-			for i := 2; i <= 40; i++ {
-				want += " w" + strconv.Itoa(i)
-			}
-			if r.Text != want || r.Status != events.StatusComplete {
-				t.Fatalf("folded %q (%s), want the whole answer once", r.Text, r.Status)
-			}
-			break
-		}
-	}
+	followAnswer(t, ctx, sub, sent, 40, nil)
 	if reconnects < 1 {
 		t.Fatalf("%d reconnections over an answer longer than the token's life: the connection outlived its token", reconnects)
 	}

@@ -50,7 +50,7 @@ func libToken(t *testing.T, m jwt.SigningMethod, key any, c jwt.MapClaims) strin
 	return s
 }
 
-func newVerifier(t *testing.T) *auth.Verifier {
+func newVerifier(t testing.TB) *auth.Verifier {
 	t.Helper()
 	v, err := auth.NewVerifier(secret, func() time.Time { return now })
 	if err != nil {

@@ -202,7 +202,7 @@ func (s *Service) routes() http.Handler {
 	for _, r := range table {
 		mux.Handle(r.pattern, s.metrics.instrument(r.pattern, r.h))
 	}
-	return mux
+	return server.CanonicalPaths(mux)
 }
 
 // principalHandler serves a request of an authenticated caller.

@@ -16,7 +16,8 @@
 //   - outbox.go: a connection's outbound queue, bounded in frames and bytes.
 //   - wire.go: the socket under a connection, which coalesces a backlog of
 //     frames into one write.
-//   - origin.go, ratelimit.go: the origin policy and per-user token buckets.
+//   - origin.go, ratelimit.go: the origin policy (originAllowed, shared by
+//     every transport) and per-user token buckets.
 //   - frames.go: client and server frames; cursor.go: the cursor format.
 //
 // Every replica reads the whole stream topic (no consumer group) and serves
@@ -26,7 +27,8 @@
 // Goroutines: Run owns the live readers and waits for every client; each
 // client owns its reader goroutine and its replays; the writer goroutine of
 // a client tears it down. Nothing on the fan-out path waits on a client: a
-// client whose queue is full is closed with 4008.
+// client whose queue is full is closed with 4008. The writer also closes
+// its client with 4401 when the token it connected with expires.
 //
 // Locks, in order: a shard's mutex (hub.go) may be held while a client's
 // outbox mutex is taken (outbox.mu is a leaf) and while its close state is

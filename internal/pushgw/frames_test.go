@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
@@ -62,7 +63,17 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := decodeRequest(b)
 		if err != nil {
+			// The error frame quotes the client's bytes: still valid JSON
+			// in valid UTF-8.
+			if frame := errorFrame(codeInvalidArgument, err.Error()); !utf8.Valid(frame) || !json.Valid(frame) {
+				t.Fatalf("error frame %q for %q is not valid JSON in UTF-8", frame, b)
+			}
 			return
+		}
+		// What is accepted reads the same with a standard decoder.
+		var std map[string]string
+		if err := json.Unmarshal(b, &std); err != nil || std["op"] != r.Op || std["conversation"] != r.Conversation || std["since"] != r.Since {
+			t.Fatalf("accepted %q as %+v; encoding/json reads %v (%v)", b, r, std, err)
 		}
 		switch r.Op {
 		case opPing, opSubscribe, opUnsubscribe:

@@ -2,6 +2,9 @@ package pushgw
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,7 +41,7 @@ const (
 // a running gateway behind an httptest server. More gateways on the same
 // topic (replicas) come from launch.
 type fixture struct {
-	t       *testing.T
+	t       testing.TB
 	brokers []string
 	topic   string
 	writer  *kafka.Writer
@@ -56,7 +59,7 @@ type instance struct {
 	runErr chan error
 }
 
-func newFixture(t *testing.T, ctx context.Context) *fixture {
+func newFixture(t testing.TB, ctx context.Context) *fixture {
 	t.Helper()
 	return newFixtureOn(t, ctx, testenv.Kafka(t))
 }
@@ -192,7 +195,7 @@ func partitionOf(id events.Identity) int {
 
 // wsClient is a test WebSocket client.
 type wsClient struct {
-	t    *testing.T
+	t    testing.TB
 	conn *websocket.Conn
 }
 
@@ -669,6 +672,13 @@ func TestUpgradeNeedsAValidToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Claims are read exactly on the upgrade too: an upper-case SUB names
+	// no user, and a token with one is refused though its signature holds.
+	signing := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256"}`)) + "." +
+		base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, `{"SUB":"mallory","exp":%d}`, time.Now().Add(time.Hour).Unix()))
+	mac := hmac.New(sha256.New, []byte(testSecret))
+	mac.Write([]byte(signing))
+	upperSub := signing + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 	tests := []struct {
 		name   string
 		header http.Header
@@ -676,6 +686,7 @@ func TestUpgradeNeedsAValidToken(t *testing.T) {
 		ok     bool
 	}{
 		{"A valid bearer header upgrades.", http.Header{"Authorization": {"Bearer " + good}}, "", true},
+		{"A token whose user is an upper-case SUB is refused.", http.Header{"Authorization": {"Bearer " + upperSub}}, "", false},
 		{"A valid access_token query parameter upgrades.", nil, "?access_token=" + good, true},
 		{"No token is refused.", nil, "", false},
 		{"A token signed with another secret is refused.", http.Header{"Authorization": {"Bearer " + forged}}, "", false},

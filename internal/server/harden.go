@@ -129,14 +129,25 @@ func WriteBodyError(w http.ResponseWriter, err error) {
 //     body (a 401, a 405) goes out at once instead of after net/http has
 //     waited to discard the rest of the body.
 func guard(h http.Handler) http.Handler {
+	h = CanonicalPaths(h)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+			w.Header().Set("Connection", "close")
+			r.Body = &eofBody{ReadCloser: r.Body, header: w.Header()}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// CanonicalPaths answers a request whose path is not canonical ("..", "."
+// or "//" segments) 404 not_found instead of passing it to h, whose
+// ServeMux would redirect it: no API path redirects or resolves dot
+// segments.
+func CanonicalPaths(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !canonicalPath(r.URL.Path) && r.Method != http.MethodConnect {
 			WriteError(w, http.StatusNotFound, CodeNotFound, "no such route: the path is not in canonical form", 0)
 			return
-		}
-		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
-			w.Header().Set("Connection", "close")
-			r.Body = &eofBody{ReadCloser: r.Body, header: w.Header()}
 		}
 		h.ServeHTTP(w, r)
 	})

@@ -332,6 +332,9 @@ func checkDevstackServesThePage(t *testing.T, st devstack.Stack) {
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatalf("%s %s: %v", method, path, err)

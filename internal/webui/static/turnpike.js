@@ -31,6 +31,9 @@
 // checked over HTTP first, and replaced when the API refuses it.
 
 const PERSISTED = new Set(['complete', 'incomplete', 'cancelled', 'interrupted']);
+/** The close code of a socket whose token expired. */
+export const CLOSE_TOKEN_EXPIRED = 4401;
+
 const EVENT_TYPES = new Set(['run.started', 'token', 'notice', 'agent.transfer', 'run.interrupted', 'run.completed']);
 
 /** An error answer of the API, or a network failure (status 0, code "network"). */
@@ -58,7 +61,8 @@ export class TurnpikeError extends Error {
  * @param {string} options.token bearer JWT (sent as ?access_token= on the WebSocket)
  * @param {(info: {reason: string, status: number, code: string}) => Promise<string>} [options.getToken]
  *   token provider: called when the API refused the token (reason "unauthenticated", after an
- *   HTTP 401) to get a fresh one. One call at a time; a rejection keeps the old token (the
+ *   HTTP 401, or reason "expired" when the gateway closed the socket with 4401 because the
+ *   token expired) to get a fresh one. One call at a time; a rejection keeps the old token (the
  *   refused call then rejects with its 401).
  * @param {string} [options.baseURL] the ingest API, default "" (the page's origin)
  * @param {(state: string, info: object) => void} [options.onState] connection state changes:
@@ -280,10 +284,13 @@ export class Client {
     ws.onclose = (ev) => {
       const opened = this.#opened;
       this.#detach();
-      // A socket that never opened may have been refused for its token
-      // (browsers hide the 401); a 4xxx close other than 4008 (too slow)
-      // may say the token expired. Check it before the next attempt.
-      if (!opened || (ev.code >= 4000 && ev.code < 5000 && ev.code !== 4008)) this.#checkToken(ev.code);
+      // The gateway closed it because the token expired (4401): get a
+      // fresh one now. A socket that never opened may have been refused
+      // for its token (browsers hide the 401); another 4xxx close other
+      // than 4008 (too slow) may be about the token too: check it before
+      // the next attempt.
+      if (ev.code === CLOSE_TOKEN_EXPIRED) this.#checkToken(ev.code, true);
+      else if (!opened || (ev.code >= 4000 && ev.code < 5000 && ev.code !== 4008)) this.#checkToken(ev.code);
       else this.#retry(ev.code);
     };
     ws.onerror = () => {}; // a close event follows
@@ -308,22 +315,26 @@ export class Client {
   }
 
   // #checkToken asks the API whether the token is still good, after the
-  // socket failed with code: refused and replaced by the provider, the
+  // socket failed with code (with expired, the gateway said it is not, so
+  // it is not asked): refused and replaced by the provider, the
   // client reconnects with the new one at once; refused and not replaced,
   // it goes on retrying (with backoff) and says so; otherwise (the API is
   // down too, or the token is fine) it retries with backoff.
-  async #checkToken(code) {
+  async #checkToken(code, expired = false) {
     const token = this.#token;
     this.#retry(code);
     const timer = this.#retryTimer;
-    try {
-      await this.#requestOnce('GET', '/v1/conversations?limit=1', token, { expect: 200 });
-      this.#unauthenticated = false;
-      return;
-    } catch (err) {
-      if (!(err instanceof TurnpikeError && err.status === 401)) return;
+    if (!expired) {
+      try {
+        await this.#requestOnce('GET', '/v1/conversations?limit=1', token, { expect: 200 });
+        this.#unauthenticated = false;
+        return;
+      } catch (err) {
+        if (!(err instanceof TurnpikeError && err.status === 401)) return;
+      }
     }
-    const fresh = await this.#refreshToken(token, { reason: 'unauthenticated', status: 401, code: 'unauthenticated' });
+    const info = expired ? { reason: 'expired', status: 0, code: 'token_expired' } : { reason: 'unauthenticated', status: 401, code: 'unauthenticated' };
+    const fresh = await this.#refreshToken(token, info);
     if (this.#closed) return;
     if (fresh) {
       // Connect with it now, also in place of an attempt still opening

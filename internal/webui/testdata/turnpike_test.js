@@ -203,7 +203,7 @@
   const w3 = latest();
   w3.open();
   w3.recv({ type: 'subscribed', conversation: 'c9' });
-  // A 4xxx close (the gateway's token expiry among them): the token is checked; still good, it is kept.
+  // A 4xxx close other than 4008 and 4401: the token is checked; still good, it is kept.
   w3.readyState = 3;
   w3.onclose?.({ code: 4001 });
   await until(() => latest() !== w3 && tcalls.length === 4, 'a reconnect and a token check after 4001');
@@ -217,5 +217,33 @@
   await until(() => rstates.some(([, info]) => info?.unauthenticated), 'the unauthenticated state');
   check(refused?.status === 401 && r.token === 'STALE', `without a fresh token the 401 stands: ${refused}`);
   r.close();
+
+  // The gateway closes a socket whose token expired with 4401: the client
+  // asks the token provider for a fresh one at once (no HTTP check:
+  // the token is known to be stale) and resumes from its cursor.
+  let fresh = 0;
+  const why = [];
+  const x = tp.connect({
+    streamURL: 'ws://gw.test/v1/stream', token: 'OLD', WebSocket: FakeSocket, backoffMin: 5, backoffMax: 20,
+    getToken: async (info) => { why.push(info.reason); return `NEW${++fresh}`; },
+  });
+  const xGot = [];
+  const xSub = x.subscribe('c1', { onEvent: (e) => xGot.push(e.seq) });
+  const x1 = latest();
+  x1.open();
+  x1.recv({ type: 'subscribed', conversation: 'c1' });
+  await xSub.ready;
+  x1.recv(ev('token', 2, { delta: 'a' }));
+  x1.readyState = 3;
+  x1.onclose?.({ code: tp.CLOSE_TOKEN_EXPIRED });
+  await until(() => latest() !== x1, 'the reconnect after the token expired');
+  const x2 = latest();
+  check(new URL(x2.url).searchParams.get('access_token') === 'NEW1', `the reconnect uses the fresh token: ${x2.url}`);
+  x2.open();
+  check(show(x2.sent) === '[{"op":"subscribe","conversation":"c1","since":"cur-2"}]', `resubscribe from the cursor after expiry: ${show(x2.sent)}`);
+  x2.recv({ type: 'subscribed', conversation: 'c1' });
+  x2.recv(ev('token', 3, { delta: 'b' }));
+  check(show(xGot) === '[2,3]' && show(why) === '["expired"]', `every event once across the token's expiry: ${show(xGot)} ${show(why)}`);
+  x.close();
   return failures;
 })()
