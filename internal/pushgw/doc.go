@@ -12,7 +12,10 @@
 //   - live.go: one kafka.Reader per partition feeding the hub.
 //   - replay.go: a subscription's catch-up, from the ring or from Kafka
 //     with a reader of its own.
-//   - client.go: one connection: reader and writer goroutines.
+//   - session.go: what every connection has whatever its transport: the
+//     admission rules (origin, token, connect rate), the outbound queue,
+//     the subscriptions and their replays; the hub's sink.
+//   - client.go: one WebSocket connection: reader and writer goroutines.
 //   - outbox.go: a connection's outbound queue, bounded in frames and bytes.
 //   - wire.go: the socket under a connection, which coalesces a backlog of
 //     frames into one write.

@@ -209,32 +209,13 @@ func (g *Gateway) Ready(ctx context.Context) error {
 // Retry-After; before Run has the live start positions, or while it shuts
 // down, 503. None of them upgrades.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !g.origins.allowed(r) {
-		g.metrics.rejected.WithLabelValues(rejectOrigin).Inc()
-		server.WriteError(w, http.StatusForbidden, codePermissionDenied, "origin not allowed", 0)
-		return
-	}
-	p, err := g.verifier.Verify(auth.BearerToken(r, true))
-	if err != nil {
-		w.Header().Set("WWW-Authenticate", "Bearer")
-		server.WriteError(w, http.StatusUnauthorized, server.CodeUnauthenticated, "missing, invalid or expired bearer token", 0)
-		return
-	}
-	user := p.Tenant + "/" + p.User
-	if ok, wait := g.connectLimit.allow(user); !ok {
-		g.metrics.rejected.WithLabelValues(rejectConnectRate).Inc()
-		server.WriteError(w, http.StatusTooManyRequests, server.CodeRateLimited, "too many connections for this user; retry later", wait)
-		return
-	}
-	g.mu.Lock()
-	h, ctx := g.hub, g.ctx
-	ok := h != nil && !g.closing
-	if ok {
-		g.clients.Add(1)
-	}
-	g.mu.Unlock()
+	p, user, ok := g.admit(w, r)
 	if !ok {
-		server.WriteError(w, http.StatusServiceUnavailable, server.CodeUnavailable, "push gateway is not running", time.Second)
+		return
+	}
+	h, ctx, err := g.join()
+	if err != nil {
+		server.WriteError(w, http.StatusServiceUnavailable, server.CodeUnavailable, err.Error(), time.Second)
 		return
 	}
 	conn, err := g.upgrader.Upgrade(wireHijacker{ResponseWriter: w, pool: &g.batches, timeout: g.cfg.WriteTimeout}, r, nil)
