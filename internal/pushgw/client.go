@@ -39,7 +39,7 @@ type client struct {
 
 func newClient(gw *Gateway, h *hub, conn *websocket.Conn, p auth.Principal, user string) *client {
 	c := &client{conn: conn, readerDone: make(chan struct{})}
-	c.init(gw, h, p, user, conn.RemoteAddr())
+	c.init(gw, h, p, user, conn.RemoteAddr().String())
 	return c
 }
 

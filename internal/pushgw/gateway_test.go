@@ -42,6 +42,8 @@ type fixture struct {
 	brokers []string
 	topic   string
 	writer  *kafka.Writer
+	// launchLogged, if set, is the logger of the gateways launched next.
+	launchLogged *slog.Logger
 
 	*instance // the gateway of start
 }
@@ -104,6 +106,9 @@ func (f *fixture) launch(ctx context.Context, mod func(*Config), wrap func(net.L
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if f.launchLogged != nil {
+		log = f.launchLogged
+	}
 	in.gw, err = New(cfg, v, in.reg, log)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -113,7 +118,10 @@ func (f *fixture) launch(ctx context.Context, mod func(*Config), wrap func(net.L
 	in.stop = stop
 	in.runErr = make(chan error, 1)
 	go func() { in.runErr <- in.gw.Run(runCtx) }()
-	in.srv = httptest.NewUnstartedServer(in.gw)
+	mux := http.NewServeMux()
+	mux.Handle("/v1/stream", in.gw)
+	mux.HandleFunc(EventsPath, in.gw.ServeEvents)
+	in.srv = httptest.NewUnstartedServer(mux)
 	if wrap != nil {
 		in.srv.Listener = wrap(in.srv.Listener)
 	}

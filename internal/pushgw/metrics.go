@@ -17,6 +17,7 @@ const (
 // Every series exists from the start (labelled ones with each label value).
 type metrics struct {
 	connections     prometheus.Gauge
+	sseConnections  prometheus.Gauge
 	subscriptions   prometheus.Gauge
 	eventsOut       prometheus.Counter
 	framesDropped   prometheus.Counter
@@ -42,7 +43,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "turnpike", Subsystem: "pushgw", Name: name, Help: help, Buckets: buckets})
 	}
 	m := &metrics{
-		connections:     gauge("connections", "Open WebSocket connections."),
+		connections:     gauge("connections", "Open connections: WebSocket and Server-Sent Events streams."),
+		sseConnections:  gauge("sse_connections", "Open Server-Sent Events streams (counted in connections too)."),
 		subscriptions:   gauge("subscriptions", "Active subscriptions, replaying or live."),
 		eventsOut:       counter("events_out_total", "Event frames queued to clients, live and replayed."),
 		framesDropped:   counter("frames_dropped_total", "Frames discarded unsent because their client was closed or too slow."),
@@ -64,7 +66,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.connections, m.subscriptions, m.eventsOut, m.framesDropped, m.slowDisconnects, m.badRecords,
+	for _, c := range []prometheus.Collector{m.connections, m.sseConnections, m.subscriptions, m.eventsOut, m.framesDropped, m.slowDisconnects, m.badRecords,
 		m.skippedRecords, m.replays, m.ringReplays, m.rejected, m.fanout, m.deliveryLag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 
@@ -27,7 +26,7 @@ type session struct {
 	hub       *hub
 	principal auth.Principal
 	user      string // tenant/user: the key of the per-user rate limits
-	remote    net.Addr
+	remote    string // the peer's address, for logs
 	metrics   *metrics
 
 	out       outbox        // bounded outbound queue
@@ -43,7 +42,7 @@ type session struct {
 	replays sync.WaitGroup           // Add only under mu while !closed
 }
 
-func (s *session) init(gw *Gateway, h *hub, p auth.Principal, user string, remote net.Addr) {
+func (s *session) init(gw *Gateway, h *hub, p auth.Principal, user, remote string) {
 	s.gw, s.hub, s.principal, s.user, s.remote, s.metrics = gw, h, p, user, remote, gw.metrics
 	s.out = outbox{maxFrames: gw.cfg.QueueSize, maxBytes: gw.cfg.QueueBytes, wake: make(chan struct{}, 1)}
 	s.done = make(chan struct{})
@@ -51,11 +50,7 @@ func (s *session) init(gw *Gateway, h *hub, p auth.Principal, user string, remot
 
 // logger returns the session's logger, made on demand: most sessions never log.
 func (s *session) logger() *slog.Logger {
-	remote := ""
-	if s.remote != nil {
-		remote = s.remote.String()
-	}
-	return s.gw.log.With("tenant", s.principal.Tenant, "user", s.principal.User, "remote", remote)
+	return s.gw.log.With("tenant", s.principal.Tenant, "user", s.principal.User, "remote", s.remote)
 }
 
 // fail starts closing the session with code (0: no close frame, the
