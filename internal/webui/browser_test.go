@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -315,8 +316,9 @@ func artifactsDir(t *testing.T) string {
 }
 
 // newBrowser starts headless Chromium with a fresh profile. The page's
-// console errors and uncaught exceptions fail the test.
-func newBrowser(t *testing.T, path string) context.Context {
+// console errors and uncaught exceptions fail the test, but for a dropped
+// WebSocket and messages containing one of tolerated.
+func newBrowser(t *testing.T, path string, tolerated ...string) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -360,7 +362,7 @@ func newBrowser(t *testing.T, path string) context.Context {
 		for _, p := range problems {
 			// The dropped socket is logged by the browser itself; nothing
 			// else may be.
-			if !strings.Contains(p, "WebSocket") {
+			if !strings.Contains(p, "WebSocket") && !slices.ContainsFunc(tolerated, func(s string) bool { return strings.Contains(p, s) }) {
 				t.Errorf("the page logged %s", p)
 			}
 		}
@@ -472,6 +474,11 @@ func history(t *testing.T, st devstack.Stack, conv string) []string {
 // per-token echo delay, and returns once it is ready.
 func startStack(t *testing.T) devstack.Stack {
 	t.Helper()
+	return startStackWith(t, stackConfig(t))
+}
+
+// stackConfig is the configuration startStack runs.
+func stackConfig(t *testing.T) devstack.Config {
 	var cfg devstack.Config
 	cfg.KafkaAddr, cfg.MongoAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
 	cfg.MongoDB, cfg.TopicPrefix, cfg.Model, cfg.LogLevel = "turnpike", "turnpike.", "echo", "warn"
@@ -484,6 +491,13 @@ func startStack(t *testing.T) devstack.Stack {
 		cfg.MongoURI, cfg.MongoDB = v, testenv.Name(t, "webui")
 	}
 	cfg.Worker.Worker.Partitions = 2
+	return cfg
+}
+
+// startStackWith runs the devstack of cfg on random loopback ports and
+// returns once it is ready.
+func startStackWith(t *testing.T, cfg devstack.Config) devstack.Stack {
+	t.Helper()
 	lns := devstack.Listeners{Ingest: listen(t), Pushgw: listen(t)}
 	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithCancel(context.Background())
