@@ -89,14 +89,79 @@ func (g *Gateway) ServeEvents(w http.ResponseWriter, r *http.Request) {
 		g.sseUnavailable(w, err.Error())
 		return
 	}
-	defer g.clients.Done()
-	ctx, cancel := context.WithCancel(runCtx)
-	defer cancel()
-	defer context.AfterFunc(r.Context(), cancel)()
-
-	st := &stream{w: w, rc: http.NewResponseController(w), follow: follow}
+	st := &stream{follow: follow}
 	st.init(g, h, p, user, r.RemoteAddr)
-	st.serve(ctx, conv, sn)
+	// A server-wide read timeout would end the request's context (and so
+	// the stream) while the client listens quietly.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	if err := st.subscribe(runCtx, conv, sn); err != nil {
+		st.endSubscriptions()
+		g.clients.Done()
+		var fe *frameError
+		switch {
+		case errors.As(err, &fe):
+			g.sseUnavailable(w, fe.msg)
+		case errors.Is(err, errStopped):
+			g.sseUnavailable(w, "push gateway is shutting down")
+		default:
+			server.WriteError(w, http.StatusBadRequest, server.CodeInvalidArgument, err.Error(), 0)
+		}
+		return
+	}
+	setStreamHeaders(w.Header())
+	conn, _, err := rc.Hijack()
+	if err != nil {
+		// HTTP/2, or a ResponseWriter that does not hand its connection
+		// over: stream through it, in this goroutine.
+		defer g.clients.Done()
+		ctx, cancel := context.WithCancel(runCtx)
+		defer cancel()
+		defer context.AfterFunc(r.Context(), cancel)()
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, retryField(g.cfg.SSERetry))
+		st.wire = responseWire{w: w, rc: rc}
+		st.serve(ctx)
+		return
+	}
+	// HTTP/1: the stream owns the connection, like a WebSocket client, so
+	// that an idle stream holds no server buffers and no handler goroutine.
+	// The response is delimited by the connection's close.
+	head := append([]byte("HTTP/1.1 200 OK\r\n"), headerBytes(w.Header())...)
+	head = append(head, "Connection: close\r\n\r\n"...)
+	head = append(head, retryField(g.cfg.SSERetry)...)
+	wr := &wire{Conn: conn, pool: &g.batches, timeout: g.cfg.WriteTimeout}
+	st.wire = wr
+	go func() { // owned: Run waits on g.clients
+		defer g.clients.Done()
+		ctx, cancel := context.WithCancel(runCtx)
+		defer cancel()
+		readerDone := make(chan struct{})
+		go func() { // owned: waited for below
+			defer close(readerDone)
+			defer cancel()
+			var b [64]byte
+			for { // nothing more is expected from the peer but its close
+				if _, err := conn.Read(b[:]); err != nil {
+					return
+				}
+			}
+		}()
+		st.deadline()
+		if _, err := wr.Write(head); err != nil {
+			st.fail(0, fmt.Sprintf("write: %v", err))
+		}
+		st.serve(ctx)
+		_ = conn.Close()
+		<-readerDone
+	}()
+}
+
+// headerBytes returns h in wire format.
+func headerBytes(h http.Header) []byte {
+	var b bytes.Buffer
+	_ = h.Write(&b)
+	return b.Bytes()
 }
 
 // parseEventsRequest checks the conversation, the position and follow of
@@ -146,19 +211,23 @@ func parseEventsRequest(r *http.Request) (conv string, sn since, follow string, 
 // sseUnavailable answers 200 with a retry hint and one unavailable error
 // event: an EventSource, which gives up on a 503, reconnects.
 func (g *Gateway) sseUnavailable(w http.ResponseWriter, msg string) {
-	writeStreamHead(w, g.cfg.SSERetry)
+	setStreamHeaders(w.Header())
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, retryField(g.cfg.SSERetry))
 	_, _ = w.Write(appendErrorEvent(nil, codeUnavailable, msg))
 	_ = http.NewResponseController(w).Flush()
 }
 
-// writeStreamHead sends the 200 of an event stream and the retry hint.
-func writeStreamHead(w http.ResponseWriter, retry time.Duration) {
-	h := w.Header()
+// setStreamHeaders sets the headers of an event stream's 200.
+func setStreamHeaders(h http.Header) {
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
-	w.WriteHeader(http.StatusOK)
-	_, _ = io.WriteString(w, "retry: "+strconv.FormatInt(retry.Milliseconds(), 10)+"\n\n")
+}
+
+// retryField is the retry hint that starts every stream.
+func retryField(retry time.Duration) string {
+	return "retry: " + strconv.FormatInt(retry.Milliseconds(), 10) + "\n\n"
 }
 
 func appendErrorEvent(dst []byte, code, msg string) []byte {
@@ -168,43 +237,48 @@ func appendErrorEvent(dst []byte, code, msg string) []byte {
 }
 
 // stream is one Server-Sent Events response: a session with a single
-// subscription, whose frames the handler's goroutine writes as events.
-// The handler's goroutine is the stream's writer; the session's replay
-// goroutine, if any, is owned by it through endSubscriptions.
+// subscription, whose frames its writer writes as events. The writer is
+// the handler's goroutine, or (on a connection the stream took over) one
+// of the stream's own with a reader beside it that notices the peer's
+// close; either way the replay goroutine, if any, is owned through
+// endSubscriptions.
 type stream struct {
 	session
-	w      http.ResponseWriter
-	rc     *http.ResponseController
+	wire   eventWire
 	follow string // request id whose run.completed ends the stream; "": none
 }
 
-// serve subscribes and, once the subscription stands, streams until the
-// client goes, the stream ends (an error event, follow's completion), the
-// session is shed or ctx ends.
-func (st *stream) serve(ctx context.Context, conv string, sn since) {
+// eventWire is where a stream writes: the socket itself (*wire, which
+// batches the writes between begin and end), or a ResponseWriter (which
+// buffers until end flushes it).
+type eventWire interface {
+	io.Writer
+	begin()
+	end() error
+	setWriteDeadline(time.Time)
+}
+
+// responseWire is the eventWire of a stream that did not take its
+// connection over.
+type responseWire struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (r responseWire) Write(p []byte) (int, error)  { return r.w.Write(p) }
+func (r responseWire) begin()                       {}
+func (r responseWire) end() error                   { return r.rc.Flush() }
+func (r responseWire) setWriteDeadline(t time.Time) { _ = r.rc.SetWriteDeadline(t) }
+
+// serve streams the subscribed session until the client goes, the stream
+// ends (an error event, follow's completion), the session is shed or ctx
+// ends; then it ends the subscription.
+func (st *stream) serve(ctx context.Context) {
 	st.metrics.connections.Inc()
 	st.metrics.sseConnections.Inc()
 	defer st.metrics.connections.Dec()
 	defer st.metrics.sseConnections.Dec()
-	// A server-wide read timeout would end the request's context (and so
-	// the stream) while the client listens quietly.
-	_ = st.rc.SetReadDeadline(time.Time{})
-	err := st.subscribe(ctx, conv, sn)
-	if err != nil {
-		st.endSubscriptions()
-		var fe *frameError
-		switch {
-		case errors.As(err, &fe):
-			st.gw.sseUnavailable(st.w, fe.msg)
-		case errors.Is(err, errStopped):
-			st.gw.sseUnavailable(st.w, "push gateway is shutting down")
-		default:
-			server.WriteError(st.w, http.StatusBadRequest, server.CodeInvalidArgument, err.Error(), 0)
-		}
-		return
-	}
-	writeStreamHead(st.w, st.gw.cfg.SSERetry)
-	if err := st.rc.Flush(); err != nil {
+	if err := st.wire.end(); err != nil { // the head
 		st.fail(0, fmt.Sprintf("write: %v", err))
 	}
 	st.write(ctx)
@@ -230,11 +304,11 @@ func (st *stream) write(ctx context.Context) {
 			}
 		case <-beat.C:
 			st.deadline()
-			if _, err := io.WriteString(st.w, ": heartbeat\n\n"); err != nil {
-				st.fail(0, fmt.Sprintf("write: %v", err))
-				return
+			_, err := io.WriteString(st.wire, ": heartbeat\n\n")
+			if err == nil {
+				err = st.wire.end()
 			}
-			if err := st.rc.Flush(); err != nil {
+			if err != nil {
 				st.fail(0, fmt.Sprintf("write: %v", err))
 				return
 			}
@@ -243,38 +317,48 @@ func (st *stream) write(ctx context.Context) {
 }
 
 func (st *stream) deadline() {
-	_ = st.rc.SetWriteDeadline(time.Now().Add(st.gw.cfg.WriteTimeout))
+	st.wire.setWriteDeadline(time.Now().Add(st.gw.cfg.WriteTimeout))
 }
 
-// flush writes the queued frames as events until the queue is empty,
-// flushing the response whenever nothing waits behind the event written
-// (so a backlog goes out in few writes). It returns false when the stream
-// is over.
+// flush writes the queued frames as events until the queue is empty. When
+// frames wait behind the one being written it batches them: one write for
+// many events. It returns false when the stream is over.
 func (st *stream) flush() bool {
+	batching := false
 	for {
 		f, ok := st.out.pop()
 		if !ok {
-			return true
+			break
 		}
 		select {
 		case <-st.done: // closed while this frame waited: drop it too
 			st.out.sent(len(f))
 			st.metrics.framesDropped.Inc()
+			if batching {
+				_ = st.wire.end()
+			}
 			return false
 		default:
+		}
+		if !batching && st.out.waiting() > 0 {
+			st.wire.begin()
+			batching = true
 		}
 		ev, last := sseEvent(f, st.follow)
 		st.deadline()
 		var err error
 		if ev != nil {
-			_, err = st.w.Write(ev)
+			_, err = st.wire.Write(ev)
 		}
 		st.out.sent(len(f))
-		if err == nil && (last || st.out.waiting() == 0) {
-			err = st.rc.Flush()
+		if err == nil && (last || !batching) {
+			err, batching = st.wire.end(), false
 		}
 		if err != nil {
 			st.fail(0, fmt.Sprintf("write: %v", err))
+			if batching {
+				_ = st.wire.end()
+			}
 			return false
 		}
 		if last {
@@ -282,6 +366,13 @@ func (st *stream) flush() bool {
 			return false
 		}
 	}
+	if batching {
+		if err := st.wire.end(); err != nil {
+			st.fail(0, fmt.Sprintf("write: %v", err))
+			return false
+		}
+	}
+	return true
 }
 
 // sseEvent returns the Server-Sent Event of a frame (nil: not for this

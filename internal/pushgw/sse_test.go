@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -52,6 +53,11 @@ func (in *instance) eventsURL(conv string, q url.Values) string {
 // openSSE GETs u with the bearer tok (none when ""), the headers h and a
 // context of its own; it returns the response, whatever its status.
 func openSSE(ctx context.Context, t *testing.T, u, tok string, h http.Header) (*sseStream, error) {
+	return openSSEWith(ctx, t, http.DefaultClient, u, tok, h)
+}
+
+// openSSEWith is openSSE with the HTTP client hc.
+func openSSEWith(ctx context.Context, t *testing.T, hc *http.Client, u, tok string, h http.Header) (*sseStream, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
@@ -62,7 +68,7 @@ func openSSE(ctx context.Context, t *testing.T, u, tok string, h http.Header) (*
 	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -601,4 +607,56 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// TestEventsOverHTTP2StreamThroughTheResponseWriter: HTTP/2 cannot hand
+// its connection over, so the stream writes through the ResponseWriter;
+// it streams, resumes and ends alike.
+func TestEventsOverHTTP2StreamThroughTheResponseWriter(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	f.start(ctx, func(c *Config) { c.SSEHeartbeat = 20 * time.Millisecond }, nil)
+	mux := http.NewServeMux()
+	mux.HandleFunc(EventsPath, f.gw.ServeEvents)
+	srv := httptest.NewUnstartedServer(mux)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	conv := testenv.Name(t, "c")
+	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	tok := token(t, auth.DefaultTenant, "alice")
+	u := srv.URL + "/v1/conversations/" + conv + "/events"
+
+	s, err := openSSEWith(ctx, t, srv.Client(), u, tok, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.resp.ProtoMajor != 2 || s.resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %d, want HTTP/2 200", s.resp.Proto, s.resp.StatusCode)
+	}
+	s.expect("subscribed")
+	f.produce(ctx, id, "r", 1, 5)
+	got := s.events(5)
+	checkSeqs(t, got, "r", 1, 5)
+	for {
+		m, err := s.read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.comment {
+			break
+		}
+	}
+	f.produce(ctx, id, "r", 6, 8)
+	again, err := openSSEWith(ctx, t, srv.Client(), u, tok, http.Header{"Last-Event-Id": {got[2].Cursor}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.expect("subscribed")
+	checkSeqs(t, again.events(5), "r", 4, 8)
+	checkSeqs(t, s.events(3), "r", 6, 8)
+	f.stop()
+	s.ended()
+	again.ended()
 }
