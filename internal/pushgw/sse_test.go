@@ -402,6 +402,28 @@ func TestEventsRefuseBadRequestsBeforeStreaming(t *testing.T) {
 	if got := s.resp.Header.Get("Access-Control-Allow-Origin"); got != "https://app.example.com" {
 		t.Errorf("Access-Control-Allow-Origin %q, want the origin", got)
 	}
+	// A CORS preflight is answered for an allowed origin only.
+	for _, o := range []struct {
+		origin string
+		allow  bool
+	}{{"https://app.example.com", true}, {"https://evil.example.net", false}} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodOptions, f.eventsURL(conv, nil), nil)
+		req.Header.Set("Origin", o.origin)
+		req.Header.Set("Access-Control-Request-Headers", "last-event-id")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		got := resp.Header.Get("Access-Control-Allow-Origin") + "|" + resp.Header.Get("Access-Control-Allow-Headers")
+		want := "|"
+		if o.allow {
+			want = o.origin + "|Authorization, Last-Event-ID, Cache-Control"
+		}
+		if resp.StatusCode != http.StatusNoContent || got != want {
+			t.Errorf("preflight from %s: %d %q, want 204 %q", o.origin, resp.StatusCode, got, want)
+		}
+	}
 }
 
 func TestEventsNeverCrossIdentities(t *testing.T) {
