@@ -278,12 +278,7 @@ func (l *benchLoad) readSSE(body io.Reader, ready *sync.WaitGroup) {
 			}
 			continue
 		}
-		if ts, ok := frameTS(data); ok {
-			l.received.Add(1)
-			l.mu.Lock()
-			l.latencies = append(l.latencies, now-ts)
-			l.mu.Unlock()
-		}
+		l.record(data, now)
 	}
 }
 
@@ -308,12 +303,17 @@ func (l *benchLoad) read(conn *websocket.Conn, subscribed bool, ready *sync.Wait
 			}
 			continue
 		}
-		if ts, ok := frameTS(data); ok {
-			l.received.Add(1)
-			l.mu.Lock()
-			l.latencies = append(l.latencies, now-ts)
-			l.mu.Unlock()
-		}
+		l.record(data, now)
+	}
+}
+
+// record records the latency of an event frame that arrived at now.
+func (l *benchLoad) record(frame []byte, now int64) {
+	if ts, ok := frameTS(frame); ok {
+		l.received.Add(1)
+		l.mu.Lock()
+		l.latencies = append(l.latencies, now-ts)
+		l.mu.Unlock()
 	}
 }
 

@@ -183,6 +183,28 @@ func (f *fixture) produce(ctx context.Context, id events.Identity, req string, f
 	}
 }
 
+// produceLarge writes events seq 1..total of id (request r), of ~2 KiB
+// each, one produce call each.
+func (f *fixture) produceLarge(ctx context.Context, id events.Identity, total int) {
+	for n := 1; n <= total; n++ {
+		v := events.MarshalEvent(&events.TokenEvent{Meta: events.Meta{Conversation: id.Conversation, RequestID: "r", RunID: "u", Seq: int64(n), TS: 1},
+			Delta: strings.Repeat("x", 2<<10), Agent: "echo", Role: "assistant"})
+		if err := f.writer.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v}); err != nil {
+			f.t.Errorf("produce: %v", err)
+			return
+		}
+	}
+}
+
+// complete writes the run.completed (status complete) of request req of id,
+// seq seq.
+func (f *fixture) complete(ctx context.Context, id events.Identity, req string, seq int) {
+	e := &events.RunCompletedEvent{Meta: events.Meta{Conversation: id.Conversation, RequestID: req, RunID: req + "-run", Seq: int64(seq), TS: 1}, Status: events.StatusComplete}
+	if err := f.writer.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: events.MarshalEvent(e)}); err != nil {
+		f.t.Errorf("produce: %v", err)
+	}
+}
+
 // partitionOf is the partition the producer writes id to.
 func partitionOf(id events.Identity) int {
 	ids := make([]int, testPartitions)
@@ -825,16 +847,7 @@ func testSlowClient(t *testing.T, mod func(*Config)) {
 	// never faces a burst bigger than its queue.
 	const total = 300
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		for n := 1; n <= total; n++ {
-			v := events.MarshalEvent(&events.TokenEvent{Meta: events.Meta{Conversation: conv, RequestID: "r", RunID: "u", Seq: int64(n), TS: 1},
-				Delta: strings.Repeat("x", 2<<10), Agent: "echo", Role: "assistant"})
-			if err := f.writer.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v}); err != nil {
-				t.Errorf("produce: %v", err)
-				return
-			}
-		}
-	})
+	wg.Go(func() { f.produceLarge(ctx, id, total) })
 	checkSeqs(t, fast.events(ctx, total), "r", 1, total)
 	wg.Wait()
 

@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/pkg/events"
@@ -231,10 +229,7 @@ func TestEventsStreamEachEventWithItsCursorTypeAndWebSocketFrame(t *testing.T) {
 		t.Errorf("retry field %q, want 2000 (the default)", s.retry)
 	}
 	f.produce(ctx, id, "r", 1, 5)
-	done := &events.RunCompletedEvent{Meta: events.Meta{Conversation: conv, RequestID: "r", RunID: "r-run", Seq: 6, TS: 1}, Status: events.StatusComplete}
-	if err := f.writer.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: events.MarshalEvent(done)}); err != nil {
-		t.Fatal(err)
-	}
+	f.complete(ctx, id, "r", 6)
 	for i := 1; i <= 6; i++ {
 		_ = ws.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 		_, wsData, err := ws.conn.ReadMessage()
@@ -322,14 +317,8 @@ func TestFollowStreamsOneRequestAndEndsAfterItsRunCompleted(t *testing.T) {
 	conv := testenv.Name(t, "c")
 	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
 	tok := token(t, auth.DefaultTenant, "alice")
-	complete := func(req string, seq int) {
-		e := &events.RunCompletedEvent{Meta: events.Meta{Conversation: conv, RequestID: req, RunID: req + "-run", Seq: int64(seq), TS: 1}, Status: events.StatusComplete}
-		if err := f.writer.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: events.MarshalEvent(e)}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	f.produce(ctx, id, "r1", 1, 3)
-	complete("r1", 4)
+	f.complete(ctx, id, "r1", 4)
 	f.produce(ctx, id, "r2", 1, 2) // r2 began before the stream opens
 
 	s := mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"follow": {"r2"}}), tok, nil)
@@ -337,7 +326,7 @@ func TestFollowStreamsOneRequestAndEndsAfterItsRunCompleted(t *testing.T) {
 	checkSeqs(t, s.events(2), "r2", 1, 2)
 	f.produce(ctx, id, "r3", 1, 2) // another request meanwhile: not followed
 	f.produce(ctx, id, "r2", 3, 4)
-	complete("r2", 5)
+	f.complete(ctx, id, "r2", 5)
 	f.produce(ctx, id, "r2", 6, 6) // never seen: the stream has ended
 	checkSeqs(t, s.events(2), "r2", 3, 4)
 	if m := s.expect("run.completed"); m.fr.RequestID != "r2" {
@@ -506,16 +495,7 @@ func TestASlowEventStreamIsCutOffWhileOthersGetEveryEvent(t *testing.T) {
 
 	const total = 300
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		for n := 1; n <= total; n++ {
-			v := events.MarshalEvent(&events.TokenEvent{Meta: events.Meta{Conversation: conv, RequestID: "r", RunID: "u", Seq: int64(n), TS: 1},
-				Delta: strings.Repeat("x", 2<<10), Agent: "echo", Role: "assistant"})
-			if err := f.writer.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v}); err != nil {
-				t.Errorf("produce: %v", err)
-				return
-			}
-		}
-	})
+	wg.Go(func() { f.produceLarge(ctx, id, total) })
 	wg.Go(func() { checkSeqs(t, ws.events(ctx, total), "r", 1, total) })
 	checkSeqs(t, fast.events(total), "r", 1, total)
 	wg.Wait()

@@ -149,14 +149,18 @@ func (s *EventStream) read() ([]byte, error) {
 	for {
 		line, err := s.br.ReadSlice('\n')
 		size += len(line)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A long line: gather it whole, within the bound.
+			long := append([]byte(nil), line...)
+			for errors.Is(err, bufio.ErrBufferFull) && size <= maxEventBytes {
+				line, err = s.br.ReadSlice('\n')
+				size += len(line)
+				long = append(long, line...)
+			}
+			line = long
+		}
 		if size > maxEventBytes {
 			return nil, fmt.Errorf("turnpike: event over %d bytes", maxEventBytes)
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			// A long line: gather it whole.
-			rest, rerr := s.br.ReadBytes('\n')
-			line, err = append(append([]byte(nil), line...), rest...), rerr
-			size += len(rest)
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) && !has && len(line) == 0 {

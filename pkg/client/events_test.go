@@ -201,3 +201,28 @@ func TestASubscriptionOverSSEResumesWithLastEventID(t *testing.T) {
 		t.Fatalf("Last-Event-IDs %q, want %q", ids, want)
 	}
 }
+
+func TestEventStreamReadsLongLinesWithinItsBound(t *testing.T) {
+	t.Parallel()
+	long := events.MarshalEvent(&events.TokenEvent{
+		Meta:  events.Meta{Conversation: "c1", RequestID: "r", RunID: "u", Seq: 1, TS: 1, Cursor: "1-0-1"},
+		Delta: strings.Repeat("x", 8<<10), Agent: "echo", Role: "assistant",
+	})
+	c := sseServer(t, func(w http.ResponseWriter, r *http.Request) {
+		streamHead(w)
+		fmt.Fprintf(w, "event: token\ndata: %s\n\n", long)
+		fmt.Fprintf(w, "event: token\ndata: %s\n\n", strings.Repeat("y", maxEventBytes+1))
+	})
+	s, err := c.Events(context.Background(), "c1", EventsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f, err := s.Next(context.Background())
+	if err != nil || len(f.Event.(*events.TokenEvent).Delta) != 8<<10 {
+		t.Fatalf("an 8 KiB event (over the reader's 4 KiB buffer): %v", err)
+	}
+	if _, err := s.Next(context.Background()); err == nil || !strings.Contains(err.Error(), "over") {
+		t.Fatalf("an event over the bound: %v, want an error", err)
+	}
+}
