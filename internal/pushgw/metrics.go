@@ -54,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		replays:         counter("replays_total", "Replays that read the stream topic from Kafka."),
 		ringReplays:     counter("ring_replays_total", "Replays served from the in-memory ring without reading Kafka."),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "turnpike", Subsystem: "pushgw", Name: "rejected_total",
-			Help: "Upgrades and subscribes refused: origin (403), connect_rate (429), subscribe_rate (error frame)."}, []string{"reason"}),
+			Help: "Upgrades, event streams and subscribes refused: origin (403), connect_rate (429), subscribe_rate (error frame; 429 for an event stream)."}, []string{"reason"}),
 		fanout: histogram("fanout_seconds", "From a live record's arrival to its frame queued to every recipient, for records with recipients.",
 			prometheus.ExponentialBuckets(1e-6, 4, 10)),
 		deliveryLag: histogram("delivery_lag_seconds", "From a live record's Kafka timestamp to its frame queued to every recipient (includes clock skew between hosts).",

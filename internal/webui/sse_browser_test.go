@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -160,6 +162,15 @@ func TestBrowserEventSourceResumesAcrossAGatewayRestart(t *testing.T) {
 		t.Errorf("replays_total of the restarted gateway = %v, want the resume from Last-Event-ID", n)
 	}
 	run(t, ctx, "close the stream", chromedp.Evaluate[chromedp.Void](`window.__sse.stream.close()`))
+
+	// streamEvents on its own, against a fake EventSource.
+	script, err := os.ReadFile(filepath.Join("testdata", "turnpike_sse_test.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failures := evalJS[[]string](t, ctx, string(script), chromedp.EvalAwaitPromise); len(failures) > 0 {
+		t.Errorf("streamEvents checks failed:\n  %s", strings.Join(failures, "\n  "))
+	}
 }
 
 func gatherValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
