@@ -676,7 +676,9 @@ export class EventStream {
     this.#o = o;
     this.#EventSource = EventSource;
     this.conversation = conversation;
-    this.#sub = new Subscription(conversation, since, {
+    // follow without a position starts at earliest (as the gateway does), so a
+    // reconnection before the first event replays rather than leaves a gap.
+    this.#sub = new Subscription(conversation, since ?? (follow ? 'earliest' : undefined), {
       onEvent: (ev) => {
         o.onEvent?.(ev);
         if (follow && ev.type === 'run.completed' && ev.request_id === follow) this.close();

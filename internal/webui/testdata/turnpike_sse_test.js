@@ -64,13 +64,19 @@
   r.close();
 
   // follow: only that request, and closed after its run.completed.
-  const got3 = [];
-  const f = tp.streamEvents('c1', { eventsURL: 'http://gw.test', token: 'T', follow: 'r1', EventSource: FakeSource, onEvent: (e) => got3.push(e) });
+  const got3 = [], gaps3 = [];
+  const f = tp.streamEvents('c1', {
+    eventsURL: 'http://gw.test', token: 'T', follow: 'r1', EventSource: FakeSource,
+    onEvent: (e) => got3.push(e), onGap: (g) => gaps3.push(g),
+  });
   const d = FakeSource.all.at(-1);
   check(new URL(d.url).searchParams.get('follow') === 'r1', `follow in the URL: ${d.url}`);
   d.emit('subscribed', { type: 'subscribed', conversation: 'c1' });
+  d.drop(); // before any event: the stream replays from earliest, no gap
+  d.emit('subscribed', { type: 'subscribed', conversation: 'c1' });
   d.emit('run.completed', ev('run.completed', 4, { status: 'complete' }));
   check(got3.length === 1 && d.closed, 'a followed stream closes after its run.completed');
+  check(gaps3.length === 0, `a followed stream reconnected before its first event has no gap: ${show(gaps3)}`);
   f.close();
 
   // A refusal (not 200) ends the stream with onError.
