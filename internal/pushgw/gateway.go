@@ -34,8 +34,9 @@ const (
 // codePermissionDenied answers an upgrade from an origin not allowed (403).
 const codePermissionDenied = "permission_denied"
 
-// Gateway is the WebSocket push gateway: it serves GET /v1/stream upgrades
-// and, while Run runs, streams the stream topic's events to subscribers.
+// Gateway is the push gateway: it serves GET /v1/stream upgrades
+// (ServeHTTP) and event streams (ServeEvents) and, while Run runs, streams
+// the stream topic's events to their subscribers.
 type Gateway struct {
 	cfg            Config
 	verifier       *auth.Verifier
