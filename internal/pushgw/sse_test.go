@@ -662,3 +662,42 @@ func TestEventsOverHTTP2StreamThroughTheResponseWriter(t *testing.T) {
 	s.ended()
 	again.ended()
 }
+
+// TestEventStreamsCountAgainstTheUsersConnectAndSubscribeRates: a stream is
+// one connect and one subscribe, shared with the user's WebSockets.
+func TestEventStreamsCountAgainstTheUsersConnectAndSubscribeRates(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		mod    func(*Config)
+		reason string
+	}{
+		{"Past the connect burst a stream is 429 connect_rate.", func(c *Config) { c.ConnectBurst, c.ConnectPerMinute = 2, 1 }, rejectConnectRate},
+		{"Past the subscribe burst a stream is 429 subscribe_rate.", func(c *Config) { c.SubscribeBurst, c.SubscribePerMinute = 2, 1 }, rejectSubscribeRate},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testenv.Context(t, 30*time.Second)
+			f := newFixture(t, ctx)
+			f.start(ctx, tt.mod, nil)
+			conv := testenv.Name(t, "c")
+			alice := token(t, auth.DefaultTenant, "alice")
+			ws := f.dial(ctx, alice) // a WebSocket connect and subscribe take from the same buckets
+			ws.subscribe(conv+"-ws", "")
+			ws.expect(ctx, "subscribed")
+			mustOpenSSE(ctx, t, f.eventsURL(conv, nil), alice, nil).expect("subscribed")
+			s, err := openSSE(ctx, t, f.eventsURL(conv, nil), alice, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.resp.StatusCode != http.StatusTooManyRequests || errorCode(t, s.resp) != "rate_limited" || s.resp.Header.Get("Retry-After") == "" {
+				t.Fatalf("third within a burst of 2: %d, want 429 rate_limited with Retry-After", s.resp.StatusCode)
+			}
+			mustOpenSSE(ctx, t, f.eventsURL(conv, nil), token(t, auth.DefaultTenant, "bob"), nil).expect("subscribed") // another user
+			if v := labelledValue(t, f.reg, "turnpike_pushgw_rejected_total", "reason", tt.reason); v != 1 {
+				t.Errorf("rejected_total{reason=%s} = %v, want 1", tt.reason, v)
+			}
+		})
+	}
+}
