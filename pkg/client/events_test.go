@@ -226,3 +226,22 @@ func TestEventStreamReadsLongLinesWithinItsBound(t *testing.T) {
 		t.Fatalf("an event over the bound: %v, want an error", err)
 	}
 }
+
+func TestEventStreamNextReturnsWhenItsContextEnds(t *testing.T) {
+	t.Parallel()
+	c := sseServer(t, func(w http.ResponseWriter, r *http.Request) {
+		streamHead(w)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // a quiet stream
+	})
+	s, err := c.Events(context.Background(), "c1", EventsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	if _, err := s.Next(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Next = %v, want context.Canceled", err)
+	}
+}
