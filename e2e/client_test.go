@@ -15,22 +15,25 @@ import (
 )
 
 // cutProxy forwards TCP connections to target until cut closes them all.
+// Each new connection is held delay before it is forwarded, so that events
+// pile up while a client reconnects.
 type cutProxy struct {
 	ln     net.Listener
 	target string
+	delay  time.Duration
 
 	mu    sync.Mutex
 	conns []net.Conn
 	wg    sync.WaitGroup
 }
 
-func newCutProxy(t *testing.T, target string) *cutProxy {
+func newCutProxy(t *testing.T, target string, delay time.Duration) *cutProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{ln: ln, target: target}
+	p := &cutProxy{ln: ln, target: target, delay: delay}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(func() { ln.Close(); p.cut(); p.wg.Wait() })
@@ -44,17 +47,25 @@ func (p *cutProxy) accept() {
 		if err != nil {
 			return
 		}
-		out, err := net.Dial("tcp", p.target)
-		if err != nil {
-			in.Close()
-			continue
-		}
 		p.mu.Lock()
-		p.conns = append(p.conns, in, out)
+		p.conns = append(p.conns, in)
 		p.mu.Unlock()
-		p.wg.Add(2)
-		go func() { defer p.wg.Done(); _, _ = io.Copy(out, in); out.Close() }()
-		go func() { defer p.wg.Done(); _, _ = io.Copy(in, out); in.Close() }()
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			time.Sleep(p.delay)
+			out, err := net.Dial("tcp", p.target)
+			if err != nil {
+				in.Close()
+				return
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, out)
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go func() { defer p.wg.Done(); _, _ = io.Copy(out, in); out.Close() }()
+			go func() { defer p.wg.Done(); _, _ = io.Copy(in, out); in.Close() }()
+		}()
 	}
 }
 
@@ -70,17 +81,33 @@ func (p *cutProxy) cut() {
 
 func TestASubscriptionResumesAcrossDroppedConnectionsWithoutGapOrDuplicate(t *testing.T) {
 	s := startStack(t, "")
+	for _, sse := range []bool{false, true} {
+		name := "WebSocket"
+		if sse {
+			name = "Server-Sent Events"
+		}
+		t.Run(name, func(t *testing.T) { resumeThroughCuts(t, s, sse) })
+	}
+}
+
+// resumeThroughCuts follows an answer through a proxy that drops every
+// connection each 15 tokens, over a WebSocket or (sse) event streams.
+func resumeThroughCuts(t *testing.T, s *stack, sse bool) {
 	ctx := testenv.Context(t, 60*time.Second)
 	c := s.client(t, "acme", "ann")
-	proxy := newCutProxy(t, s.PushgwAddr)
+	proxy := newCutProxy(t, s.PushgwAddr, 100*time.Millisecond) // ten tokens' time: a resume that missed them shows
 	c.StreamURL = "ws://" + proxy.ln.Addr().String() + "/v1/stream"
+	conv := "drops"
+	if sse {
+		c.EventsURL, conv = "http://"+proxy.ln.Addr().String(), "drops-sse"
+	}
 	reconnects := 0
-	sub, err := c.Subscribe(ctx, "drops", client.SubscribeOptions{OnReconnect: func(string) { reconnects++ }})
+	sub, err := c.Subscribe(ctx, conv, client.SubscribeOptions{SSE: sse, OnReconnect: func(string) { reconnects++ }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	sent := send(t, ctx, c, "drops", "[[tokens:60]][[delay:10ms]]")
+	sent := send(t, ctx, c, conv, "[[tokens:60]][[delay:10ms]]")
 	tokens := 0
 	followAnswer(t, ctx, sub, sent, 60, func(e events.Event) {
 		if e.Type() == events.TypeToken {

@@ -1,5 +1,6 @@
 // Command pushgw pushes stream events to WebSocket clients subscribed to
-// their conversations, with resume from a cursor.
+// their conversations, and to Server-Sent Events clients following one,
+// with resume from a cursor.
 //
 // Settings are flags or TURNPIKE_* environment variables (-h lists them).
 package main

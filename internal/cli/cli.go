@@ -53,6 +53,7 @@ func Run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		"push gateway WebSocket URL (default: the one the ingest API's page names, else the ingest host's port 8081)")
 	set.String(&c.Token, "token", "TURNPIKE_TOKEN", "", "bearer token (the devstack prints one)")
 	var (
+		sse                  bool
 		since, strategy, key string
 		limit                int
 		before               int64
@@ -65,6 +66,7 @@ func Run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		set.Duration(&timeout, "timeout", "", 5*time.Minute, "how long to wait for the answer")
 	case "watch":
 		set.String(&since, "since", "", "", `resume point: "earliest" or a cursor; default: live events only`)
+		fs.BoolVar(&sse, "sse", false, "stream over Server-Sent Events (GET /v1/conversations/{c}/events on the -stream host) instead of a WebSocket")
 	case "latency":
 		set.Int(&limit, "n", "", 20, "how many sends")
 		set.Duration(&timeout, "timeout", "", 5*time.Minute, "how long to wait for all answers")
@@ -103,7 +105,7 @@ func Run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		defer cancel()
 		err = send(ctx, &c, rest[0], strings.Join(rest[1:], " "), client.SendOptions{Strategy: strategy, IdempotencyKey: key}, stdout)
 	case cmd == "watch" && len(rest) == 1:
-		err = watch(ctx, &c, rest[0], since, stdout)
+		err = watch(ctx, &c, rest[0], since, sse, stdout)
 	case cmd == "latency" && len(rest) >= 2 && limit > 0:
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
@@ -162,17 +164,34 @@ func send(ctx context.Context, c *client.Client, conv, content string, o client.
 	}
 }
 
-func watch(ctx context.Context, c *client.Client, conv, since string, out io.Writer) error {
-	conn, err := c.Dial(ctx)
-	if err != nil {
-		return err
+func watch(ctx context.Context, c *client.Client, conv, since string, sse bool, out io.Writer) error {
+	var conn interface {
+		Next(context.Context) (client.Frame, error)
+		Close() error
+	}
+	if sse {
+		s, err := c.Events(ctx, conv, client.EventsOptions{Since: since})
+		if err != nil {
+			return err
+		}
+		conn = s
+	} else {
+		ws, err := c.Dial(ctx)
+		if err != nil {
+			return err
+		}
+		if err := ws.Subscribe(conv, since); err != nil {
+			ws.Close()
+			return err
+		}
+		conn = ws
 	}
 	defer conn.Close()
-	if err := conn.Subscribe(conv, since); err != nil {
-		return err
-	}
 	for {
 		f, err := conn.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return errors.New("the gateway ended the stream")
+		}
 		if err != nil {
 			return err
 		}

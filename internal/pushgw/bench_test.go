@@ -105,8 +105,15 @@ func (p *benchLoadProcess) do(format string, args ...any) (string, error) {
 	return p.line()
 }
 
-func (p *benchLoadProcess) connect(url string, n int, sub string) error {
-	l, err := p.do("connect %s %d %s", url, n, sub)
+// connect opens n clients of the gateway at url: WebSockets, or with sse
+// Server-Sent Events streams of the gateway's HTTP base (url without its
+// ws:// and /v1/stream).
+func (p *benchLoadProcess) connect(url string, n int, sub string, sse bool) error {
+	cmd := fmt.Sprintf("connect %s %d %s", url, n, sub)
+	if sse {
+		cmd = fmt.Sprintf("connect %s %d %s sse", "http://"+strings.TrimSuffix(strings.TrimPrefix(url, "ws://"), "/v1/stream"), n, sub)
+	}
+	l, err := p.do("%s", cmd)
 	if err == nil && l != "ready" {
 		err = fmt.Errorf("load process said %q, want ready", l)
 	}
@@ -159,7 +166,10 @@ func benchGateway(b *testing.B, ctx context.Context, brokers []string, topicName
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := &http.Server{Handler: gw}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/stream", gw)
+	mux.HandleFunc(EventsPath, gw.ServeEvents)
+	srv := &http.Server{Handler: mux}
 	go func() { _ = srv.Serve(ln) }()
 	b.Cleanup(func() {
 		stop()
@@ -233,13 +243,16 @@ func benchConns(b *testing.B, want int) int {
 // BenchmarkIdleConnections holds idle WebSocket connections (20,000, or as
 // many as the open file limit allows) in the gateway and reports the
 // gateway process's memory per connection: connected only, and connected
-// with one live subscription each.
+// with one live subscription each; and as many Server-Sent Events streams
+// (always subscribed).
 func BenchmarkIdleConnections(b *testing.B) {
 	for _, mode := range []struct {
 		name, sub, local string
+		sse              bool
 	}{
-		{"connected", benchSubNone, "127.0.0.2"},
-		{"subscribed", benchSubOwn, "127.0.0.3"},
+		{"connected", benchSubNone, "127.0.0.2", false},
+		{"subscribed", benchSubOwn, "127.0.0.3", false},
+		{"sse-subscribed", benchSubOwn, "127.0.0.9", true},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			ctx := testenv.Context(b, 10*time.Minute)
@@ -251,7 +264,7 @@ func BenchmarkIdleConnections(b *testing.B) {
 			before := sampleMemory(true)
 			b.ResetTimer()
 			began := time.Now()
-			if err := load.connect(url, n, mode.sub); err != nil {
+			if err := load.connect(url, n, mode.sub, mode.sse); err != nil {
 				b.Fatal(err)
 			}
 			connected := time.Since(began)
@@ -349,7 +362,7 @@ func BenchmarkStreamReadCost(b *testing.B) {
 			load := startBenchLoad(b, "127.0.0.7")
 			topicName := "bench.read." + strconv.Itoa(rate)
 			_, _ = benchGateway(b, ctx, load.brokers, topicName)
-			if err := load.connect("ws://127.0.0.1:1/unused", 0, benchSubNone); err != nil {
+			if err := load.connect("ws://127.0.0.1:1/unused", 0, benchSubNone, false); err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()
@@ -371,7 +384,8 @@ func BenchmarkStreamReadCost(b *testing.B) {
 	}
 }
 
-// BenchmarkFanoutLatency connects 5,000 subscribed clients and streams
+// BenchmarkFanoutLatency connects 5,000 subscribed clients (WebSockets, or
+// Server-Sent Events streams for the sse- cases) and streams
 // token events to them through Kafka at a fixed rate, measuring each
 // event's latency from its ts (stamped just before the produce call) to its
 // arrival at the client: the producer's batching, the broker, the
@@ -382,10 +396,14 @@ func BenchmarkFanoutLatency(b *testing.B) {
 		sub   string
 		rate  int // events per second produced
 		local string
+		sse   bool
 	}{
-		{"own-conversation-1000ev/s", benchSubOwn, 1000, "127.0.0.4"},
-		{"own-conversation-5000ev/s", benchSubOwn, 5000, "127.0.0.5"},
-		{"one-conversation-10ev/s", benchSubShared, 10, "127.0.0.6"},
+		{"own-conversation-1000ev/s", benchSubOwn, 1000, "127.0.0.4", false},
+		{"own-conversation-5000ev/s", benchSubOwn, 5000, "127.0.0.5", false},
+		{"one-conversation-10ev/s", benchSubShared, 10, "127.0.0.6", false},
+		{"sse-own-conversation-1000ev/s", benchSubOwn, 1000, "127.0.0.10", true},
+		{"sse-own-conversation-5000ev/s", benchSubOwn, 5000, "127.0.0.11", true},
+		{"sse-one-conversation-10ev/s", benchSubShared, 10, "127.0.0.12", true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			ctx := testenv.Context(b, 10*time.Minute)
@@ -394,7 +412,7 @@ func BenchmarkFanoutLatency(b *testing.B) {
 			topicName := "bench.fanout." + tc.sub + strconv.Itoa(tc.rate)
 			reg, url := benchGateway(b, ctx, load.brokers, topicName)
 			n := benchConns(b, 5_000)
-			if err := load.connect(url, n, tc.sub); err != nil {
+			if err := load.connect(url, n, tc.sub, tc.sse); err != nil {
 				b.Fatal(err)
 			}
 			if _, _, err := load.produce(topicName, tc.rate, 2*time.Second); err != nil { // warm-up

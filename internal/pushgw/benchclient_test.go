@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -36,7 +38,8 @@ import (
 // The two talk over the load process's stdin and stdout, a line each:
 //
 //	load → gateway   "broker <addr>"                  at start
-//	gateway → load   "connect <url> <n> <sub>"        n clients; sub: none, own (a conversation each) or shared (all one)
+//	gateway → load   "connect <url> <n> <sub> [sse]"  n clients; sub: none, own (a conversation each) or shared (all one);
+//	                                                  with sse, Server-Sent Events streams of the gateway at url (its HTTP base)
 //	load → gateway   "ready"                          every client is up (and subscribed)
 //	gateway → load   "produce <topic> <rate> <dur>"   token events at rate per second for dur, to the clients' conversations (or 1,000 without clients)
 //	load → gateway   "produced <events> <seconds>"
@@ -94,7 +97,7 @@ type benchLoad struct {
 	// Guarded by mu.
 	latencies []int64 // nanoseconds
 
-	conns   []*websocket.Conn
+	conns   []io.Closer // WebSockets, or Server-Sent Events bodies
 	readers sync.WaitGroup
 }
 
@@ -145,9 +148,9 @@ func runBenchLoad() int {
 	return 0
 }
 
-// connect opens the clients: connect <url> <n> <sub>.
+// connect opens the clients: connect <url> <n> <sub> [sse].
 func (l *benchLoad) connect(args []string) error {
-	if len(args) != 3 {
+	if len(args) != 3 && (len(args) != 4 || args[3] != "sse") {
 		return fmt.Errorf("connect: %q", args)
 	}
 	url, sub := args[0], args[2]
@@ -156,6 +159,9 @@ func (l *benchLoad) connect(args []string) error {
 		return err
 	}
 	l.n, l.sub = n, sub
+	if len(args) == 4 {
+		return l.connectSSE(url, n, sub)
+	}
 	dialer := websocket.Dialer{
 		NetDialContext:   (&net.Dialer{LocalAddr: l.local}).DialContext,
 		ReadBufferSize:   1 << 10,
@@ -199,6 +205,83 @@ func (l *benchLoad) connect(args []string) error {
 	return nil
 }
 
+// connectSSE opens n Server-Sent Events streams of the gateway at base,
+// each of its own conversation (or all of one).
+func (l *benchLoad) connectSSE(base string, n int, sub string) error {
+	if sub == benchSubNone {
+		return fmt.Errorf("connect: an event stream is always subscribed")
+	}
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext:     (&net.Dialer{LocalAddr: l.local}).DialContext,
+		ReadBufferSize:  1 << 10,
+		WriteBufferSize: 1 << 10,
+	}}
+	var ready sync.WaitGroup
+	ready.Add(n)
+	for i := range n {
+		id := benchIdentity(i, sub)
+		tok, err := auth.Mint(testSecret, id.Tenant, id.User, 24*time.Hour, time.Now())
+		if err != nil {
+			return err
+		}
+		var resp *http.Response
+		for attempt := 0; ; attempt++ {
+			req, _ := http.NewRequest(http.MethodGet, base+"/v1/conversations/"+id.Conversation+"/events", nil)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			if resp, err = hc.Do(req); err == nil && resp.StatusCode != http.StatusOK {
+				resp.Body.Close()
+				err = fmt.Errorf("HTTP %d", resp.StatusCode)
+			}
+			if err == nil || attempt == 5 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			return fmt.Errorf("events %d: %w", i, err)
+		}
+		l.conns = append(l.conns, resp.Body)
+		l.readers.Go(func() { l.readSSE(resp.Body, &ready) })
+	}
+	ready.Wait()
+	fmt.Println("ready")
+	return nil
+}
+
+// readSSE reads one event stream's data lines and records each event's
+// latency.
+func (l *benchLoad) readSSE(body io.Reader, ready *sync.WaitGroup) {
+	br := bufio.NewReaderSize(body, 1<<10)
+	subscribed := false
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue // not a token event's
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				l.closed.Add(1) // the gateway ended the stream
+			}
+			if !subscribed {
+				ready.Done()
+			}
+			return
+		}
+		now := time.Now().UnixNano()
+		data, ok := bytes.CutPrefix(line, []byte("data: "))
+		if !ok {
+			continue
+		}
+		if !subscribed {
+			if subscribed = bytes.Contains(data, []byte(`"subscribed"`)); subscribed {
+				ready.Done()
+			}
+			continue
+		}
+		l.record(data, now)
+	}
+}
+
 // read reads one client's frames (gorilla answers pings meanwhile) and
 // records each event's latency.
 func (l *benchLoad) read(conn *websocket.Conn, subscribed bool, ready *sync.WaitGroup) {
@@ -220,12 +303,17 @@ func (l *benchLoad) read(conn *websocket.Conn, subscribed bool, ready *sync.Wait
 			}
 			continue
 		}
-		if ts, ok := frameTS(data); ok {
-			l.received.Add(1)
-			l.mu.Lock()
-			l.latencies = append(l.latencies, now-ts)
-			l.mu.Unlock()
-		}
+		l.record(data, now)
+	}
+}
+
+// record records the latency of an event frame that arrived at now.
+func (l *benchLoad) record(frame []byte, now int64) {
+	if ts, ok := frameTS(frame); ok {
+		l.received.Add(1)
+		l.mu.Lock()
+		l.latencies = append(l.latencies, now-ts)
+		l.mu.Unlock()
 	}
 }
 

@@ -26,6 +26,8 @@ const (
 	DefaultConnectBurst       = 100
 	DefaultSubscribePerMinute = 6000
 	DefaultSubscribeBurst     = 1000
+	DefaultSSEHeartbeat       = 15 * time.Second
+	DefaultSSERetry           = 2 * time.Second
 )
 
 // Config configures a Gateway. Zero values take the documented defaults.
@@ -99,6 +101,14 @@ type Config struct {
 	// turns the limit off. Defaults 6000 per minute (100/s) and 1000.
 	SubscribePerMinute int
 	SubscribeBurst     int
+
+	// SSEHeartbeat is how often an idle Server-Sent Events stream gets a
+	// comment line, so that proxies keep it open and a dead peer is
+	// noticed by the write deadline. Default 15s.
+	SSEHeartbeat time.Duration
+	// SSERetry is the reconnection delay each event stream tells its
+	// EventSource (the retry field). Default 2s.
+	SSERetry time.Duration
 }
 
 // BindFlags registers the gateway's settings (not the brokers and topic,
@@ -120,6 +130,10 @@ func (c *Config) BindFlags(set *flagenv.Set) {
 	set.Int(&c.SubscribePerMinute, "subscribe-per-minute", "TURNPIKE_PUSHGW_SUBSCRIBE_PER_MINUTE", DefaultSubscribePerMinute,
 		"subscribes per user per minute after the burst; negative disables")
 	set.Int(&c.SubscribeBurst, "subscribe-burst", "TURNPIKE_PUSHGW_SUBSCRIBE_BURST", DefaultSubscribeBurst, "subscribes per user at once")
+	set.Duration(&c.SSEHeartbeat, "sse-heartbeat", "TURNPIKE_PUSHGW_SSE_HEARTBEAT", DefaultSSEHeartbeat,
+		"how often an idle Server-Sent Events stream gets a comment line")
+	set.Duration(&c.SSERetry, "sse-retry", "TURNPIKE_PUSHGW_SSE_RETRY", DefaultSSERetry,
+		"reconnection delay Server-Sent Events streams tell their clients")
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -142,6 +156,8 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.ConnectBurst, DefaultConnectBurst)
 	setDefault(&c.SubscribePerMinute, DefaultSubscribePerMinute)
 	setDefault(&c.SubscribeBurst, DefaultSubscribeBurst)
+	setDefault(&c.SSEHeartbeat, DefaultSSEHeartbeat)
+	setDefault(&c.SSERetry, DefaultSSERetry)
 	return c
 }
 
@@ -180,7 +196,8 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"ping interval", c.PingInterval}, {"pong wait", c.PongWait}, {"write timeout", c.WriteTimeout}, {"cursor wait", c.CursorWait}} {
+	}{{"ping interval", c.PingInterval}, {"pong wait", c.PongWait}, {"write timeout", c.WriteTimeout}, {"cursor wait", c.CursorWait},
+		{"sse heartbeat", c.SSEHeartbeat}, {"sse retry", c.SSERetry}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: %v, want > 0", d.name, d.v))
 		}

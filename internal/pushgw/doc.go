@@ -1,6 +1,8 @@
-// Package pushgw is the WebSocket push gateway of API.md: clients subscribe
-// to their conversations on GET /v1/stream and receive the stream topic's
-// events, live or resumed from a cursor, without gap or duplicate.
+// Package pushgw is the push gateway of API.md: clients subscribe to their
+// conversations on the WebSocket GET /v1/stream, or follow one as
+// Server-Sent Events on GET /v1/conversations/{c}/events, and receive the
+// stream topic's events, live or resumed from a cursor, without gap or
+// duplicate. Both transports share one subscription core (session.go).
 //
 // Pieces, one file each:
 //   - gateway.go: Gateway, New, Run, ServeHTTP (origin, auth, connect rate),
@@ -12,7 +14,12 @@
 //   - live.go: one kafka.Reader per partition feeding the hub.
 //   - replay.go: a subscription's catch-up, from the ring or from Kafka
 //     with a reader of its own.
-//   - client.go: one connection: reader and writer goroutines.
+//   - session.go: what every connection has whatever its transport: the
+//     admission rules (origin, token, connect rate), the outbound queue,
+//     the subscriptions and their replays; the hub's sink.
+//   - client.go: one WebSocket connection: reader and writer goroutines.
+//   - sse.go: ServeEvents and one event stream: a session with one
+//     subscription whose frames are written as Server-Sent Events.
 //   - outbox.go: a connection's outbound queue, bounded in frames and bytes.
 //   - wire.go: the socket under a connection, which coalesces a backlog of
 //     frames into one write.
@@ -26,9 +33,13 @@
 //
 // Goroutines: Run owns the live readers and waits for every client; each
 // client owns its reader goroutine and its replays; the writer goroutine of
-// a client tears it down. Nothing on the fan-out path waits on a client: a
-// client whose queue is full is closed with 4008. The writer also closes
-// its client with 4401 when the token it connected with expires.
+// a client tears it down. An event stream's writer is ServeEvents's
+// goroutine (HTTP/2) or, once it has taken its HTTP/1 connection over, a
+// goroutine of its own with a reader that only waits for the peer's close;
+// either way Run waits for it, and it waits for its replay and reader. Nothing on the fan-out path waits on a client: a
+// client whose queue is full is closed with 4008. The writer also ends its
+// connection when the token it connected with expires: a WebSocket with
+// 4401, an event stream with an error event of code unauthenticated.
 //
 // Locks, in order: a shard's mutex (hub.go) may be held while a client's
 // outbox mutex is taken (outbox.mu is a leaf) and while its close state is

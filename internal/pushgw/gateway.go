@@ -31,8 +31,9 @@ const (
 	writeBufferSize = 8 << 10
 )
 
-// Gateway is the WebSocket push gateway: it serves GET /v1/stream upgrades
-// and, while Run runs, streams the stream topic's events to subscribers.
+// Gateway is the push gateway: it serves GET /v1/stream upgrades
+// (ServeHTTP) and event streams (ServeEvents) and, while Run runs, streams
+// the stream topic's events to their subscribers.
 type Gateway struct {
 	cfg            Config
 	verifier       *auth.Verifier
@@ -207,30 +208,13 @@ func (g *Gateway) Ready(ctx context.Context) error {
 // Retry-After; before Run has the live start positions, or while it shuts
 // down, 503. None of them upgrades.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !g.originAllowed(w, r) {
-		return
-	}
-	tok, err := g.verifier.VerifyToken(auth.BearerToken(r, true))
-	if err != nil {
-		w.Header().Set("WWW-Authenticate", "Bearer")
-		server.WriteError(w, http.StatusUnauthorized, server.CodeUnauthenticated, "missing, invalid or expired bearer token", 0)
-		return
-	}
-	user := tok.Tenant + "/" + tok.User
-	if ok, wait := g.connectLimit.allow(user); !ok {
-		g.metrics.rejected.WithLabelValues(rejectConnectRate).Inc()
-		server.WriteError(w, http.StatusTooManyRequests, server.CodeRateLimited, "too many connections for this user; retry later", wait)
-		return
-	}
-	g.mu.Lock()
-	h, ctx := g.hub, g.ctx
-	ok := h != nil && !g.closing
-	if ok {
-		g.clients.Add(1)
-	}
-	g.mu.Unlock()
+	tok, user, ok := g.admit(w, r)
 	if !ok {
-		server.WriteError(w, http.StatusServiceUnavailable, server.CodeUnavailable, "push gateway is not running", time.Second)
+		return
+	}
+	h, ctx, err := g.join()
+	if err != nil {
+		server.WriteError(w, http.StatusServiceUnavailable, server.CodeUnavailable, err.Error(), time.Second)
 		return
 	}
 	conn, err := g.upgrader.Upgrade(wireHijacker{ResponseWriter: w, pool: &g.batches, timeout: g.cfg.WriteTimeout}, r, nil)

@@ -45,6 +45,8 @@ type fixture struct {
 	brokers []string
 	topic   string
 	writer  *kafka.Writer
+	// launchLogged, if set, is the logger of the gateways launched next.
+	launchLogged *slog.Logger
 
 	*instance // the gateway of start
 }
@@ -65,7 +67,7 @@ func newFixture(t testing.TB, ctx context.Context) *fixture {
 }
 
 // newFixtureOn is newFixture on the given brokers.
-func newFixtureOn(t *testing.T, ctx context.Context, brokers []string) *fixture {
+func newFixtureOn(t testing.TB, ctx context.Context, brokers []string) *fixture {
 	t.Helper()
 	f := &fixture{t: t, brokers: brokers, topic: testenv.Name(t, "stream")}
 	if err := topic.Ensure(ctx, f.brokers, testPartitions, f.topic); err != nil {
@@ -113,6 +115,9 @@ func (f *fixture) launch(ctx context.Context, mod func(*Config), wrap func(net.L
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if f.launchLogged != nil {
+		log = f.launchLogged
+	}
 	in.gw, err = New(cfg, v, in.reg, log)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -122,7 +127,10 @@ func (f *fixture) launch(ctx context.Context, mod func(*Config), wrap func(net.L
 	in.stop = stop
 	in.runErr = make(chan error, 1)
 	go func() { in.runErr <- in.gw.Run(runCtx) }()
-	in.srv = httptest.NewUnstartedServer(in.gw)
+	mux := http.NewServeMux()
+	mux.Handle("/v1/stream", in.gw)
+	mux.HandleFunc(EventsPath, in.gw.ServeEvents)
+	in.srv = httptest.NewUnstartedServer(mux)
 	if wrap != nil {
 		in.srv.Listener = wrap(in.srv.Listener)
 	}
@@ -180,6 +188,28 @@ func (f *fixture) produce(ctx context.Context, id events.Identity, req string, f
 		msgs = append(msgs, kafka.Message{Key: []byte(id.Key()), Value: event(id.Conversation, req, n)})
 	}
 	if err := f.writer.WriteMessages(ctx, msgs...); err != nil {
+		f.t.Errorf("produce: %v", err)
+	}
+}
+
+// produceLarge writes events seq 1..total of id (request r), of ~2 KiB
+// each, one produce call each.
+func (f *fixture) produceLarge(ctx context.Context, id events.Identity, total int) {
+	for n := 1; n <= total; n++ {
+		v := events.MarshalEvent(&events.TokenEvent{Meta: events.Meta{Conversation: id.Conversation, RequestID: "r", RunID: "u", Seq: int64(n), TS: 1},
+			Delta: strings.Repeat("x", 2<<10), Agent: "echo", Role: "assistant"})
+		if err := f.writer.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v}); err != nil {
+			f.t.Errorf("produce: %v", err)
+			return
+		}
+	}
+}
+
+// complete writes the run.completed (status complete) of request req of id,
+// seq seq.
+func (f *fixture) complete(ctx context.Context, id events.Identity, req string, seq int) {
+	e := &events.RunCompletedEvent{Meta: events.Meta{Conversation: id.Conversation, RequestID: req, RunID: req + "-run", Seq: int64(seq), TS: 1}, Status: events.StatusComplete}
+	if err := f.writer.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: events.MarshalEvent(e)}); err != nil {
 		f.t.Errorf("produce: %v", err)
 	}
 }
@@ -834,16 +864,7 @@ func testSlowClient(t *testing.T, mod func(*Config)) {
 	// never faces a burst bigger than its queue.
 	const total = 300
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		for n := 1; n <= total; n++ {
-			v := events.MarshalEvent(&events.TokenEvent{Meta: events.Meta{Conversation: conv, RequestID: "r", RunID: "u", Seq: int64(n), TS: 1},
-				Delta: strings.Repeat("x", 2<<10), Agent: "echo", Role: "assistant"})
-			if err := f.writer.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v}); err != nil {
-				t.Errorf("produce: %v", err)
-				return
-			}
-		}
-	})
+	wg.Go(func() { f.produceLarge(ctx, id, total) })
 	checkSeqs(t, fast.events(ctx, total), "r", 1, total)
 	wg.Wait()
 

@@ -218,9 +218,9 @@ func BenchmarkFanout(b *testing.B) {
 		b.Run(fmt.Sprintf("subscribers=%d", n), func(b *testing.B) {
 			h := newTestHub(b, map[int]int64{0: 0}, 16)
 			const queue = 256
-			clients := make([]*client, n)
+			clients := make([]*session, n)
 			for i := range clients {
-				clients[i] = &client{out: outbox{maxFrames: queue, maxBytes: DefaultQueueBytes, wake: make(chan struct{}, 1)}, done: make(chan struct{}), metrics: h.metrics}
+				clients[i] = &session{out: outbox{maxFrames: queue, maxBytes: DefaultQueueBytes, wake: make(chan struct{}, 1)}, done: make(chan struct{}), metrics: h.metrics}
 				sub := &subscription{sink: clients[i], key: "t/u/c", conversation: "c", partition: 0}
 				if err := h.register(sub, []byte("hello")); err != nil {
 					b.Fatal(err)

@@ -17,6 +17,7 @@ const (
 // Every series exists from the start (labelled ones with each label value).
 type metrics struct {
 	connections     prometheus.Gauge
+	sseConnections  prometheus.Gauge
 	subscriptions   prometheus.Gauge
 	eventsOut       prometheus.Counter
 	framesDropped   prometheus.Counter
@@ -42,7 +43,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "turnpike", Subsystem: "pushgw", Name: name, Help: help, Buckets: buckets})
 	}
 	m := &metrics{
-		connections:     gauge("connections", "Open WebSocket connections."),
+		connections:     gauge("connections", "Open connections: WebSocket and Server-Sent Events streams."),
+		sseConnections:  gauge("sse_connections", "Open Server-Sent Events streams (counted in connections too)."),
 		subscriptions:   gauge("subscriptions", "Active subscriptions, replaying or live."),
 		eventsOut:       counter("events_out_total", "Event frames queued to clients, live and replayed."),
 		framesDropped:   counter("frames_dropped_total", "Frames discarded unsent because their client was closed or too slow."),
@@ -52,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		replays:         counter("replays_total", "Replays that read the stream topic from Kafka."),
 		ringReplays:     counter("ring_replays_total", "Replays served from the in-memory ring without reading Kafka."),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "turnpike", Subsystem: "pushgw", Name: "rejected_total",
-			Help: "Upgrades and subscribes refused: origin (403), connect_rate (429), subscribe_rate (error frame)."}, []string{"reason"}),
+			Help: "Upgrades, event streams and subscribes refused: origin (403), connect_rate (429), subscribe_rate (error frame; 429 for an event stream)."}, []string{"reason"}),
 		fanout: histogram("fanout_seconds", "From a live record's arrival to its frame queued to every recipient, for records with recipients.",
 			prometheus.ExponentialBuckets(1e-6, 4, 10)),
 		deliveryLag: histogram("delivery_lag_seconds", "From a live record's Kafka timestamp to its frame queued to every recipient (includes clock skew between hosts).",
@@ -64,7 +66,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.connections, m.subscriptions, m.eventsOut, m.framesDropped, m.slowDisconnects, m.badRecords,
+	for _, c := range []prometheus.Collector{m.connections, m.sseConnections, m.subscriptions, m.eventsOut, m.framesDropped, m.slowDisconnects, m.badRecords,
 		m.skippedRecords, m.replays, m.ringReplays, m.rejected, m.fanout, m.deliveryLag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)

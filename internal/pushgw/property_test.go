@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -167,7 +169,7 @@ func TestResumeIsExactFromAnyDisconnectPoint(t *testing.T) {
 		})
 	}
 	var mu sync.Mutex
-	hops, midRun := 0, 0
+	hops, midRun, sseHops := 0, 0, 0
 	for i, c := range convs {
 		for s := range sessions {
 			srng := rand.New(rand.NewPCG(seed, uint64(1000+i*sessions+s)))
@@ -182,13 +184,23 @@ func TestResumeIsExactFromAnyDisconnectPoint(t *testing.T) {
 				pos, cursor := 0, ""
 				for k, cut := range cuts {
 					in := replicas[picks[k]]
-					if err := resumeHop(ctx, t, in, tok, c.id.Conversation, c.script, &pos, &cursor, cut, k%2 == 0); err != nil {
+					// Every other hop resumes over Server-Sent Events, by
+					// Last-Event-ID or since: a cursor carries over between
+					// the transports.
+					hop, sse := resumeHop, false
+					if (k+s)%2 == 1 {
+						hop, sse = resumeHopSSE, true
+					}
+					if err := hop(ctx, t, in, tok, c.id.Conversation, c.script, &pos, &cursor, cut, k%4 < 2); err != nil {
 						t.Errorf("%s, hop %d (replica %d, cut after %d of %d events): %v", name, k, picks[k], cut, len(c.script), err)
 						return
 					}
 					time.Sleep(pauses[k]) // offline for a while: the stream moves on
 					mu.Lock()
 					hops++
+					if sse {
+						sseHops++
+					}
 					if cut > 0 && cut < len(c.script) && c.script[cut-1].typ != string(events.TypeRunCompleted) {
 						midRun++
 					}
@@ -208,7 +220,7 @@ func TestResumeIsExactFromAnyDisconnectPoint(t *testing.T) {
 		ring += r
 		fromKafka += k
 	}
-	t.Logf("%d hops, %d of them cut mid-run", hops, midRun)
+	t.Logf("%d hops (%d over Server-Sent Events), %d of them cut mid-run", hops, sseHops, midRun)
 	if ring == 0 || fromKafka == 0 {
 		t.Errorf("resumes from the ring %v, from Kafka %v: the property needs both", ring, fromKafka)
 	}
@@ -251,6 +263,48 @@ func resumeHop(ctx context.Context, t *testing.T, in *instance, tok, conv string
 	}
 	if !abrupt {
 		_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	}
+	return nil
+}
+
+// resumeHopSSE is resumeHop over Server-Sent Events: it opens the events
+// stream (since=earliest with no cursor yet, else the cursor as
+// Last-Event-ID when header is set, as ?since= otherwise), checks the
+// events up to cut and drops the connection.
+func resumeHopSSE(ctx context.Context, t *testing.T, in *instance, tok, conv string, script []scriptEvent, pos *int, cursor *string, cut int, header bool) error {
+	hctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel() // drops the connection
+	q, h := url.Values{"since": {"earliest"}}, http.Header(nil)
+	switch {
+	case *cursor != "" && header:
+		q, h = nil, http.Header{"Last-Event-Id": {*cursor}}
+	case *cursor != "":
+		q = url.Values{"since": {*cursor}}
+	}
+	s, err := openSSE(hctx, t, in.eventsURL(conv, q), tok, h)
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	defer s.resp.Body.Close()
+	if s.resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("open since %q %v: HTTP %d", *cursor, h, s.resp.StatusCode)
+	}
+	if m, err := s.read(); err != nil || m.event != "subscribed" {
+		return fmt.Errorf("open since %q: %+v, %v", *cursor, m, err)
+	}
+	for *pos < cut {
+		m, err := s.read()
+		if err != nil {
+			return fmt.Errorf("after %d events (since %s): %w", *pos, *cursor, err)
+		}
+		if m.comment {
+			continue
+		}
+		if want := script[*pos]; !want.matches(m.fr) {
+			return fmt.Errorf("event %d (since %s) is %s %s/%s#%d, want %v", *pos, *cursor, m.fr.Type, m.fr.RequestID, m.fr.RunID, m.fr.Seq, want)
+		}
+		*pos++
+		*cursor = m.id
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ var errStopped = errors.New("subscription stopped")
 // Kafka otherwise (there a cursor whose successor is no longer retained has
 // expired), queues the subscribed frame first, then hands over the live
 // frames buffered meanwhile and switches sub to live.
-func (g *Gateway) replay(ctx context.Context, c *client, sub *subscription) error {
+func (g *Gateway) replay(ctx context.Context, c *session, sub *subscription) error {
 	var start int64
 	switch sub.since.kind {
 	case sinceAfter:
@@ -91,7 +91,7 @@ func (g *Gateway) replay(ctx context.Context, c *client, sub *subscription) erro
 
 // readRange queues the frames of sub's key at offsets [start, sub.liveStart)
 // of its partition, read with a reader of its own.
-func (g *Gateway) readRange(ctx context.Context, c *client, sub *subscription, start int64) error {
+func (g *Gateway) readRange(ctx context.Context, c *session, sub *subscription, start int64) error {
 	select {
 	case g.replaySlots <- struct{}{}:
 	case <-ctx.Done():

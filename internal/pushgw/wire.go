@@ -54,6 +54,10 @@ func (w *wire) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// setWriteDeadline sets the socket's write deadline (for an event stream's
+// writes; a WebSocket sets its own through its Conn).
+func (w *wire) setWriteDeadline(t time.Time) { _ = w.Conn.SetWriteDeadline(t) }
+
 // begin starts a batch.
 func (w *wire) begin() {
 	w.mu.Lock()

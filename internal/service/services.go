@@ -267,7 +267,7 @@ type PushgwConfig struct {
 // Bind registers the push gateway flags.
 func (c *PushgwConfig) Bind(set *flagenv.Set) {
 	c.Shared.Bind(set)
-	set.String(&c.Addr, "addr", "TURNPIKE_PUSHGW_ADDR", ":8081", "listen address of the WebSocket endpoint /v1/stream")
+	set.String(&c.Addr, "addr", "TURNPIKE_PUSHGW_ADDR", ":8081", "listen address of the WebSocket endpoint /v1/stream and the Server-Sent Events endpoint /v1/conversations/{conversation}/events")
 	c.Pushgw.BindFlags(set)
 }
 
@@ -301,6 +301,7 @@ func RunPushgw(ctx context.Context, c PushgwConfig, env Env, ln net.Listener) er
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/stream", gw)
+	mux.HandleFunc(pushgw.EventsPath, gw.ServeEvents) // GET, and OPTIONS for CORS
 	mux.Handle("/v1/stream", server.MethodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/", server.NotFound)
 	server.HandleOps(mux, env.Registry, kafkaCheck(c.Brokers), server.Check{Name: "gateway", Fn: gw.Ready})

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -427,8 +428,9 @@ func artifactsDir(t *testing.T) string {
 }
 
 // newBrowser starts headless Chromium with a fresh profile. The page's
-// console errors and uncaught exceptions fail the test.
-func newBrowser(t *testing.T, path string) context.Context {
+// console errors and uncaught exceptions fail the test, but for a dropped
+// WebSocket and messages containing one of tolerated.
+func newBrowser(t *testing.T, path string, tolerated ...string) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -473,7 +475,8 @@ func newBrowser(t *testing.T, path string) context.Context {
 			// The dropped socket, and the requests refused while the stack
 			// restarts, are logged by the browser itself; nothing else may be.
 			if !strings.Contains(p, "WebSocket") && !strings.Contains(p, "net::ERR_CONNECTION_REFUSED") &&
-				!strings.Contains(p, "status of 401 (Unauthorized)") {
+				!strings.Contains(p, "status of 401 (Unauthorized)") &&
+				!slices.ContainsFunc(tolerated, func(s string) bool { return strings.Contains(p, s) }) {
 				t.Errorf("the page logged %s", p)
 			}
 		}

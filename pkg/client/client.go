@@ -22,6 +22,10 @@ type Client struct {
 	// StreamURL is the push gateway's WebSocket endpoint, e.g.
 	// "ws://localhost:8081/v1/stream".
 	StreamURL string
+	// EventsURL is the push gateway's HTTP base for Server-Sent Events,
+	// e.g. "http://localhost:8081". Default: StreamURL's host, with http
+	// for ws and https for wss.
+	EventsURL string
 	// Token is the bearer JWT, unless TokenSource is set.
 	Token string
 	// TokenSource, if set, is called for the bearer token of each HTTP
@@ -161,22 +165,12 @@ func (c *Client) do(req *http.Request, want int, out any) error {
 		return fmt.Errorf("turnpike: %w", err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != want {
+		return readAPIError(resp)
+	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
 		return fmt.Errorf("turnpike: read answer: %w", err)
-	}
-	if resp.StatusCode != want {
-		var e struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		ae := &APIError{Status: resp.StatusCode}
-		if json.Unmarshal(b, &e) == nil {
-			ae.Code, ae.Message = e.Error.Code, e.Error.Message
-		}
-		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
-			ae.RetryAfter = time.Duration(s) * time.Second
-		}
-		return ae
 	}
 	if err := json.Unmarshal(b, out); err != nil {
 		return fmt.Errorf("turnpike: decode answer: %w", err)

@@ -42,20 +42,7 @@ func (c *Client) Dial(ctx context.Context) (*Conn, error) {
 			// The gateway answered the upgrade with an error (a bad token:
 			// 401; a foreign origin: 403; too many connects: 429).
 			defer resp.Body.Close()
-			ae := &APIError{Status: resp.StatusCode}
-			var body struct {
-				Error struct{ Code, Message string } `json:"error"`
-			}
-			if b, rerr := io.ReadAll(io.LimitReader(resp.Body, 64<<10)); rerr == nil && json.Unmarshal(b, &body) == nil {
-				ae.Code, ae.Message = body.Error.Code, body.Error.Message
-			}
-			if s, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil {
-				ae.RetryAfter = time.Duration(s) * time.Second
-			}
-			if ae.Message == "" {
-				ae.Message = resp.Status
-			}
-			return nil, fmt.Errorf("turnpike: dial %s: %w", c.StreamURL, ae)
+			return nil, fmt.Errorf("turnpike: dial %s: %w", c.StreamURL, readAPIError(resp))
 		}
 		return nil, fmt.Errorf("turnpike: dial %s: %w", c.StreamURL, err)
 	}
@@ -114,6 +101,12 @@ func (c *Conn) Next(ctx context.Context) (Frame, error) {
 	if err != nil {
 		return Frame{}, err
 	}
+	return decodeFrame(b)
+}
+
+// decodeFrame decodes one gateway frame (a WebSocket message, or the data
+// of a Server-Sent Event).
+func decodeFrame(b []byte) (Frame, error) {
 	var head struct {
 		Type         string `json:"type"`
 		Conversation string `json:"conversation"`
@@ -201,4 +194,23 @@ func (c *Conn) Close() error {
 	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 	c.wmu.Unlock()
 	return c.ws.Close()
+}
+
+// readAPIError reads an error answer of the gateway or the API into an
+// *APIError; a body that is not the JSON error shape gives the status text.
+func readAPIError(resp *http.Response) *APIError {
+	ae := &APIError{Status: resp.StatusCode}
+	var body struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10)); err == nil && json.Unmarshal(b, &body) == nil {
+		ae.Code, ae.Message = body.Error.Code, body.Error.Message
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
+		ae.RetryAfter = time.Duration(s) * time.Second
+	}
+	if ae.Message == "" {
+		ae.Message = resp.Status
+	}
+	return ae
 }

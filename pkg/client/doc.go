@@ -1,6 +1,8 @@
 // Package client is the Go client of Turnpike's public API: Send and
 // History over the ingest HTTP API, and a WebSocket Conn to the push
 // gateway that subscribes to conversations and reads their stream events.
+// Events opens the same stream of one conversation over Server-Sent Events
+// (an EventStream), and a Subscription can use either transport.
 //
 // Conn.Next decodes each frame strictly (events.DecodeEvent). Readers that
 // must keep up with very many frames a second read them with Conn.NextRaw
@@ -9,5 +11,6 @@
 //
 // A Client is safe for concurrent use. A Conn's Next and NextRaw must be
 // called from one goroutine; its other methods are safe for concurrent use.
+// So must an EventStream's Next; its Close may be called from any.
 // A FrameView is not safe for concurrent use.
 package client

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/turnpike-dev/turnpike/pkg/client"
@@ -67,6 +68,46 @@ func ExampleClient_Subscribe() {
 		if r := answers.Apply(e); r.RequestID == sent.RequestID && r.Status != "" {
 			fmt.Println(r.Text, "-", r.Status)
 			return
+		}
+	}
+}
+
+// Send a message, then stream its one answer over Server-Sent Events: with
+// Follow the stream starts early enough to hold the whole answer and ends
+// after its run.completed.
+func ExampleClient_Events() {
+	ctx := context.Background()
+	c := &client.Client{BaseURL: "http://localhost:8080", EventsURL: "http://localhost:8081", Token: os.Getenv("TURNPIKE_TOKEN")}
+	sent, err := c.Send(ctx, "c1", "hello", client.SendOptions{})
+	if err != nil {
+		fmt.Println("send:", err)
+		return
+	}
+	s, err := c.Events(ctx, "c1", client.EventsOptions{Follow: sent.RequestID})
+	if err != nil {
+		fmt.Println("events:", err)
+		return
+	}
+	defer s.Close()
+	var answer client.Transcript
+	for {
+		f, err := s.Next(ctx)
+		if errors.Is(err, io.EOF) { // the answer is complete
+			for _, r := range answer.Runs() {
+				fmt.Println(r.Text, "-", r.Status)
+			}
+			return
+		}
+		if err != nil {
+			fmt.Println("stream:", err)
+			return
+		}
+		if f.Type == client.FrameError {
+			fmt.Println(f.Code, f.Message)
+			return
+		}
+		if f.Event != nil {
+			answer.Apply(f.Event)
 		}
 	}
 }

@@ -22,11 +22,23 @@ type SubscribeOptions struct {
 	MaxBackoff time.Duration
 	// OnReconnect, if set, is called after each successful reconnection.
 	OnReconnect func(cursor string)
+	// SSE streams over Server-Sent Events (Client.Events) instead of a
+	// WebSocket: one HTTP stream per connection, resumed with
+	// Last-Event-ID. Default false: WebSocket.
+	SSE bool
+}
+
+// frameSource is one connection of a Subscription: a WebSocket Conn or an
+// EventStream.
+type frameSource interface {
+	Next(ctx context.Context) (Frame, error)
+	Close() error
 }
 
 // Subscription streams the events of one conversation and survives
 // dropped connections: it reconnects with backoff and resumes after the
 // last event it delivered, so the caller sees every event once, in order.
+// It uses a WebSocket, or Server-Sent Events with SubscribeOptions.SSE.
 // When the gateway closes the connection because its token expired
 // (CloseTokenExpired), it reconnects at once with the Client's next token
 // (Client.TokenSource); with a fixed Token, Next then fails with the
@@ -36,7 +48,7 @@ type Subscription struct {
 	c      *Client
 	conv   string
 	opts   SubscribeOptions
-	conn   *Conn
+	conn   frameSource
 	cursor string
 }
 
@@ -54,12 +66,8 @@ func (c *Client) Subscribe(ctx context.Context, conversation string, o Subscribe
 
 // connect dials, subscribes since the last cursor and waits for subscribed.
 func (s *Subscription) connect(ctx context.Context) error {
-	conn, err := s.c.Dial(ctx)
+	conn, err := s.open(ctx)
 	if err != nil {
-		return err
-	}
-	if err := conn.Subscribe(s.conv, s.cursor); err != nil {
-		conn.Close()
 		return err
 	}
 	for {
@@ -80,6 +88,22 @@ func (s *Subscription) connect(ctx context.Context) error {
 			return &SubscribeError{Conversation: s.conv, Code: f.Code, Message: f.Message}
 		}
 	}
+}
+
+// open opens a connection subscribed since the last cursor.
+func (s *Subscription) open(ctx context.Context) (frameSource, error) {
+	if s.opts.SSE {
+		return s.c.Events(ctx, s.conv, EventsOptions{Since: s.cursor})
+	}
+	conn, err := s.c.Dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.Subscribe(s.conv, s.cursor); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
 }
 
 // Cursor is the cursor of the last event delivered ("" before the first).

@@ -725,3 +725,139 @@ function query(params) {
 function sleep(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
+
+// --- Server-Sent Events ---
+
+/**
+ * Follows one conversation over Server-Sent Events (the browser's EventSource) instead of a
+ * WebSocket: for networks that pass plain HTTP streams but not WebSocket upgrades, or for one
+ * answer (`follow`). EventSource reconnects by itself and resumes with Last-Event-ID, so every
+ * event is delivered once, in order, across dropped connections and gateway restarts; re-runs
+ * are handled as on the WebSocket (`rerun: true`).
+ *
+ *   const s = streamEvents('c1', { eventsURL: 'http://localhost:8081', token, onEvent, onGap });
+ *   await s.ready;
+ *
+ * @param {string} conversation
+ * @param {object} o
+ * @param {string} [o.eventsURL] the push gateway's HTTP base, e.g. "http://localhost:8081";
+ *   default: the host of o.streamURL
+ * @param {string} [o.streamURL] the gateway's WebSocket URL, used when eventsURL is not given
+ * @param {string} o.token bearer JWT (sent as ?access_token=: EventSource sends no header)
+ * @param {string} [o.since] "earliest", a cursor, or nothing (events from now on)
+ * @param {string} [o.follow] a request id: only its events; the stream closes after its
+ *   run.completed
+ * @param {(ev: object) => void} o.onEvent each stream event, once, in order
+ * @param {(info: {reason: string}) => void} [o.onGap] events may have been missed: re-read history
+ * @param {(err: TurnpikeError) => void} [o.onError] the gateway refused the stream; it is over
+ * @param {(state: string) => void} [o.onState] "connecting", "open", "reconnecting", "closed"
+ * @returns {EventStream}
+ */
+export function streamEvents(conversation, o = {}) {
+  return new EventStream(conversation, o);
+}
+
+/**
+ * One conversation's Server-Sent Events stream. `ready` resolves when the gateway first
+ * confirms it; `cursor` is the cursor of the last event delivered; close() ends it.
+ */
+export class EventStream {
+  #sub;
+  #es = null;
+  #url;
+  #o;
+  #EventSource;
+  #closed = false;
+
+  constructor(conversation, o) {
+    const { eventsURL, streamURL, token, since, follow, EventSource = globalThis.EventSource } = o;
+    if (!token) throw new TypeError('turnpike: token is required');
+    if (!eventsURL && !streamURL) throw new TypeError('turnpike: eventsURL or streamURL is required');
+    let base = eventsURL;
+    if (!base) {
+      const u = new URL(streamURL, globalThis.location?.href);
+      base = `${u.protocol === 'wss:' || u.protocol === 'https:' ? 'https:' : 'http:'}//${u.host}`;
+    }
+    const url = new URL(`${base.replace(/\/+$/, '')}/v1/conversations/${encodeURIComponent(conversation)}/events`,
+      globalThis.location?.href);
+    url.searchParams.set('access_token', token);
+    if (follow) url.searchParams.set('follow', follow);
+    this.#url = url;
+    this.#o = o;
+    this.#EventSource = EventSource;
+    this.conversation = conversation;
+    // follow without a position starts at earliest (as the gateway does), so a
+    // reconnection before the first event replays rather than leaves a gap.
+    this.#sub = new Subscription(conversation, since ?? (follow ? 'earliest' : undefined), {
+      onEvent: (ev) => {
+        o.onEvent?.(ev);
+        if (follow && ev.type === 'run.completed' && ev.request_id === follow) this.close();
+      },
+      onGap: o.onGap,
+      onError: o.onError,
+    }, () => this.close());
+    this.ready = this.#sub.ready;
+    this.#open(this.#sub._resumeFrom());
+  }
+
+  /** The cursor of the last event delivered, or null. */
+  get cursor() { return this.#sub.cursor; }
+
+  /** Ends the stream. */
+  close() {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#es?.close();
+    this.#es = null;
+    this.#sub._end(null);
+    this.#o.onState?.('closed');
+  }
+
+  // #open starts an EventSource from since (a cursor, "earliest" or nothing). Later
+  // reconnections are EventSource's own, from the last id it saw.
+  #open(since) {
+    const url = new URL(this.#url);
+    if (since) url.searchParams.set('since', since);
+    this.#o.onState?.('connecting');
+    const es = new this.#EventSource(url.href);
+    this.#es = es;
+    const frame = (m) => {
+      if (es !== this.#es) return;
+      let f;
+      try { f = JSON.parse(m.data); } catch { return; }
+      if (f.type === 'subscribed') {
+        this.#o.onState?.('open');
+        this.#sub._subscribed();
+      } else if (EVENT_TYPES.has(f.type) && f.conversation === this.conversation) {
+        this.#sub._event(f);
+      }
+    };
+    es.addEventListener('subscribed', frame);
+    for (const t of EVENT_TYPES) es.addEventListener(t, frame);
+    es.addEventListener('error', (e) => {
+      if (es !== this.#es) return;
+      if (typeof e.data === 'string') { // the gateway's error event: the stream ends after it
+        let f = {};
+        try { f = JSON.parse(e.data); } catch { /* reported below */ }
+        if (f.code === 'cursor_expired') {
+          // Resume live and re-read history (onGap once subscribed).
+          this.#sub._cursorExpired();
+          es.close();
+          this.#open(this.#sub._resumeFrom());
+        }
+        return; // unavailable: EventSource reconnects after the retry delay
+      }
+      if (es.readyState === 2) { // CLOSED: refused (a status other than 200), not retried
+        this.#closed = true;
+        this.#es = null;
+        this.#sub._end(new TurnpikeError(0, 'refused', 'the gateway refused the event stream (token, origin or position)'));
+        this.#o.onState?.('closed');
+        return;
+      }
+      // Reconnecting from the last id seen; without one, a live stream may miss events.
+      this.#sub._socketLost();
+      this.#sub._resumeFrom();
+      this.#o.onState?.('reconnecting');
+    });
+  }
+}

@@ -1,0 +1,195 @@
+package webui_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/service"
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/pkg/client"
+)
+
+// sseGateway is a push gateway of the test's own on a fixed loopback
+// address, which the test stops and starts again.
+type sseGateway struct {
+	t      *testing.T
+	cfg    service.PushgwConfig
+	addr   string
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// start runs a gateway on g.addr (a fresh port the first time) and waits
+// until it is ready.
+func (g *sseGateway) start() {
+	t := g.t
+	t.Helper()
+	addr := g.addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen %s: %v", addr, err)
+	}
+	g.addr = ln.Addr().String()
+	g.reg = prometheus.NewRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	g.cancel, g.done = cancel, make(chan error, 1)
+	ready := make(chan struct{})
+	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	go func() {
+		g.done <- service.RunPushgw(ctx, g.cfg, service.Env{Logger: log, Registry: g.reg, Ready: func() { close(ready) }}, ln)
+	}()
+	select {
+	case <-ready:
+	case err := <-g.done:
+		t.Fatalf("push gateway stopped before ready: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("push gateway not ready within 30s")
+	}
+}
+
+// stop stops the gateway and waits for it.
+func (g *sseGateway) stop() {
+	g.t.Helper()
+	g.cancel()
+	if err := <-g.done; err != nil && !errors.Is(err, context.Canceled) {
+		g.t.Errorf("push gateway: %v", err)
+	}
+}
+
+// TestBrowserEventSourceResumesAcrossAGatewayRestart follows a streaming
+// answer with turnpike.js's streamEvents (the browser's own EventSource)
+// from the demo page's origin, restarts the push gateway mid-answer, and
+// checks that every word arrived exactly once, in order.
+func TestBrowserEventSourceResumesAcrossAGatewayRestart(t *testing.T) {
+	t.Parallel()
+	stk := newStack(t)
+	st := stk.start(t, "")
+	cfg := stk.cfg
+	chromium := findChromium(t)
+	// While the gateway is down the browser logs its refused reconnections;
+	// the document below has no favicon.
+	ctx := newBrowser(t, chromium, "net::ERR_CONNECTION_REFUSED", "status of 404 (Not Found)")
+
+	gw := &sseGateway{t: t}
+	gw.cfg.Shared = cfg.Shared
+	gw.cfg.Brokers, gw.cfg.AuthSecret, gw.cfg.MongoURI = st.Brokers, st.AuthSecret, st.MongoURI
+	gw.cfg.Pushgw.SSERetry = 200 * time.Millisecond
+	gw.cfg.Pushgw.AllowedOrigins = []string{"http://" + st.IngestAddr} // the page's origin
+	gw.start()
+	t.Cleanup(func() { gw.stop() })
+
+	conv := testenv.Name(t, "sse")
+	tok, err := auth.Mint(st.AuthSecret, auth.DefaultTenant, "alice", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A document of the page's origin without the demo page's Content
+	// Security Policy, whose connect-src lets only WebSockets leave the
+	// origin: as an application of its own would embed turnpike.js.
+	run(t, ctx, "open a document of the page's origin", chromedp.Navigate(st.IngestURL()+"/ui/turnpike.js"))
+	opened := evalJS[bool](t, ctx, fmt.Sprintf(`(async () => {
+  const tp = await import('/ui/turnpike.js');
+  const s = window.__sse = { events: [], states: [], gaps: 0, errors: [] };
+  s.stream = tp.streamEvents(%q, {
+    eventsURL: %q, token: %q,
+    onEvent: (ev) => s.events.push(ev), onGap: () => s.gaps++,
+    onError: (e) => s.errors.push(e.code), onState: (st) => s.states.push(st),
+  });
+  await s.stream.ready;
+  return true;
+})()`, conv, "http://"+gw.addr, tok), chromedp.EvalAwaitPromise)
+	if !opened {
+		t.Fatal("the event stream did not open")
+	}
+
+	c := &client.Client{BaseURL: st.IngestURL(), Token: tok}
+	const words = 60
+	sent, err := c.Send(testenv.Context(t, 10*time.Second), conv, fmt.Sprintf("[[tokens:%d]][[delay:40ms]]", words), client.SendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := func() int {
+		return evalJS[int](t, ctx, `window.__sse.events.filter((e) => e.type === 'token').length`)
+	}
+	run(t, ctx, "wait for a partial answer", waitJS(`window.__sse.events.filter((e) => e.type === 'token').length >= 5`))
+	gw.stop()
+	// The fault hit the answer in flight: part of it was seen, not its end.
+	before := tokens()
+	if before >= words || evalJS[bool](t, ctx, `window.__sse.events.some((e) => e.type === 'run.completed')`) {
+		t.Fatalf("the gateway stopped after the whole answer (%d of %d words seen): the restart must come mid-answer", before, words)
+	}
+	gw.start()
+	run(t, ctx, "wait for the end of the answer", waitJS(`window.__sse.events.some((e) => e.type === 'run.completed')`))
+
+	var got []string
+	for _, w := range evalJS[[]string](t, ctx, fmt.Sprintf(`window.__sse.events.filter((e) => e.request_id === %q && e.type === 'token').map((e) => e.delta)`, sent.RequestID)) {
+		got = append(got, strings.TrimSpace(w))
+	}
+	want := make([]string, words)
+	for i := range want {
+		want[i] = fmt.Sprintf("w%d", i+1)
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("the page got the words\n%q\nwant each of w1..w%d once, in order", got, words)
+	}
+	states := evalJS[[]string](t, ctx, `window.__sse.states`)
+	if !contains(states, "reconnecting") {
+		t.Errorf("states %q: want reconnecting among them", states)
+	}
+	if n := evalJS[int](t, ctx, `window.__sse.gaps`); n != 0 {
+		t.Errorf("onGap called %d times; the stream resumed by cursor and missed nothing", n)
+	}
+	if errs := evalJS[[]string](t, ctx, `window.__sse.errors`); len(errs) != 0 {
+		t.Errorf("onError: %q", errs)
+	}
+	// The restarted gateway served the resume from a cursor: its replay
+	// (its ring is younger than the cursor, so from Kafka).
+	if n := gatherValue(t, gw.reg, "turnpike_pushgw_replays_total"); n < 1 {
+		t.Errorf("replays_total of the restarted gateway = %v, want the resume from Last-Event-ID", n)
+	}
+	run(t, ctx, "close the stream", chromedp.Evaluate[chromedp.Void](`window.__sse.stream.close()`))
+
+	// streamEvents on its own, against a fake EventSource.
+	script, err := os.ReadFile(filepath.Join("testdata", "turnpike_sse_test.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failures := evalJS[[]string](t, ctx, string(script), chromedp.EvalAwaitPromise); len(failures) > 0 {
+		t.Errorf("streamEvents checks failed:\n  %s", strings.Join(failures, "\n  "))
+	}
+}
+
+func gatherValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			m := mf.GetMetric()[0]
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("metric %s not found", name)
+	return 0
+}
