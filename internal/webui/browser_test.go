@@ -327,6 +327,18 @@ func TestBrowserChat(t *testing.T) {
 		t.Errorf("the interrupted answer says %q, want why it stopped", got)
 	}
 
+	// Text typed and not sent is a draft: a reload brings it back.
+	const draft = "half a thought, not sent"
+	run(t, ctx, "type a draft and reload",
+		chromedp.SendKeys(chromedp.CSS("#message"), draft),
+		chromedp.Reload(),
+		chromedp.WaitVisible(chromedp.CSS("#app")),
+		waitJS(`document.getElementById('message').value !== ''`),
+	)
+	if got := evalJS[string](t, ctx, `document.getElementById('message').value`); strings.TrimSpace(got) != draft {
+		t.Errorf("after a reload the message box holds %q, want the draft %q", got, draft)
+	}
+
 	// turnpike.js on its own, against a fake socket and fetch.
 	script, err := os.ReadFile(filepath.Join("testdata", "turnpike_test.js"))
 	if err != nil {
