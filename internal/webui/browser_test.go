@@ -89,6 +89,11 @@ func TestBrowserChat(t *testing.T) {
 	if who := text(t, ctx, "#who-name"); !strings.Contains(who, "alice") {
 		t.Errorf("signed in as %q, want alice", who)
 	}
+	// Nothing streams before a conversation is open: no badge that looks
+	// like an error.
+	if v := evalJS[string](t, ctx, `(() => { const c = document.getElementById('conn'); return c.dataset.state + ' ' + getComputedStyle(c).visibility; })()`); v != "idle hidden" {
+		t.Errorf("right after sign-in the connection badge is %q, want idle and hidden", v)
+	}
 
 	// Start a conversation and type a message: tokens stream in.
 	run(t, ctx, "start a conversation",
@@ -229,6 +234,9 @@ func TestBrowserChat(t *testing.T) {
 	if !evalJS[bool](t, ctx, `getComputedStyle(document.getElementById('nav-toggle')).display !== 'none' && getComputedStyle(document.getElementById('sidebar')).display === 'none'`) {
 		t.Error("at 360 px the conversation list should fold behind its button")
 	}
+	if !oneRow(t, ctx) {
+		t.Error("at 360 px the header takes more than one row")
+	}
 	screenshot(t, ctx, artifacts, "chat-phone.png")
 
 	// A shorter viewport (a phone's keyboard opening) keeps the newest
@@ -262,6 +270,18 @@ func TestBrowserChat(t *testing.T) {
 		t.Errorf("%d outboxes kept while the server is down, want the typed message in one", n)
 	}
 	screenshot(t, ctx, artifacts, "chat-server-down.png")
+	run(t, ctx, "phone size while reconnecting", chromedp.EmulateViewport(360, 740, chromedp.EmulateMobile))
+	if !oneRow(t, ctx) {
+		t.Error("at 360 px, reconnecting, the header takes more than one row")
+	}
+	if !evalJS[bool](t, ctx, `(() => { const n = document.getElementById('who-name'); return n.scrollWidth <= n.clientWidth; })()`) {
+		t.Error("at 360 px, reconnecting, the user name is cut off")
+	}
+	if w := evalJS[int](t, ctx, `document.documentElement.scrollWidth`); w > 360 {
+		t.Errorf("reconnecting, the page is %d px wide at a 360 px viewport", w)
+	}
+	screenshot(t, ctx, artifacts, "chat-phone-server-down.png")
+	run(t, ctx, "desktop again", chromedp.EmulateViewport(1100, 720))
 	st = stk.start(t, "another-secret-after-the-restart-0123456789")
 	sent := fmt.Sprintf(`[...document.querySelectorAll('.turn[data-request-id]')].filter((t) => t.querySelector('.msg-user .msg-text')?.textContent === %q)`, typed)
 	run(t, ctx, "wait for the typed message to be sent and answered",
@@ -306,6 +326,18 @@ func TestBrowserChat(t *testing.T) {
 	waitAnswer(t, ctx, id7, "complete")
 	if got := text(t, ctx, turnSel(id6)+" .system"); !strings.Contains(got, "Interrupted by your newer message") {
 		t.Errorf("the interrupted answer says %q, want why it stopped", got)
+	}
+
+	// Text typed and not sent is a draft: a reload brings it back.
+	const draft = "half a thought, not sent"
+	run(t, ctx, "type a draft and reload",
+		chromedp.SendKeys(chromedp.CSS("#message"), draft),
+		chromedp.Reload(),
+		chromedp.WaitVisible(chromedp.CSS("#app")),
+		waitJS(`document.getElementById('message').value !== ''`),
+	)
+	if got := evalJS[string](t, ctx, `document.getElementById('message').value`); strings.TrimSpace(got) != draft {
+		t.Errorf("after a reload the message box holds %q, want the draft %q", got, draft)
 	}
 
 	// turnpike.js on its own, against a fake socket and fetch.
@@ -554,6 +586,16 @@ func screenshot(t *testing.T, ctx context.Context, dir, name string) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", path)
+}
+
+// oneRow reports whether the header's visible parts sit on one row.
+func oneRow(t *testing.T, ctx context.Context) bool {
+	t.Helper()
+	return evalJS[bool](t, ctx, `(() => {
+  const parts = [...document.querySelector('.topbar').children].filter((e) => e.offsetParent !== null);
+  const mid = (e) => { const r = e.getBoundingClientRect(); return r.top + r.height / 2; };
+  return parts.length > 2 && parts.every((e) => Math.abs(mid(e) - mid(parts[0])) < 8);
+})()`)
 }
 
 func count(xs []string, x string) int {

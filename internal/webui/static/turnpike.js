@@ -275,6 +275,7 @@ export class Client {
     this.#opened = false;
     ws.onopen = () => {
       this.#opened = true;
+      this.#unauthenticated = false; // the gateway took the token
       this.#lastFrame = Date.now();
       this.#setState('open', {});
       for (const sub of this.#subs.values()) this.#sendSubscribe(sub);
