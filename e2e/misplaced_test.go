@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -55,8 +56,16 @@ func produceDirect(t *testing.T, ctx context.Context, w *kafka.Writer, id events
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v}); err != nil {
-		t.Fatal(err)
+	// A writer's first metadata may not list a topic created a moment ago.
+	for attempt := 1; ; attempt++ {
+		err := w.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v})
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, kafka.UnknownTopicOrPartition) || attempt == 50 {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -66,7 +66,7 @@ func (w *Worker) watchPartitions(genCtx context.Context, n int) {
 	}
 }
 
-// placeLocked marks e to be moved when it decoded and its partition is not
+// place marks e to be moved when it decoded and its partition is not
 // its key's home. A record that does not decode is dead-lettered where it
 // is: it never runs, so its place does not matter.
 func (p *partition) place(e *entry) {
@@ -90,7 +90,7 @@ func (w *Worker) move(genCtx context.Context, e *entry) error {
 	out := kafka.Message{Key: m.Key, Value: m.Value, Time: m.Time, Partition: e.home, Headers: topic.SourceHeaders(m)}
 	srcTopic, srcPart, srcOff, _ := topic.Origin(m)
 	err := w.retryInfra(genCtx, func(ctx context.Context) error {
-		if err := w.mover.WriteMessages(ctx, out); err != nil {
+		if err := w.mover.w.WriteMessages(ctx, out); err != nil {
 			return fmt.Errorf("move %s/%d/%d to partition %d: %w", m.Topic, m.Partition, m.Offset, e.home, err)
 		}
 		return nil
@@ -109,10 +109,22 @@ func (w *Worker) move(genCtx context.Context, e *entry) error {
 	return nil
 }
 
-// newMover returns the writer of moves: each record goes to the partition
-// it names (its home), with acks=all.
-func newMover(brokers []string, requests string) *kafka.Writer {
-	return &kafka.Writer{
+// moverMetadataTTL is how long the mover trusts its view of the requests
+// topic's partitions: a partition added to it is written to at most this
+// long after the generation placing by it started (writes before fail and
+// are retried).
+const moverMetadataTTL = time.Second
+
+// mover writes the copies of misplaced records: each to the partition it
+// names (its home), with acks=all, over a transport of its own.
+type mover struct {
+	w  *kafka.Writer
+	tr *kafka.Transport
+}
+
+func newMover(brokers []string, requests string) *mover {
+	tr := &kafka.Transport{MetadataTTL: moverMetadataTTL}
+	return &mover{tr: tr, w: &kafka.Writer{
 		Addr:         kafka.TCP(brokers...),
 		Topic:        requests,
 		Balancer:     kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return m.Partition }),
@@ -120,7 +132,15 @@ func newMover(brokers []string, requests string) *kafka.Writer {
 		RequiredAcks: kafka.RequireAll,
 		MaxAttempts:  5,
 		WriteTimeout: 10 * time.Second,
-	}
+		Transport:    tr,
+	}}
+}
+
+// Close flushes the writer and closes its connections.
+func (m *mover) Close() error {
+	err := m.w.Close()
+	m.tr.CloseIdleConnections()
+	return err
 }
 
 // derivedRequestID is the request id of a record that carries none, from

@@ -74,7 +74,7 @@ type Worker struct {
 	control *controlChannel
 	stream  *streamWriter
 	dlq     *deadLetters
-	mover   *kafka.Writer // copies misplaced records home (home.go)
+	mover   *mover // copies misplaced records home (home.go)
 	bridge  *bridge.Bridge
 }
 
