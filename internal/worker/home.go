@@ -38,10 +38,43 @@ func (w *Worker) requestPartitions(ctx context.Context) (int, error) {
 	return len(ids), nil
 }
 
+// runGeneration places records by the requests topic's partition count,
+// read once, for the whole generation: it reads it (retrying for as long as
+// the generation lasts), starts one goroutine per assigned partition, and
+// then watches the count. Started with the generation's Start, its return
+// ends the generation.
+func (w *Worker) runGeneration(genCtx context.Context, gen *kafka.Generation) {
+	var n int
+	backoff := w.cfg.RetryBackoffMin
+	for {
+		var err error
+		if n, err = w.requestPartitions(genCtx); err == nil {
+			break
+		}
+		if genCtx.Err() != nil {
+			return
+		}
+		w.log.Warn("read the requests topic's partitions", slog.Any("error", err))
+		if !sleep(genCtx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, w.cfg.RetryBackoffMax)
+	}
+	assigned := gen.Assignments[w.cfg.Topics.Requests]
+	w.log.Info("partitions assigned", slog.Int("generation", int(gen.ID)), slog.Int("partitions", len(assigned)),
+		slog.Int("requests_partitions", n))
+	for _, pa := range assigned {
+		gen.Start(func(genCtx context.Context) {
+			w.consumePartition(genCtx, gen, pa, n)
+		})
+	}
+	w.watchPartitions(genCtx, n)
+}
+
 // watchPartitions returns when the requests topic's partition count is no
-// longer n, checked every PartitionWatchInterval, or when genCtx ends.
-// Started with the generation's Start, its return ends the generation: the
-// worker drains, rejoins, and places by the new count in the next one.
+// longer n, checked every PartitionWatchInterval, or when genCtx ends. Its
+// return ends the generation: the worker drains, rejoins, and places by the
+// new count in the next one.
 func (w *Worker) watchPartitions(genCtx context.Context, n int) {
 	t := time.NewTicker(w.cfg.PartitionWatchInterval)
 	defer t.Stop()

@@ -238,25 +238,11 @@ func (w *Worker) Run(ctx context.Context) error {
 			backoff = min(2*backoff, w.cfg.RetryBackoffMax)
 			continue
 		}
-		assigned := gen.Assignments[w.cfg.Topics.Requests]
-		// Records are placed by the topic's partition count of this
-		// generation; a change of it ends the generation (home.go).
-		n, err := w.requestPartitions(ctx)
-		if err != nil {
-			w.log.Warn("read the requests topic's partitions: rejoining", slog.Any("error", err))
-			gen.Start(func(genCtx context.Context) { sleep(genCtx, backoff) })
-			backoff = min(2*backoff, w.cfg.RetryBackoffMax)
-			continue
-		}
 		backoff = w.cfg.RetryBackoffMin
-		w.log.Info("partitions assigned", slog.Int("generation", int(gen.ID)), slog.Int("partitions", len(assigned)),
-			slog.Int("requests_partitions", n))
-		gen.Start(func(genCtx context.Context) { w.watchPartitions(genCtx, n) })
-		for _, pa := range assigned {
-			gen.Start(func(genCtx context.Context) {
-				w.consumePartition(genCtx, gen, pa, n)
-			})
-		}
+		// One goroutine reads the partition count records are placed by in
+		// this generation, starts the partitions, and ends the generation
+		// when the count changes (home.go).
+		gen.Start(func(genCtx context.Context) { w.runGeneration(genCtx, gen) })
 	}
 }
 
