@@ -21,10 +21,15 @@ import (
 // and the copy runs when the home partition reaches it.
 //
 // The partition count is read once per generation of the consumer group,
-// and a change of it ends the generation (watchPartitions): within a
-// generation every partition goroutine of this worker places by the same
-// count, and since the group's rebalances are eager, no run of one
-// generation overlaps a run of the next.
+// and a change of it ends the generation (watchPartitions); since the
+// group's rebalances are eager, no run of one generation overlaps a run of
+// the next. Every worker of a generation places by the same count: each
+// compares the count it reads when the generation starts (after the
+// group's assignment) with the last one it read before it joined
+// (countBeforeJoin), and only when they are equal starts its partitions;
+// otherwise it rejoins at once. All joins of a generation precede all its
+// starts, and a topic's partition count only grows, so two workers that
+// both start saw the count unchanged across the same instant: they agree.
 
 // requestPartitions reads the partition count of the requests topic.
 func (w *Worker) requestPartitions(ctx context.Context) (int, error) {
@@ -60,6 +65,15 @@ func (w *Worker) runGeneration(genCtx context.Context, gen *kafka.Generation) {
 		}
 		backoff = min(2*backoff, w.cfg.RetryBackoffMax)
 	}
+	// Whatever happens next, n was read before this worker's next join
+	// (the group rejoins only after every goroutine of the generation
+	// returned).
+	defer func() { w.countBeforeJoin.Store(int64(n)) }()
+	if before := int(w.countBeforeJoin.Load()); n != before {
+		w.log.Info("the requests topic's partition count changed around the rebalance: rejoining, so that every worker places by the same count",
+			slog.Int("partitions_before", before), slog.Int("partitions", n))
+		return
+	}
 	assigned := gen.Assignments[w.cfg.Topics.Requests]
 	w.log.Info("partitions assigned", slog.Int("generation", int(gen.ID)), slog.Int("partitions", len(assigned)),
 		slog.Int("requests_partitions", n))
@@ -68,20 +82,22 @@ func (w *Worker) runGeneration(genCtx context.Context, gen *kafka.Generation) {
 			w.consumePartition(genCtx, gen, pa, n)
 		})
 	}
-	w.watchPartitions(genCtx, n)
+	if changed := w.watchPartitions(genCtx, n); changed > 0 {
+		n = changed
+	}
 }
 
-// watchPartitions returns when the requests topic's partition count is no
-// longer n, checked every PartitionWatchInterval, or when genCtx ends. Its
-// return ends the generation: the worker drains, rejoins, and places by the
-// new count in the next one.
-func (w *Worker) watchPartitions(genCtx context.Context, n int) {
+// watchPartitions returns the requests topic's new partition count when it
+// is no longer n, checked every PartitionWatchInterval, or 0 when genCtx
+// ends. Its return ends the generation: the worker drains, rejoins, and
+// places by the new count in the next one.
+func (w *Worker) watchPartitions(genCtx context.Context, n int) int {
 	t := time.NewTicker(w.cfg.PartitionWatchInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-genCtx.Done():
-			return
+			return 0
 		case <-t.C:
 		}
 		now, err := w.requestPartitions(genCtx)
@@ -94,7 +110,7 @@ func (w *Worker) watchPartitions(genCtx context.Context, n int) {
 		if now != n {
 			w.log.Info("the requests topic's partition count changed: rebalancing, then placing by the new count",
 				slog.Int("partitions_before", n), slog.Int("partitions", now))
-			return
+			return now
 		}
 	}
 }

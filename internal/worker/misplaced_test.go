@@ -3,7 +3,9 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/internal/worker"
+	"github.com/turnpike-dev/turnpike/pkg/echo"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 )
@@ -280,4 +283,48 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// A worker whose count read after the group's assignment differs from the
+// one it read before joining (partitions were added around the rebalance,
+// so another worker may have read the other count) starts no partition:
+// it rejoins, and places by the count every worker then agrees on.
+func TestAPartitionCountChangedAroundARebalanceRejoinsBeforeRunning(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	s := newStack(t, history.NewMemoryStore())
+	if err := topic.Ensure(ctx, s.brokers, 3, s.topics.All()...); err != nil {
+		t.Fatal(err)
+	}
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "rejoin"}
+	s.produce(t, ctx, id.Key(), request(id, "r1", "after the rejoin"))
+	m, err := echo.New(echo.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	w, err := worker.New(s.cfg, worker.Deps{Store: s.store, Model: m, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker.SetCountBeforeJoin(w, 2)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	evs := s.stream(t).events(t, ctx, 1)
+	if txt, st := text(evs); txt != "echo #1: after the rejoin" || st != events.StatusComplete {
+		t.Fatalf("streamed %q (%s)", txt, st)
+	}
+	out := logs.String()
+	rejoined := strings.Index(out, "partition count changed around the rebalance")
+	assigned := strings.Index(out, "requests_partitions=3")
+	if rejoined < 0 || assigned < rejoined || strings.Contains(out[:max(rejoined, 0)], "partitions assigned") {
+		t.Fatalf("want a rejoin before any partition is started, then partitions placed by 3; logs:\n%s", out)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudwego/eino/components/model"
@@ -69,6 +70,9 @@ type Worker struct {
 	peakRunning int
 
 	active *activeRuns
+	// countBeforeJoin is the requests topic's partition count as last read
+	// before the consumer group's latest join (home.go).
+	countBeforeJoin atomic.Int64
 
 	// set by Run
 	control *controlChannel
@@ -198,6 +202,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 
+	if n, err := w.requestPartitions(ctx); err == nil && w.countBeforeJoin.Load() == 0 {
+		w.countBeforeJoin.Store(int64(n)) // else the first generation rejoins once
+	}
 	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                w.cfg.GroupID,
 		Brokers:           w.cfg.Brokers,
