@@ -216,3 +216,29 @@ func (w *Worker) cancelled(ctx context.Context, id events.Identity, requestID st
 	}
 	return w.store.Cancelled(ctx, id, requestID, history.Source{Topic: t, Partition: p, Offset: o, Time: m.Time})
 }
+
+// cancelElsewhere cancels the conversation's run when it is in another
+// partition than the cancel of everything names, and the cancel recorded
+// for the run's partition covers it. Ingest names the home partition by
+// the count it sees; while partitions are being added, a run placed by the
+// old count is in another one. Ingest records the cancel in every
+// partition before it publishes it, so the store decides. The read is made
+// on the control topic's reader, only in that case, and bounded.
+func (w *Worker) cancelElsewhere(ctl events.Control) bool {
+	id := ctl.Identity()
+	r := w.active.get(id.Key())
+	if r == nil || r.src.Partition == ctl.Partition {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cancelReadTimeout)
+	defer cancel()
+	covered, err := w.store.Cancelled(ctx, id, r.requestID, r.src)
+	if err != nil {
+		w.log.Warn("read cancels for a run in another partition", slog.String("request_id", r.requestID), slog.Any("error", err))
+		return false
+	}
+	return covered && w.active.cancel(id.Key(), func(x *activeRun) bool { return x == r })
+}
+
+// cancelReadTimeout bounds cancelElsewhere's read of the store.
+const cancelReadTimeout = 5 * time.Second

@@ -76,6 +76,23 @@ func (s *streamReader) events(t *testing.T, ctx context.Context, n int) []events
 	return out
 }
 
+// recordCancelAll records a cancel of everything in the conversation as
+// ingest does before it publishes one: in every partition, with that
+// partition's end offset now. It returns the position it used.
+func (s *stack) recordCancelAll(t *testing.T, ctx context.Context, id events.Identity) ingest.Position {
+	t.Helper()
+	pos, err := ingest.NewKafkaPositions(s.brokers, s.topics.Requests).End(ctx, []byte(id.Key()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, end := range pos.Ends {
+		if err := s.store.RecordCancel(ctx, id, history.Cancel{Topic: pos.Topic, Partition: p, Before: end, At: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pos
+}
+
 func header(m kafka.Message, key string) string {
 	for _, h := range m.Headers {
 		if h.Key == key {
@@ -160,17 +177,9 @@ func TestACancelCoversAMisplacedRecordMovedAfterIt(t *testing.T) {
 
 	// The cancel, as ingest records it (no worker runs yet, so nothing
 	// has been moved).
-	pos, err := ingest.NewKafkaPositions(s.brokers, s.topics.Requests).End(ctx, []byte(id.Key()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pos := s.recordCancelAll(t, ctx, id)
 	if pos.Partition != home || len(pos.Ends) != 3 || pos.Ends[away] != 1 || pos.Ends[home] != 1 {
 		t.Fatalf("position %+v: want home %d and one record in partitions %d and %d", pos, home, home, away)
-	}
-	for p, end := range pos.Ends {
-		if err := s.store.RecordCancel(ctx, id, history.Cancel{Topic: pos.Topic, Partition: p, Before: end, At: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
 	}
 	s.produceAt(t, ctx, away, id.Key(), request(id, "after", "after the cancel"))
 
@@ -326,5 +335,54 @@ func TestAPartitionCountChangedAroundARebalanceRejoinsBeforeRunning(t *testing.T
 	assigned := strings.Index(out, "requests_partitions=3")
 	if rejoined < 0 || assigned < rejoined || strings.Contains(out[:max(rejoined, 0)], "partitions assigned") {
 		t.Fatalf("want a rejoin before any partition is started, then partitions placed by 3; logs:\n%s", out)
+	}
+}
+
+// While partitions are being added, ingest names a conversation's new home
+// in a cancel of everything, but its run may still be in the old one
+// (the worker has not noticed yet). The cancel reaches it all the same.
+func TestACancelDuringAPartitionChangeReachesARunInTheOldHome(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	s := newStack(t, history.NewMemoryStore())
+	s.cfg.Partitions = 2
+	s.cfg.PartitionWatchInterval = time.Hour // the worker does not notice during the test
+	if err := topic.Ensure(ctx, s.brokers, 2, s.topics.All()...); err != nil {
+		t.Fatal(err)
+	}
+	var id events.Identity
+	for i := 0; ; i++ {
+		id = events.Identity{Tenant: "acme", User: "ann", Conversation: fmt.Sprintf("cancel-grow-%d", i)}
+		if topic.Home([]byte(id.Key()), 2) != topic.Home([]byte(id.Key()), 3) {
+			break
+		}
+	}
+	m := &probeModel{hold: make(chan struct{})}
+	defer close(m.hold)
+	s.produceAt(t, ctx, topic.Home([]byte(id.Key()), 2), id.Key(), request(id, "r1", id.Conversation+" m1"))
+	s.start(t, ctx, worker.Deps{Model: m})
+	st := s.stream(t)
+	waitFor(t, ctx, "the run", func() bool { return m.inFlight() == 1 })
+
+	cl := &kafka.Client{Addr: kafka.TCP(s.brokers...)}
+	if resp, err := cl.CreatePartitions(ctx, &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{{Name: s.topics.Requests, Count: 3}}}); err != nil || resp.Errors[s.topics.Requests] != nil {
+		t.Fatalf("add a partition: %v %v", err, resp)
+	}
+	pos := s.recordCancelAll(t, ctx, id)
+	if pos.Partition != topic.Home([]byte(id.Key()), 3) {
+		t.Fatalf("ingest's home %d, want the new one", pos.Partition)
+	}
+	v, err := events.EncodeControl(events.Control{V: events.Version, Type: events.ControlCancel, Tenant: id.Tenant, User: id.User,
+		Conversation: id.Conversation, Partition: pos.Partition, Before: pos.Ends[pos.Partition], At: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cw := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topics.Control, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	defer cw.Close()
+	if err := cw.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v}); err != nil {
+		t.Fatal(err)
+	}
+	if _, status := text(st.events(t, ctx, 1)); status != events.StatusCancelled {
+		t.Fatalf("the run in the old home completed %s, want cancelled", status)
 	}
 }
