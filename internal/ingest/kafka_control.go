@@ -23,7 +23,11 @@ type KafkaPositions struct {
 
 // NewKafkaPositions returns positions in requestsTopic.
 func NewKafkaPositions(brokers []string, requestsTopic string) *KafkaPositions {
-	return &KafkaPositions{brokers: brokers, topic: requestsTopic, client: &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}}
+	// A transport of its own, whose view of the partitions is at most a
+	// second old: a cancel soon after partitions were added lists their
+	// offsets too.
+	tr := &kafka.Transport{MetadataTTL: time.Second}
+	return &KafkaPositions{brokers: brokers, topic: requestsTopic, client: &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}}
 }
 
 // End implements Positions.

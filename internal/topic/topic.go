@@ -62,9 +62,14 @@ func Ensure(ctx context.Context, brokers []string, partitions int, topics ...str
 	return errors.Join(errs...)
 }
 
-// Partitions returns the partition ids of topic.
+// Partitions returns the partition ids of topic, as the cluster has them
+// now: it asks a broker over a transport of its own (kafka-go's shared
+// transport answers metadata requests from a cache that may not know a
+// partition added seconds ago).
 func Partitions(ctx context.Context, brokers []string, topic string) ([]int, error) {
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
 	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		return nil, fmt.Errorf("metadata %s: %w", topic, err)

@@ -47,6 +47,13 @@ func (a *activeRuns) unregister(key string, r *activeRun) {
 	a.mu.Unlock()
 }
 
+// get returns key's run, or nil.
+func (a *activeRuns) get(key string) *activeRun {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.runs[key]
+}
+
 // cancel cancels key's run if match says so.
 func (a *activeRuns) cancel(key string, match func(*activeRun) bool) bool {
 	a.mu.Lock()

@@ -193,6 +193,8 @@ func (c *Config) BindFlags(set *flagenv.Set) {
 	set.Int(&c.MaxInflight, "max-inflight", "TURNPIKE_MAX_INFLIGHT", 1024, "records fetched and not yet done, across partitions")
 	set.Int(&c.ReadAhead, "read-ahead", "TURNPIKE_READ_AHEAD", 512, "records fetched and not yet done, per partition")
 	set.Duration(&c.SessionTimeout, "session-timeout", "TURNPIKE_SESSION_TIMEOUT", 10*time.Second, "consumer group session timeout: how long a crashed worker's partitions wait")
+	set.Duration(&c.PartitionWatchInterval, "partition-watch-interval", "TURNPIKE_PARTITION_WATCH_INTERVAL", 10*time.Second,
+		"how often the requests topic's partition count is checked (a change rebalances the workers, which then place records by the new count)")
 	set.Int(&c.MaxAttempts, "max-attempts", "TURNPIKE_MAX_ATTEMPTS", 5, "runs of a record failing transiently in the model before it is dead-lettered")
 	set.Int(&c.CompactTokens, "compact-tokens", "TURNPIKE_COMPACT_TOKENS", 0,
 		"token budget of the model's window (bytes/4): over it, older messages are condensed into a summary; 0: off")

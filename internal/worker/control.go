@@ -91,6 +91,9 @@ func (c *controlChannel) cancel(ctl events.Control) {
 		}
 		return r.src.Topic == requests && r.src.Partition == ctl.Partition && r.src.Offset < ctl.Before
 	})
+	if !hit && ctl.RequestID == "" {
+		hit = c.w.cancelElsewhere(ctl)
+	}
 	if hit {
 		c.w.metrics.cancelled.Inc()
 		c.w.log.Info("run cancelled", identityAttr(ctl.Identity()), slog.String("request_id", ctl.RequestID))

@@ -5,8 +5,10 @@
 // effects are durable, so a crash re-delivers, and re-delivery is idempotent
 // per request id.
 //
-// Ordering: all records of a conversation share a key and so a partition;
-// each partition is processed in topic order.
+// Ordering: all records of a conversation share a key and so a partition,
+// its home (topic.Home); each partition is processed in topic order. A
+// record a producer placed in another partition is copied to its home and
+// committed, and runs there (home.go).
 //
 // Agents (agent.go, agentconfig.go, tools.go): the agent is one eino
 // ChatModelAgent, or a supervisor with sub-agents, built from the agent
@@ -17,8 +19,9 @@
 // into a stored summary (context compaction). AgentConfig and its
 // functions are plain data and safe for concurrent use.
 //
-// Goroutines: Run owns everything it starts — one goroutine per assigned
-// partition (started through the consumer group generation, so none
-// outlives its partition) plus the bridge's two per run — and waits for all
+// Goroutines: Run owns everything it starts — per consumer-group
+// generation, one goroutine that reads the requests topic's partition count
+// and watches it, and one per assigned partition (all started through the
+// generation, so none outlives it) plus the bridge's two per run — and waits for all
 // of them before it returns. A Worker is used by one Run at a time.
 package worker

@@ -21,10 +21,15 @@ import (
 // and the copy runs when the home partition reaches it.
 //
 // The partition count is read once per generation of the consumer group,
-// and a change of it ends the generation (watchPartitions): within a
-// generation every partition goroutine of this worker places by the same
-// count, and since the group's rebalances are eager, no run of one
-// generation overlaps a run of the next.
+// and a change of it ends the generation (watchPartitions); since the
+// group's rebalances are eager, no run of one generation overlaps a run of
+// the next. Every worker of a generation places by the same count: each
+// compares the count it reads when the generation starts (after the
+// group's assignment) with the last one it read before it joined
+// (countBeforeJoin), and only when they are equal starts its partitions;
+// otherwise it rejoins at once. All joins of a generation precede all its
+// starts, and a topic's partition count only grows, so two workers that
+// both start saw the count unchanged across the same instant: they agree.
 
 // requestPartitions reads the partition count of the requests topic.
 func (w *Worker) requestPartitions(ctx context.Context) (int, error) {
@@ -38,17 +43,61 @@ func (w *Worker) requestPartitions(ctx context.Context) (int, error) {
 	return len(ids), nil
 }
 
-// watchPartitions returns when the requests topic's partition count is no
-// longer n, checked every PartitionWatchInterval, or when genCtx ends.
-// Started with the generation's Start, its return ends the generation: the
-// worker drains, rejoins, and places by the new count in the next one.
-func (w *Worker) watchPartitions(genCtx context.Context, n int) {
+// runGeneration places records by the requests topic's partition count,
+// read once, for the whole generation: it reads it (retrying for as long as
+// the generation lasts), starts one goroutine per assigned partition, and
+// then watches the count. Started with the generation's Start, its return
+// ends the generation.
+func (w *Worker) runGeneration(genCtx context.Context, gen *kafka.Generation) {
+	var n int
+	backoff := w.cfg.RetryBackoffMin
+	for {
+		var err error
+		if n, err = w.requestPartitions(genCtx); err == nil {
+			break
+		}
+		if genCtx.Err() != nil {
+			return
+		}
+		w.log.Warn("read the requests topic's partitions", slog.Any("error", err))
+		if !sleep(genCtx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, w.cfg.RetryBackoffMax)
+	}
+	// Whatever happens next, n was read before this worker's next join
+	// (the group rejoins only after every goroutine of the generation
+	// returned).
+	defer func() { w.countBeforeJoin.Store(int64(n)) }()
+	if before := int(w.countBeforeJoin.Load()); n != before {
+		w.log.Info("the requests topic's partition count changed around the rebalance: rejoining, so that every worker places by the same count",
+			slog.Int("partitions_before", before), slog.Int("partitions", n))
+		return
+	}
+	assigned := gen.Assignments[w.cfg.Topics.Requests]
+	w.log.Info("partitions assigned", slog.Int("generation", int(gen.ID)), slog.Int("partitions", len(assigned)),
+		slog.Int("requests_partitions", n))
+	for _, pa := range assigned {
+		gen.Start(func(genCtx context.Context) {
+			w.consumePartition(genCtx, gen, pa, n)
+		})
+	}
+	if changed := w.watchPartitions(genCtx, n); changed > 0 {
+		n = changed
+	}
+}
+
+// watchPartitions returns the requests topic's new partition count when it
+// is no longer n, checked every PartitionWatchInterval, or 0 when genCtx
+// ends. Its return ends the generation: the worker drains, rejoins, and
+// places by the new count in the next one.
+func (w *Worker) watchPartitions(genCtx context.Context, n int) int {
 	t := time.NewTicker(w.cfg.PartitionWatchInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-genCtx.Done():
-			return
+			return 0
 		case <-t.C:
 		}
 		now, err := w.requestPartitions(genCtx)
@@ -61,12 +110,12 @@ func (w *Worker) watchPartitions(genCtx context.Context, n int) {
 		if now != n {
 			w.log.Info("the requests topic's partition count changed: rebalancing, then placing by the new count",
 				slog.Int("partitions_before", n), slog.Int("partitions", now))
-			return
+			return now
 		}
 	}
 }
 
-// placeLocked marks e to be moved when it decoded and its partition is not
+// place marks e to be moved when it decoded and its partition is not
 // its key's home. A record that does not decode is dead-lettered where it
 // is: it never runs, so its place does not matter.
 func (p *partition) place(e *entry) {
@@ -92,7 +141,7 @@ func (w *Worker) move(genCtx context.Context, e *entry) error {
 	id := e.req.Identity()
 	log := w.log.With(identityAttr(id), slog.String("request_id", e.req.RequestID))
 	err := w.retryInfra(genCtx, log, func(ctx context.Context) error {
-		if err := w.mover.WriteMessages(ctx, out); err != nil {
+		if err := w.mover.w.WriteMessages(ctx, out); err != nil {
 			return fmt.Errorf("move %s/%d/%d to partition %d: %w", m.Topic, m.Partition, m.Offset, e.home, err)
 		}
 		return nil
@@ -108,10 +157,22 @@ func (w *Worker) move(genCtx context.Context, e *entry) error {
 	return nil
 }
 
-// newMover returns the writer of moves: each record goes to the partition
-// it names (its home), with acks=all.
-func newMover(brokers []string, requests string) *kafka.Writer {
-	return &kafka.Writer{
+// moverMetadataTTL is how long the mover trusts its view of the requests
+// topic's partitions: a partition added to it is written to at most this
+// long after the generation placing by it started (writes before fail and
+// are retried).
+const moverMetadataTTL = time.Second
+
+// mover writes the copies of misplaced records: each to the partition it
+// names (its home), with acks=all, over a transport of its own.
+type mover struct {
+	w  *kafka.Writer
+	tr *kafka.Transport
+}
+
+func newMover(brokers []string, requests string) *mover {
+	tr := &kafka.Transport{MetadataTTL: moverMetadataTTL}
+	return &mover{tr: tr, w: &kafka.Writer{
 		Addr:         kafka.TCP(brokers...),
 		Topic:        requests,
 		Balancer:     kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return m.Partition }),
@@ -119,7 +180,15 @@ func newMover(brokers []string, requests string) *kafka.Writer {
 		RequiredAcks: kafka.RequireAll,
 		MaxAttempts:  5,
 		WriteTimeout: 10 * time.Second,
-	}
+		Transport:    tr,
+	}}
+}
+
+// Close flushes the writer and closes its connections.
+func (m *mover) Close() error {
+	err := m.w.Close()
+	m.tr.CloseIdleConnections()
+	return err
 }
 
 // derivedRequestID is the request id of a record that carries none, from
@@ -143,3 +212,29 @@ func (w *Worker) originCancelled(ctx context.Context, id events.Identity, reques
 	}
 	return w.store.Cancelled(ctx, id, requestID, history.Source{Topic: t, Partition: p, Offset: o, Time: m.Time})
 }
+
+// cancelElsewhere cancels the conversation's run when it is in another
+// partition than the cancel of everything names, and the cancel recorded
+// for the run's partition covers it. Ingest names the home partition by
+// the count it sees; while partitions are being added, a run placed by the
+// old count is in another one. Ingest records the cancel in every
+// partition before it publishes it, so the store decides. The read is made
+// on the control topic's reader, only in that case, and bounded.
+func (w *Worker) cancelElsewhere(ctl events.Control) bool {
+	id := ctl.Identity()
+	r := w.active.get(id.Key())
+	if r == nil || r.src.Partition == ctl.Partition {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cancelReadTimeout)
+	defer cancel()
+	covered, err := w.store.Cancelled(ctx, id, r.requestID, r.src)
+	if err != nil {
+		w.log.Warn("read cancels for a run in another partition", slog.String("request_id", r.requestID), slog.Any("error", err))
+		return false
+	}
+	return covered && w.active.cancel(id.Key(), func(x *activeRun) bool { return x == r })
+}
+
+// cancelReadTimeout bounds cancelElsewhere's read of the store.
+const cancelReadTimeout = 5 * time.Second

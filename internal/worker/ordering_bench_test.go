@@ -45,7 +45,7 @@ func BenchmarkOrdering(b *testing.B) {
 						}
 						store = s
 					}
-					rate, peak, running := runOrdering(b, store, ordering, partitions, convs, content)
+					rate, peak, running := runOrdering(b, store, ordering, partitions, convs, content, &kafka.Murmur2Balancer{})
 					b.ReportMetric(rate, "turns/s")
 					b.ReportMetric(float64(peak), "peak-inflight")
 					b.ReportMetric(float64(running), "peak-running")
@@ -60,10 +60,11 @@ func BenchmarkOrdering(b *testing.B) {
 	}
 }
 
-// runOrdering runs one worker over convs requests and returns its turns/s
-// peak records in flight and peak runs at once. Partition ordering is slow by design: it is measured
-// over a fixed 30 s instead of to the end.
-func runOrdering(b *testing.B, store history.Store, ordering string, partitions, convs int, content string) (rate float64, peakInflight, peakRunning int) {
+// runOrdering runs one worker over convs requests, placed by placement,
+// and returns its turns/s peak records in flight and peak runs at once.
+// Partition ordering is slow by design: it is measured over a fixed 30 s
+// instead of to the end.
+func runOrdering(b *testing.B, store history.Store, ordering string, partitions, convs int, content string, placement kafka.Balancer) (rate float64, peakInflight, peakRunning int) {
 	b.Helper()
 	ctx := testenv.Context(b, 20*time.Minute)
 	brokers := testenv.Kafka(b)
@@ -71,7 +72,7 @@ func runOrdering(b *testing.B, store history.Store, ordering string, partitions,
 	if err := topic.Ensure(ctx, brokers, partitions, names.All()...); err != nil {
 		b.Fatal(err)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: names.Requests, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: names.Requests, Balancer: placement, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	var batch []kafka.Message
 	for i := range convs {
 		id := events.Identity{Tenant: "bench", User: "u", Conversation: fmt.Sprintf("c%d", i)}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudwego/eino/components/model"
@@ -69,12 +70,15 @@ type Worker struct {
 	peakRunning int
 
 	active *activeRuns
+	// countBeforeJoin is the requests topic's partition count as last read
+	// before the consumer group's latest join (home.go).
+	countBeforeJoin atomic.Int64
 
 	// set by Run
 	control *controlChannel
 	stream  *streamWriter
 	dlq     *deadLetters
-	mover   *kafka.Writer // copies misplaced records home (home.go)
+	mover   *mover // copies misplaced records home (home.go)
 	bridge  *bridge.Bridge
 }
 
@@ -198,6 +202,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 
+	if n, err := w.requestPartitions(ctx); err == nil && w.countBeforeJoin.Load() == 0 {
+		w.countBeforeJoin.Store(int64(n)) // else the first generation rejoins once
+	}
 	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                w.cfg.GroupID,
 		Brokers:           w.cfg.Brokers,
@@ -238,25 +245,11 @@ func (w *Worker) Run(ctx context.Context) error {
 			backoff = min(2*backoff, w.cfg.RetryBackoffMax)
 			continue
 		}
-		assigned := gen.Assignments[w.cfg.Topics.Requests]
-		// Records are placed by the topic's partition count of this
-		// generation; a change of it ends the generation (home.go).
-		n, err := w.requestPartitions(ctx)
-		if err != nil {
-			w.log.Warn("read the requests topic's partitions: rejoining", slog.Any("error", err))
-			gen.Start(func(genCtx context.Context) { sleep(genCtx, backoff) })
-			backoff = min(2*backoff, w.cfg.RetryBackoffMax)
-			continue
-		}
 		backoff = w.cfg.RetryBackoffMin
-		w.log.Info("partitions assigned", slog.Int("generation", int(gen.ID)), slog.Int("partitions", len(assigned)),
-			slog.Int("requests_partitions", n))
-		gen.Start(func(genCtx context.Context) { w.watchPartitions(genCtx, n) })
-		for _, pa := range assigned {
-			gen.Start(func(genCtx context.Context) {
-				w.consumePartition(genCtx, gen, pa, n)
-			})
-		}
+		// One goroutine reads the partition count records are placed by in
+		// this generation, starts the partitions, and ends the generation
+		// when the count changes (home.go).
+		gen.Start(func(genCtx context.Context) { w.runGeneration(genCtx, gen) })
 	}
 }
 
