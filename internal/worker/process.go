@@ -180,6 +180,10 @@ func truncateKey(k []byte) string {
 func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Request) error {
 	id := req.Identity()
 	log := w.log.With(slog.String("request_id", req.RequestID), slog.String("tenant", id.Tenant), slog.String("conversation", id.Conversation))
+	// The agent, its tools and the worker's hooks find the request in ctx
+	// (RunInfoFrom): its id keys side effects, as a run may happen more
+	// than once.
+	ctx = WithRunInfo(ctx, runInfoOf(req))
 
 	// A request already decided (a redelivery, a duplicate record) is
 	// completed as it was the first time, without running the model again.
@@ -221,7 +225,7 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 		// A resume continues the interrupted run from its checkpoint; the
 		// answer is this request's (persisted) user message.
 		var err error
-		if iter, err = w.resume(runCtx, ctx, id, req); errors.Is(err, errNothingToResume) {
+		if iter, err = w.resume(runCtx, ctx, id, req); errors.Is(err, errNothingToResume) || errors.Is(err, errBadAnswer) {
 			log.Info("resume rejected", slog.String("resume_of", req.ResumeOf), slog.Any("reason", err))
 			return w.rejectResume(ctx, id, req.RequestID, err)
 		} else if err != nil {
@@ -237,7 +241,7 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 		if err != nil {
 			return fmt.Errorf("compact window: %w", err)
 		}
-		runner, err := w.agents.runner()
+		runner, err := w.agents.runner(runCtx, runInfoOf(req))
 		if err != nil {
 			return fmt.Errorf("build agent: %w", err)
 		}

@@ -1,0 +1,209 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/components/model"
+	"github.com/cloudwego/eino/components/tool"
+	"github.com/cloudwego/eino/components/tool/utils"
+	"github.com/cloudwego/eino/compose"
+	"github.com/cloudwego/eino/schema"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/turnpiketest"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
+)
+
+// lookupModel calls the lookup tool with the user's message, then answers
+// with the tool's result. fail, if set, may fail a call before any content.
+type lookupModel struct {
+	fail func() error
+}
+
+func (m lookupModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return m, nil }
+
+func (m lookupModel) reply(in []*schema.Message) (*schema.Message, error) {
+	if m.fail != nil {
+		if err := m.fail(); err != nil {
+			return nil, err
+		}
+	}
+	last := in[len(in)-1]
+	if last.Role == schema.Tool {
+		return schema.AssistantMessage("found: "+last.Content, nil), nil
+	}
+	return schema.AssistantMessage("", []schema.ToolCall{{ID: "call-1", Type: "function",
+		Function: schema.FunctionCall{Name: "lookup", Arguments: fmt.Sprintf(`{"key":%q}`, last.Content)}}}), nil
+}
+
+func (m lookupModel) Generate(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.Message, error) {
+	return m.reply(in)
+}
+
+func (m lookupModel) Stream(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	out, err := m.reply(in)
+	if err != nil {
+		return nil, err
+	}
+	if len(out.ToolCalls) > 0 {
+		return schema.StreamReaderFromArray([]*schema.Message{out}), nil
+	}
+	var parts []*schema.Message
+	for _, w := range strings.SplitAfter(out.Content, " ") {
+		parts = append(parts, schema.AssistantMessage(w, nil))
+	}
+	return schema.StreamReaderFromArray(parts), nil
+}
+
+type lookupArgs struct {
+	Key string `json:"key"`
+}
+
+// lookupTool answers "<key> for <request id>": the request id comes from
+// the run's context. calls counts its runs by request id.
+func lookupTool(t *testing.T, calls *sync.Map) tool.BaseTool {
+	tl, err := utils.InferTool("lookup", "looks a key up", func(ctx context.Context, a lookupArgs) (string, error) {
+		r, ok := worker.RequestFromContext(ctx)
+		if !ok {
+			return "", errors.New("no request in the tool's context")
+		}
+		n, _ := calls.LoadOrStore(r.RequestID, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		return a.Key + " for " + r.RequestID, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tl
+}
+
+func newLookupAgent(ctx context.Context, m model.ToolCallingChatModel, tl tool.BaseTool) (adk.Agent, error) {
+	return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{
+		Name: "finder", Description: "finds things", Instruction: "Look things up.", Model: m,
+		ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{tl}}},
+	})
+}
+
+// Many runs of one tool-calling agent at once, each on an agent the
+// factory built for it: under -race this is where eino v0.7.36's shared
+// graph would race. Each run sees its own request in ctx (its tool's
+// answer names it), streams and persists only the answer, never the tool
+// call or result.
+func TestConcurrentRunsOfAToolCallingAgent(t *testing.T) {
+	var calls, built sync.Map
+	tl := lookupTool(t, &calls)
+	stack := turnpiketest.Start(t, worker.WithAgentFactory(func(ctx context.Context, r worker.Request) (adk.Agent, error) {
+		built.Store(r.RequestID, r)
+		return newLookupAgent(ctx, lookupModel{}, tl)
+	}))
+	c := stack.Client("alice")
+	const n = 8
+	var wg sync.WaitGroup
+	runs := make([]turnpiketest.Run, n)
+	ids := make([]string, n)
+	for i := range n {
+		conv := fmt.Sprintf("c%d", i)
+		f := c.Follow(conv)
+		ids[i] = c.Send(conv, fmt.Sprintf("key%d", i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runs[i] = f.Run(ids[i])
+		}()
+	}
+	wg.Wait()
+	for i, r := range runs {
+		want := fmt.Sprintf("found: key%d for %s", i, ids[i])
+		if r.Status != events.StatusComplete || r.Text != want {
+			t.Errorf("run %d: %v, want complete %q", i, r, want)
+		}
+		got, ok := built.Load(ids[i])
+		if !ok || got.(worker.Request) != (worker.Request{Tenant: stack.Tenant, User: "alice", Conversation: fmt.Sprintf("c%d", i), RequestID: ids[i]}) {
+			t.Errorf("run %d: the factory got %+v", i, got)
+		}
+		if n, _ := calls.Load(ids[i]); n == nil || n.(*atomic.Int32).Load() != 1 {
+			t.Errorf("run %d: the tool ran %v times, want once", i, n)
+		}
+		h := c.History(fmt.Sprintf("c%d", i))
+		if len(h) != 2 || h[0].Content != fmt.Sprintf("key%d", i) || h[1].Content != want || h[1].Agent != "finder" {
+			t.Errorf("run %d: history %+v", i, h)
+		}
+	}
+}
+
+// errFlaky is a custom model's transient error, which only the caller can
+// recognise.
+var errFlaky = errors.New("flaky model: try again")
+
+// A custom model's transient error, classified by WithTransientErrors,
+// runs the request again; unclassified, the run ends at once.
+func TestTransientErrorsOfACustomModel(t *testing.T) {
+	for _, classify := range []bool{true, false} {
+		t.Run(fmt.Sprint("classified=", classify), func(t *testing.T) {
+			var attempts atomic.Int32
+			m := lookupModel{fail: func() error {
+				if attempts.Add(1) <= 2 {
+					return errFlaky
+				}
+				return nil
+			}}
+			var calls sync.Map
+			tl := lookupTool(t, &calls)
+			opts := []worker.Option{worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+				return newLookupAgent(ctx, m, tl)
+			}), worker.WithNotice(func(err error) string { return "sorry: " + err.Error() })}
+			if classify {
+				opts = append(opts, worker.WithTransientErrors(func(err error) bool { return errors.Is(err, errFlaky) }))
+			}
+			cfg := turnpiketest.Config()
+			cfg.RetryBackoffMin, cfg.RetryBackoffMax = 1, 1 // no waiting between attempts
+			stack := turnpiketest.StartConfig(t, cfg, opts...)
+			c := stack.Client("bob")
+			f := c.Follow("c")
+			id := c.Send("c", "k")
+			r := f.Run(id)
+			if classify {
+				if r.Status != events.StatusComplete || r.Text != "found: k for "+id || attempts.Load() != 4 {
+					t.Errorf("%v after %d model calls; want complete after 4 (2 failed)", r, attempts.Load())
+				}
+				return
+			}
+			if r.Status == events.StatusComplete || attempts.Load() != 1 || len(r.Notices) != 1 || !strings.Contains(r.Notices[0], errFlaky.Error()) {
+				t.Errorf("%v (notices %q) after %d model calls; want one failed call and the custom notice", r, r.Notices, attempts.Load())
+			}
+		})
+	}
+}
+
+// Options that make no sense together fail New.
+func TestNewRejectsBadOptions(t *testing.T) {
+	cfg := worker.DefaultConfig()
+	cfg.Brokers, cfg.MongoURI = []string{"127.0.0.1:1"}, "mongodb://127.0.0.1:1"
+	agent := func(context.Context, worker.Request) (adk.Agent, error) { return nil, nil }
+	shared, err := adk.NewChatModelAgent(context.Background(), &adk.ChatModelAgentConfig{Name: "a", Description: "a", Model: lookupModel{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, opts := range map[string][]worker.Option{
+		"hooks without an agent": {worker.WithStream(nil)},
+		"two agents":             {worker.WithAgentFactory(agent), worker.WithAgent(shared)},
+	} {
+		if _, err := worker.New(cfg, opts...); err == nil {
+			t.Errorf("%s: New succeeded", name)
+		}
+	}
+	cfg.AgentFile = "agents.json"
+	if _, err := worker.New(cfg, worker.WithAgentFactory(agent)); err == nil || !strings.Contains(err.Error(), "agent written in Go") {
+		t.Errorf("an agent file and a Go agent: %v", err)
+	}
+	if _, err := worker.New(worker.Config{}, worker.WithAgentFactory(agent)); err == nil || !strings.Contains(err.Error(), "TURNPIKE_KAFKA_BROKERS") {
+		t.Errorf("no brokers: %v", err)
+	}
+}
