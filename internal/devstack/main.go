@@ -1,0 +1,50 @@
+package devstack
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"syscall"
+
+	"github.com/turnpike-dev/turnpike/internal/flagenv"
+	"github.com/turnpike-dev/turnpike/internal/worker"
+)
+
+// Main is the body of a devstack binary (cmd/devstack, pkg/devstack's
+// Main): it reads the configuration from args and lookup (the
+// environment), runs the devstack until SIGINT or SIGTERM, with custom as
+// the worker's agent when it is not nil, prints where it serves on stdout,
+// logs on stderr, and returns the exit code: 0 after a clean stop, 1 when
+// it fails, 2 for bad flags.
+func Main(args []string, lookup func(string) (string, bool), stdout, stderr io.Writer, custom *worker.Custom) int {
+	var cfg Config
+	set := flagenv.New(flag.NewFlagSet("devstack", flag.ContinueOnError), lookup)
+	set.FlagSet().SetOutput(stderr)
+	cfg.Bind(set)
+	if err := set.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "devstack:", err)
+		return 2
+	}
+	cfg.Worker.Custom = custom
+	log := cfg.NewLogger(stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err := Run(ctx, cfg, Listeners{}, log, func(st Stack) {
+		fmt.Fprintf(stdout, "\nTurnpike devstack\n  ingest  %s\n  stream  %s\n", st.IngestURL(), st.StreamURL())
+		if st.DevToken != "" {
+			fmt.Fprintf(stdout, "  dev token (tenant default, user %s, valid 7 days):\n\n    export TURNPIKE_TOKEN=%s\n\n", cfg.DevUser, st.DevToken)
+		}
+	})
+	if err != nil {
+		log.Error("devstack stopped", "error", err)
+		return 1
+	}
+	log.Info("devstack stopped")
+	return 0
+}
