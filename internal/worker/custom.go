@@ -100,9 +100,8 @@ func customAgents(c *Custom, d Deps) (*agents, error) {
 			err = errors.New("NewAgent returned no agent")
 		}
 		if err != nil {
-			if errors.Is(err, events.ErrInvalid) {
-				return nil, err
-			}
+			// Retried like a model error; classify dead-letters one that
+			// wraps events.ErrInvalid at once.
 			return nil, fmt.Errorf("%w: %w", bridge.ErrModelRetry, err)
 		}
 		return adk.NewRunner(ctx, adk.RunnerConfig{Agent: ag, EnableStreaming: true, CheckPointStore: checkpoints{d.Store}}), nil

@@ -73,6 +73,18 @@ func (c *Client) Resume(ctx context.Context, conversation, requestID, answer str
 	return c.post(ctx, conversation, "resume", map[string]string{"request_id": requestID, "answer": answer}, o.IdempotencyKey)
 }
 
+// Cancel cancels request requestID of conversation, or, with requestID
+// "", the running request and every request queued before the cancel. It
+// returns once the cancel is recorded (Accepted.Status "cancelling"); the
+// runs then complete cancelled.
+func (c *Client) Cancel(ctx context.Context, conversation, requestID string) (Accepted, error) {
+	body := map[string]string{}
+	if requestID != "" {
+		body["request_id"] = requestID
+	}
+	return c.post(ctx, conversation, "cancel", body, "")
+}
+
 // post posts body to the conversation's endpoint and decodes the 202.
 func (c *Client) post(ctx context.Context, conversation, endpoint string, body map[string]string, idempotencyKey string) (Accepted, error) {
 	b, err := json.Marshal(body)

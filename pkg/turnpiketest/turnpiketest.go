@@ -177,6 +177,17 @@ func (c *Client) Resume(conversation, requestID, answer string) string {
 	return a.RequestID
 }
 
+// Cancel cancels request requestID of conversation ("": the running
+// request and those queued before the cancel).
+func (c *Client) Cancel(conversation, requestID string) {
+	c.t.Helper()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	if _, err := c.API.Cancel(ctx, conversation, requestID); err != nil {
+		c.t.Fatalf("turnpiketest: cancel %s of %s: %v", requestID, conversation, err)
+	}
+}
+
 // History returns conversation's persisted messages, oldest first (the
 // newest 100).
 func (c *Client) History(conversation string) []client.Message {

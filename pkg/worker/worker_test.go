@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cloudwego/eino/adk"
 	"github.com/cloudwego/eino/components/model"
@@ -205,5 +208,147 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 	if _, err := worker.New(worker.Config{}, worker.WithAgentFactory(agent)); err == nil || !strings.Contains(err.Error(), "TURNPIKE_KAFKA_BROKERS") {
 		t.Errorf("no brokers: %v", err)
+	}
+}
+
+// An agent factory that fails is retried up to MaxAttempts, then the
+// request is dead-lettered and completes failed; a Permanent error
+// dead-letters it at once. Either way the conversation goes on.
+func TestAgentFactoryErrors(t *testing.T) {
+	var calls sync.Map
+	tl := lookupTool(t, &calls)
+	var attempts sync.Map // by request id
+	cfg := turnpiketest.Config()
+	cfg.MaxAttempts, cfg.RetryBackoffMin, cfg.RetryBackoffMax = 3, 1, 1
+	stack := turnpiketest.StartConfig(t, cfg, worker.WithAgentFactory(func(ctx context.Context, r worker.Request) (adk.Agent, error) {
+		n, _ := attempts.LoadOrStore(r.RequestID, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		c, _ := worker.RequestFromContext(ctx)
+		switch {
+		case c != r:
+			return nil, fmt.Errorf("the factory's context carries %+v, not %+v", c, r)
+		case strings.HasPrefix(c.Conversation, "flaky"):
+			return nil, errors.New("tenant config unreachable")
+		case strings.HasPrefix(c.Conversation, "bad"):
+			return nil, worker.Permanent(errors.New("no agent for this tenant"))
+		}
+		return newLookupAgent(ctx, lookupModel{}, tl)
+	}))
+	c := stack.Client("dave")
+	for conv, want := range map[string]int32{"flaky": 3, "bad": 1} {
+		f := c.Follow(conv)
+		id := c.Send(conv, "k")
+		if r := f.Run(id); r.Status != events.StatusFailed {
+			t.Errorf("%s: %v, want failed", conv, r)
+		}
+		if n, _ := attempts.Load(id); n == nil || n.(*atomic.Int32).Load() != want {
+			t.Errorf("%s: the factory ran %v times, want %d", conv, n, want)
+		}
+	}
+	f := c.Follow("fine")
+	if r := f.Run(c.Send("fine", "k")); r.Status != events.StatusComplete {
+		t.Errorf("after the failures: %v", r)
+	}
+}
+
+// blockingModel streams one token, then waits for its context to end.
+type blockingModel struct{ started, stopped chan struct{} }
+
+func (m blockingModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return m, nil }
+
+func (m blockingModel) Generate(context.Context, []*schema.Message, ...model.Option) (*schema.Message, error) {
+	return nil, errors.New("stream only")
+}
+
+func (m blockingModel) Stream(ctx context.Context, _ []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	sr, sw := schema.Pipe[*schema.Message](1)
+	go func() {
+		defer sw.Close()
+		sw.Send(schema.AssistantMessage("partial ", nil), nil)
+		close(m.started)
+		<-ctx.Done()
+		close(m.stopped)
+		sw.Send(nil, ctx.Err())
+	}()
+	return sr, nil
+}
+
+// A cancel stops a Go agent's model (its context ends) and persists the
+// partial answer as cancelled.
+func TestCancelStopsACustomAgent(t *testing.T) {
+	m := blockingModel{started: make(chan struct{}), stopped: make(chan struct{})}
+	stack := turnpiketest.Start(t, worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "slow", Description: "slow", Model: m})
+	}))
+	c := stack.Client("erin")
+	f := c.Follow("c")
+	id := c.Send("c", "go on")
+	wait(t, m.started, "the model to start")
+	c.Cancel("c", id)
+	r := f.Run(id)
+	wait(t, m.stopped, "the model's context to end")
+	if r.Status != events.StatusCancelled || r.Text != "partial " {
+		t.Errorf("%v, want cancelled after %q", r, "partial ")
+	}
+	if h := c.History("c"); len(h) != 2 || h[1].Content != "partial " || h[1].Status != string(events.StatusCancelled) {
+		t.Errorf("history %+v", h)
+	}
+}
+
+func wait(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(turnpiketest.Timeout):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// usageModel answers "hello there" and reports its token usage.
+type usageModel struct{}
+
+func (m usageModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return m, nil }
+
+func (usageModel) Generate(context.Context, []*schema.Message, ...model.Option) (*schema.Message, error) {
+	return nil, errors.New("stream only")
+}
+
+func (usageModel) Stream(context.Context, []*schema.Message, ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	last := schema.AssistantMessage("there", nil)
+	last.ResponseMeta = &schema.ResponseMeta{Usage: &schema.TokenUsage{PromptTokens: 7, CompletionTokens: 2, TotalTokens: 9}}
+	return schema.StreamReaderFromArray([]*schema.Message{schema.AssistantMessage("hello ", nil), last}), nil
+}
+
+// A Go agent's token usage reaches run.completed, the persisted turn and
+// the metrics, under the label WithModelLabel gives.
+func TestUsageAndMetricsOfACustomAgent(t *testing.T) {
+	stack := turnpiketest.Start(t, worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "greeter", Description: "greets", Model: usageModel{}})
+	}), worker.WithModelLabel(func(agent string) string { return "scripted-" + agent }))
+	c := stack.Client("frank")
+	f := c.Follow("c")
+	r := f.Run(c.Send("c", "hi"))
+	want := events.Usage{PromptTokens: 7, CompletionTokens: 2, TotalTokens: 9}
+	done, _ := r.Events[len(r.Events)-1].(*events.RunCompletedEvent)
+	if r.Text != "hello there" || done == nil || done.Usage == nil || *done.Usage != want {
+		t.Fatalf("%v, usage %+v", r, done)
+	}
+	if h := c.History("c"); len(h) != 2 || h[1].Usage == nil || *h[1].Usage != want {
+		t.Errorf("history %+v", h)
+	}
+	resp, err := http.Get(stack.IngestURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range []string{
+		`turnpike_worker_model_tokens_total{kind="prompt",model="scripted-greeter"} 7`,
+		`turnpike_worker_model_tokens_total{kind="completion",model="scripted-greeter"} 2`,
+		`turnpike_worker_runs_total{status="complete"} 1`,
+	} {
+		if !strings.Contains(string(b), line+"\n") {
+			t.Errorf("/metrics lacks %s", line)
+		}
 	}
 }
