@@ -254,7 +254,9 @@ func TestAgentFactoryErrors(t *testing.T) {
 // blockingModel streams one token, then waits for its context to end.
 type blockingModel struct{ started, stopped chan struct{} }
 
-func (m blockingModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return m, nil }
+func (m blockingModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	return m, nil
+}
 
 func (m blockingModel) Generate(context.Context, []*schema.Message, ...model.Option) (*schema.Message, error) {
 	return nil, errors.New("stream only")
