@@ -3,9 +3,9 @@ package devstack_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/cloudwego/eino/adk"
-	"time"
 
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/devstack"
