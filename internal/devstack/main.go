@@ -2,8 +2,6 @@ package devstack
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os/signal"
@@ -21,15 +19,8 @@ import (
 // it fails, 2 for bad flags.
 func Main(args []string, lookup func(string) (string, bool), stdout, stderr io.Writer, custom *worker.Custom) int {
 	var cfg Config
-	set := flagenv.New(flag.NewFlagSet("devstack", flag.ContinueOnError), lookup)
-	set.FlagSet().SetOutput(stderr)
-	cfg.Bind(set)
-	if err := set.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "devstack:", err)
-		return 2
+	if code, ok := flagenv.ParseCommand("devstack", args, lookup, stderr, cfg.Bind); !ok {
+		return code
 	}
 	cfg.Worker.Custom = custom
 	log := cfg.NewLogger(stderr)

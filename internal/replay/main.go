@@ -3,7 +3,6 @@ package replay
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os/signal"
@@ -20,15 +19,8 @@ import (
 // bad flags or settings, 130 when interrupted (continue with -resume).
 func Main(args []string, lookup func(string) (string, bool), stdout, stderr io.Writer, adjust func(*Deps)) int {
 	var cfg Config
-	set := flagenv.New(flag.NewFlagSet("replay", flag.ContinueOnError), lookup)
-	set.FlagSet().SetOutput(stderr)
-	cfg.Bind(set)
-	if err := set.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "replay:", err)
-		return 2
+	if code, ok := flagenv.ParseCommand("replay", args, lookup, stderr, cfg.Bind); !ok {
+		return code
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
