@@ -46,6 +46,10 @@ type Stack struct {
 	// embedded store's, for tests that look underneath.
 	Brokers  []string
 	MongoURI string
+	// RequestsTopic and DLQTopic are the requests topic and its dead
+	// letters, for tests that produce records themselves
+	// (client.Producer) or read what was dead-lettered.
+	RequestsTopic, DLQTopic string
 	// Tenant is the tenant of the Clients' tokens: "default".
 	Tenant string
 	secret string
@@ -115,8 +119,9 @@ func StartConfig(t testing.TB, cfg worker.Config, opts ...worker.Option) *Stack 
 	defer timer.Stop()
 	select {
 	case st := <-readyc:
+		names := dc.Topics()
 		return &Stack{t: t, IngestURL: st.IngestURL(), StreamURL: st.StreamURL(), Brokers: st.Brokers, MongoURI: st.MongoURI,
-			Tenant: auth.DefaultTenant, secret: st.AuthSecret}
+			RequestsTopic: names.Requests, DLQTopic: names.DLQ, Tenant: auth.DefaultTenant, secret: st.AuthSecret}
 	case err := <-errc:
 		errc <- err // for the cleanup
 		t.Fatalf("turnpiketest: start: %v", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/cloudwego/eino/compose"
 	"github.com/cloudwego/eino/schema"
 
+	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/turnpiketest"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
@@ -353,4 +354,68 @@ func TestUsageAndMetricsOfACustomAgent(t *testing.T) {
 			t.Errorf("/metrics lacks %s", line)
 		}
 	}
+}
+
+// A Go agent's requests of one conversation run one at a time, in topic
+// order, and a duplicate record (the same request id produced twice)
+// completes as the first did without running the agent again.
+func TestOrderAndIdempotencyOfACustomAgent(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	running, overlap := 0, false
+	var calls sync.Map
+	tl := lookupTool(t, &calls)
+	stack := turnpiketest.Start(t, worker.WithAgentFactory(func(ctx context.Context, r worker.Request) (adk.Agent, error) {
+		mu.Lock()
+		order = append(order, r.RequestID)
+		running++
+		overlap = overlap || running > 1
+		mu.Unlock()
+		return newLookupAgent(ctx, countingModel{lookupModel{}, func() {
+			mu.Lock()
+			running--
+			mu.Unlock()
+		}}, tl)
+	}))
+	p := client.NewProducer(stack.Brokers, stack.RequestsTopic)
+	defer p.Close()
+	id := events.Identity{Tenant: stack.Tenant, User: "gina", Conversation: "c"}
+	c := stack.Client("gina")
+	f := c.Follow("c")
+	ctx := context.Background()
+	for i, rid := range []string{"r-1", "r-2", "r-1", "r-3"} {
+		if _, err := p.Produce(ctx, id, fmt.Sprintf("k%d", i), client.ProduceOptions{RequestID: rid}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, rid := range []string{"r-1", "r-2", "r-1", "r-3"} {
+		if r := f.Run(rid); r.Status != events.StatusComplete {
+			t.Errorf("%s: %v", rid, r)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(order, " ") != "r-1 r-2 r-3" || overlap {
+		t.Errorf("the agent ran for %v (overlapping: %v), want r-1 r-2 r-3 one at a time", order, overlap)
+	}
+	if h := c.History("c"); len(h) != 6 {
+		t.Errorf("history of %d messages, want 3 turns: %+v", len(h), h)
+	}
+}
+
+// countingModel calls done when its final answer has been streamed.
+type countingModel struct {
+	lookupModel
+	done func()
+}
+
+func (m countingModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	return m, nil
+}
+
+func (m countingModel) Stream(ctx context.Context, in []*schema.Message, opts ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	if in[len(in)-1].Role == schema.Tool {
+		defer m.done()
+	}
+	return m.lookupModel.Stream(ctx, in, opts...)
 }

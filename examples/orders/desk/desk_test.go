@@ -2,6 +2,7 @@ package desk_test
 
 import (
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/turnpike-dev/turnpike/examples/orders/desk"
@@ -90,5 +91,31 @@ func TestACancelIsConfirmedThroughAnInterrupt(t *testing.T) {
 	h := c.History("c2")
 	if len(h) != 4 || h[2].Content != "yes" || h[3].Content != "Order 7 is cancelled." {
 		t.Errorf("history %+v, want the answer and the cancellation persisted", h)
+	}
+}
+
+// Conversations run at once, each on an order desk built for it (a
+// supervisor and a tool-calling sub-agent): under -race, sharing one would
+// race in eino v0.7.36.
+func TestConversationsRunConcurrently(t *testing.T) {
+	stack := turnpiketest.Start(t, desk.Options(desk.SampleTable())...)
+	c := stack.Client("carl")
+	convs := []string{"a", "b", "c", "d", "e", "f"}
+	followers := make([]*turnpiketest.Follower, len(convs))
+	ids := make([]string, len(convs))
+	for i, conv := range convs {
+		followers[i] = c.Follow(conv)
+		ids[i] = c.Send(conv, "Where is order 7?")
+	}
+	runs := make([]turnpiketest.Run, len(convs))
+	var wg sync.WaitGroup
+	for i := range convs {
+		wg.Go(func() { runs[i] = followers[i].Run(ids[i]) })
+	}
+	wg.Wait()
+	for i, r := range runs {
+		if r.Status != events.StatusComplete || !strings.HasPrefix(r.Text, "Order 7 (teapot) is processing.") {
+			t.Errorf("conversation %s: %v", convs[i], r)
+		}
 	}
 }
