@@ -69,7 +69,9 @@ func Config() worker.Config {
 
 // Start starts a pipeline for t whose worker runs with opts (typically
 // worker.WithAgentFactory and hooks) and Config(); it returns once every
-// part serves, and stops it all when the test ends.
+// part serves, and stops it all when the test ends. Warnings and errors
+// of the stack go to t.Log; the options' logger, registry and ready hook
+// do not apply.
 func Start(t testing.TB, opts ...worker.Option) *Stack {
 	t.Helper()
 	return StartConfig(t, Config(), opts...)

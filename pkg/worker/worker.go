@@ -27,8 +27,8 @@ func init() {
 		if !ok {
 			return service.WorkerConfig{}, fmt.Errorf("worker: a %T is no worker.Config", cfg)
 		}
-		os, _ := opts.([]Option)
-		o := collect(os)
+		list, _ := opts.([]Option)
+		o := collect(list)
 		custom, err := o.custom()
 		if err != nil {
 			return service.WorkerConfig{}, err

@@ -419,3 +419,41 @@ func (m countingModel) Stream(ctx context.Context, in []*schema.Message, opts ..
 	}
 	return m.lookupModel.Stream(ctx, in, opts...)
 }
+
+// AskUser interrupts a Go agent's run with its question; the resume hands
+// it the answer (a string, by default) as its result.
+func TestAskUserInterruptsAndResumes(t *testing.T) {
+	m := scriptModel(func(in []*schema.Message) *schema.Message {
+		if last := in[len(in)-1]; last.Role == schema.Tool {
+			return schema.AssistantMessage("Booked for "+last.Content+".", nil)
+		}
+		return schema.AssistantMessage("", []schema.ToolCall{{ID: "ask", Type: "function",
+			Function: schema.FunctionCall{Name: "ask_user", Arguments: `{"question":"Which day?"}`}}})
+	})
+	stack := turnpiketest.Start(t, worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "booker", Description: "books", Model: m,
+			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{worker.AskUser()}}}})
+	}))
+	c := stack.Client("hana")
+	f := c.Follow("c")
+	asked := f.Run(c.Send("c", "book a table"))
+	if asked.Status != events.StatusInterrupted || asked.Interrupt == nil || asked.Interrupt.Question != "Which day?" || asked.Interrupt.Tool != "ask_user" {
+		t.Fatalf("%v, interrupt %+v", asked, asked.Interrupt)
+	}
+	if r := f.Run(c.Resume("c", asked.RequestID, "Friday")); r.Status != events.StatusComplete || r.Text != "Booked for Friday." {
+		t.Errorf("resumed: %v", r)
+	}
+}
+
+// scriptModel answers with reply's message, whole.
+type scriptModel func(in []*schema.Message) *schema.Message
+
+func (m scriptModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return m, nil }
+
+func (m scriptModel) Generate(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.Message, error) {
+	return m(in), nil
+}
+
+func (m scriptModel) Stream(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	return schema.StreamReaderFromArray([]*schema.Message{m(in)}), nil
+}
