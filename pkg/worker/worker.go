@@ -122,7 +122,8 @@ func collect(opts []Option) *options {
 // its graph on every run when it has tools (a data race between
 // concurrent runs of one agent), and supervisor.New binds its agents to
 // one parent; an agent built per run shares nothing. Building a
-// tool-calling ChatModelAgent costs about a tenth of a millisecond.
+// tool-calling ChatModelAgent for a run adds tens of microseconds to it
+// (BenchmarkToolCallingRun).
 func WithAgentFactory(factory AgentFactory) Option {
 	return func(o *options) { o.factory = factory }
 }
