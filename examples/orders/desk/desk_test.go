@@ -5,9 +5,13 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cloudwego/eino/schema"
+
 	"github.com/turnpike-dev/turnpike/examples/orders/desk"
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/turnpiketest"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // A question goes desk → orders (a Go tool call) → desk, on the real
@@ -117,5 +121,21 @@ func TestConversationsRunConcurrently(t *testing.T) {
 		if r.Status != events.StatusComplete || !strings.HasPrefix(r.Text, "Order 7 (teapot) is processing.") {
 			t.Errorf("conversation %s: %v", convs[i], r)
 		}
+	}
+}
+
+// A stream predicate leaves the desk's closing line out of the stream as
+// the persist predicate leaves it out of the history.
+func TestAStreamPredicateSelectsTheOrdersAgent(t *testing.T) {
+	opts := append(desk.Options(desk.SampleTable()), worker.WithStream(bridge.AgentRole(desk.OrdersAgent, schema.Assistant)))
+	stack := turnpiketest.Start(t, opts...)
+	c := stack.Client("dana")
+	f := c.Follow("c")
+	r := f.Run(c.Send("c", "Where is order 7?"))
+	if r.Status != events.StatusComplete || r.Text != "Order 7 (teapot) is processing." {
+		t.Errorf("streamed %v, want the orders agent's answer only", r)
+	}
+	if len(r.Transfers) != 2 {
+		t.Errorf("transfers %+v: a stream predicate selects text, never the transfers", r.Transfers)
 	}
 }
