@@ -38,7 +38,7 @@ type Custom struct {
 	// interrupt receives (tool.GetResumeContext[T] asserts its type).
 	// Default: the answer as a string. An error wrapping events.ErrInvalid
 	// rejects the resume (the interrupt stays pending); any other error is
-	// retried like a store failure.
+	// retried like a transient model error.
 	ResumeValue func(ctx context.Context, r ResumeInfo) (any, error)
 	// ModelLabel labels an agent's token usage in metrics. Default "custom".
 	ModelLabel func(agent string) string
@@ -123,10 +123,13 @@ func (w *Worker) resumeValue(ctx context.Context, r ResumeInfo) (any, error) {
 		return r.Answer, nil
 	}
 	v, err := w.custom.ResumeValue(ctx, r)
-	if errors.Is(err, events.ErrInvalid) {
+	switch {
+	case errors.Is(err, events.ErrInvalid):
 		return nil, fmt.Errorf("%w: %w", errBadAnswer, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", bridge.ErrModelRetry, err)
 	}
-	return v, err
+	return v, nil
 }
 
 // errBadAnswer means a custom agent's ResumeValue refused the answer; the

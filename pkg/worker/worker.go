@@ -173,7 +173,9 @@ func WithTransientErrors(transient func(err error) bool) Option {
 // with: eino's tool.GetResumeContext[T] is a type assertion, so a tool
 // that interrupted expecting a T must get a T. Default: the answer as a
 // string. An error wrapped with Permanent rejects the resume with a notice
-// (the interrupt stays pending); other errors are retried. Interrupts of a
+// (the interrupt stays pending); other errors are retried like a transient
+// model error (up to Config.MaxAttempts, then the resume is dead-lettered
+// and completes failed). Interrupts of a
 // tool with its own WithResumeAs do not reach it. It is called on the
 // run's goroutine, once per interrupt target.
 func WithResume(resume func(ctx context.Context, r Resume) (any, error)) Option {

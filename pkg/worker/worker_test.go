@@ -430,18 +430,32 @@ func TestAskUserInterruptsAndResumes(t *testing.T) {
 		return schema.AssistantMessage("", []schema.ToolCall{{ID: "ask", Type: "function",
 			Function: schema.FunctionCall{Name: "ask_user", Arguments: `{"question":"Which day?"}`}}})
 	})
-	stack := turnpiketest.Start(t, worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+	// The resume hook fails once (a transient error: retried), then
+	// hands the tool the answer with the resume's request id.
+	var hookCalls atomic.Int32
+	resume := worker.WithResume(func(ctx context.Context, r worker.Resume) (any, error) {
+		if hookCalls.Add(1) == 1 {
+			return nil, errors.New("answer store unreachable")
+		}
+		if c, ok := worker.RequestFromContext(ctx); !ok || c != r.Request || r.Tool != "ask_user" || r.Question != "Which day?" {
+			return nil, fmt.Errorf("resume %+v in the context of %+v", r, c)
+		}
+		return r.Answer, nil
+	})
+	cfg := turnpiketest.Config()
+	cfg.RetryBackoffMin, cfg.RetryBackoffMax = 1, 1
+	stack := turnpiketest.StartConfig(t, cfg, worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
 		return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "booker", Description: "books", Model: m,
 			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{worker.AskUser()}}}})
-	}))
+	}), resume)
 	c := stack.Client("hana")
 	f := c.Follow("c")
 	asked := f.Run(c.Send("c", "book a table"))
 	if asked.Status != events.StatusInterrupted || asked.Interrupt == nil || asked.Interrupt.Question != "Which day?" || asked.Interrupt.Tool != "ask_user" {
 		t.Fatalf("%v, interrupt %+v", asked, asked.Interrupt)
 	}
-	if r := f.Run(c.Resume("c", asked.RequestID, "Friday")); r.Status != events.StatusComplete || r.Text != "Booked for Friday." {
-		t.Errorf("resumed: %v", r)
+	if r := f.Run(c.Resume("c", asked.RequestID, "Friday")); r.Status != events.StatusComplete || r.Text != "Booked for Friday." || hookCalls.Load() != 2 {
+		t.Errorf("resumed: %v after %d calls of the hook, want 2", r, hookCalls.Load())
 	}
 }
 
