@@ -21,9 +21,9 @@ WORKDIR /src
 # Never fetch another toolchain: the image's is the one go.mod names.
 ENV GOTOOLCHAIN=local
 COPY . .
-# No separate `go mod download` layer: it would need the vendored FerretDB
-# that go.mod's replace points at, which the build context leaves out. The
-# cache mounts keep modules and compiled packages between builds instead.
+# No separate `go mod download` layer: it would fetch every module of the
+# build list, the patched FerretDB's backends included, which no binary here
+# needs. The cache mounts keep modules and compiled packages between builds.
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOWORK=off GOOS=$TARGETOS GOARCH=$TARGETARCH \

@@ -4,44 +4,16 @@
 //	go run ./cmd/devstack
 //
 // Settings are flags or TURNPIKE_* environment variables (-h lists them).
+// A Go program runs the devstack with its own eino agent through
+// pkg/devstack.
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/turnpike-dev/turnpike/internal/devstack"
-	"github.com/turnpike-dev/turnpike/internal/flagenv"
 )
 
 func main() { os.Exit(run()) }
 
-func run() int {
-	var cfg devstack.Config
-	set := flagenv.New(flag.NewFlagSet("devstack", flag.ContinueOnError), os.LookupEnv)
-	cfg.Bind(set)
-	if err := set.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(os.Stderr, "devstack:", err)
-		return 2
-	}
-	log := cfg.NewLogger(os.Stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := devstack.Run(ctx, cfg, devstack.Listeners{}, log, func(st devstack.Stack) {
-		fmt.Print(st.Banner(cfg.DevUser))
-	})
-	if err != nil {
-		log.Error("devstack stopped", "error", err)
-		return 1
-	}
-	log.Info("devstack stopped")
-	return 0
-}
+func run() int { return devstack.Main(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr, nil) }

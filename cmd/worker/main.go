@@ -1,20 +1,13 @@
 // Command worker consumes the requests topic in a consumer group, runs the
 // agent for each request, streams its tokens to the stream topic and
-// persists the turn.
+// persists the turn. The agent is the agent configuration file's
+// (TURNPIKE_AGENT_CONFIG), else one agent on TURNPIKE_MODEL: cmd/worker is
+// pkg/worker's Main without Go agent code. A Go program runs its own eino
+// agent the same way with worker.Main(worker.WithAgentFactory(…)).
 //
 // Settings are flags or TURNPIKE_* environment variables (-h lists them).
 package main
 
-import (
-	"context"
-	"os"
+import "github.com/turnpike-dev/turnpike/pkg/worker"
 
-	"github.com/turnpike-dev/turnpike/internal/service"
-)
-
-func main() {
-	var cfg service.WorkerConfig
-	os.Exit(service.Main("worker", os.Args[1:], os.LookupEnv, os.Stderr, &cfg, func(ctx context.Context, env service.Env) error {
-		return service.RunWorker(ctx, cfg, env, nil)
-	}))
-}
+func main() { worker.Main() }

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/FerretDB/FerretDB/ferretdb"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/ferretdb"
 )
 
 // MongoConfig configures the embedded MongoDB-compatible store.

@@ -38,8 +38,13 @@ type Deps struct {
 	Model model.ToolCallingChatModel
 	// Agent (shadow), if set, is run instead of NewAgent's.
 	Agent Agent
-	// Persist (shadow), with Agent, selects the messages whose text makes
-	// the answer. Default: assistant text of any agent.
+	// AgentFor (shadow), if set, builds the agent of each request (an
+	// agent written in Go, pkg/replay): it is called concurrently for
+	// requests of different conversations. Agent and Model are then
+	// unused. An error ends that request's line with status error.
+	AgentFor func(ctx context.Context, req events.Request) (Agent, error)
+	// Persist (shadow) selects the messages of the answer, as the
+	// worker's. Default: assistant text of any agent.
 	Persist bridge.Predicate
 	// ShadowStore (shadow) keeps the rebuilt histories. Default: a fresh
 	// history.MemoryStore, rebuilt from the report on resume. Never the

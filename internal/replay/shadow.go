@@ -77,7 +77,7 @@ func (r *run) shadow(ctx context.Context) error {
 		s.store = mem
 	}
 	s.agent = r.d.Agent
-	if s.agent == nil {
+	if s.agent == nil && r.d.AgentFor == nil {
 		ac := AgentConfig{Name: r.cfg.AgentName, Instruction: r.cfg.Instruction, Model: r.d.Model}
 		var a Agent
 		var err error
@@ -307,7 +307,14 @@ func (s *shadowRun) runJob(ctx context.Context, j *job) (Line, bool) {
 	}
 	runCtx, stopGeneration := context.WithTimeout(ctx, s.cfg.RunTimeout)
 	defer stopGeneration()
-	iter := s.agent.Run(runCtx, toMessages(window))
+	agent := s.agent
+	if s.d.AgentFor != nil {
+		if agent, err = s.d.AgentFor(runCtx, req); err != nil {
+			l.Status, l.Error = StatusError, fmt.Sprintf("build agent: %v", err)
+			return l, true
+		}
+	}
+	iter := agent.Run(runCtx, toMessages(window))
 	h := s.bridge.Start(ctx, bridge.Run{Identity: id, RequestID: req.RequestID, RunID: newRunID(), Turn: pending, StopGeneration: stopGeneration}, iter)
 	select {
 	case <-h.Done():

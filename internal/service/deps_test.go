@@ -16,7 +16,8 @@ func TestServiceBinariesDoNotLinkTheEmbeddedServers(t *testing.T) {
 			t.Fatalf("go list %s: %v\n%s", cmd, err, out)
 		}
 		for _, dep := range strings.Fields(string(out)) {
-			for _, banned := range []string{"github.com/twmb/franz-go/pkg/kfake", "github.com/FerretDB/FerretDB", "turnpike/internal/embedded", "turnpike/internal/devstack"} {
+			for _, banned := range []string{"github.com/twmb/franz-go/pkg/kfake", "github.com/turnpike-dev/turnpike/third_party/ferretdb", "github.com/turnpike-dev/turnpike/internal/embedded",
+				"github.com/turnpike-dev/turnpike/internal/devstack", "github.com/turnpike-dev/turnpike/pkg/devstack", "github.com/turnpike-dev/turnpike/pkg/turnpiketest"} {
 				if strings.HasPrefix(dep, banned) {
 					t.Errorf("cmd/%s links %s", cmd, dep)
 				}

@@ -2,9 +2,6 @@ package service
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"os/signal"
@@ -29,15 +26,8 @@ type Configurable interface {
 // run fails, 2 for bad flags or settings.
 func Main(name string, args []string, lookup func(string) (string, bool), stderr io.Writer, cfg Configurable,
 	run func(ctx context.Context, env Env) error) int {
-	set := flagenv.New(flag.NewFlagSet(name, flag.ContinueOnError), lookup)
-	set.FlagSet().SetOutput(stderr)
-	cfg.Bind(set)
-	if err := set.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 2
+	if code, ok := flagenv.ParseCommand(name, args, lookup, stderr, cfg.Bind); !ok {
+		return code
 	}
 	log := cfg.NewLogger(stderr)
 	reg := prometheus.NewRegistry()

@@ -164,6 +164,9 @@ type WorkerConfig struct {
 	Shared
 	Addr   string // TURNPIKE_WORKER_ADDR: health and metrics, default ":8082"
 	Worker worker.Config
+	// Custom, if set, is the agent, written in Go (pkg/worker), instead of
+	// the agent configuration file's; not a flag.
+	Custom *worker.Custom
 }
 
 // Bind registers the worker flags.
@@ -184,6 +187,9 @@ func (c WorkerConfig) Validate() error {
 	}
 	if _, err := c.agentConfig(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Custom != nil && c.Worker.AgentFile != "" {
+		errs = append(errs, errors.New("TURNPIKE_AGENT_CONFIG is set, but the worker runs an agent written in Go"))
 	}
 	return errors.Join(errs...)
 }
@@ -236,7 +242,7 @@ func runWorker(ctx context.Context, c WorkerConfig, env Env, ln net.Listener, st
 	}
 	defer tr.Shutdown(context.WithoutCancel(ctx))
 	w, err := worker.New(wc, worker.Deps{Store: store, Model: m, ModelName: c.ModelName(), Agent: agent, Models: models,
-		Registerer: env.Registry, Logger: env.Logger, Tracing: tr})
+		Registerer: env.Registry, Logger: env.Logger, Tracing: tr, Custom: c.Custom})
 	if err != nil {
 		return err
 	}

@@ -35,12 +35,13 @@ type agents struct {
 	// graph the agent shares between runs (a data race between concurrent
 	// runs), so an agent with tools is built afresh for each run; one
 	// without tools is built once.
-	runner func() (*adk.Runner, error)
+	// A Custom agent's runner is built for each run by its NewAgent.
+	runner func(ctx context.Context, r RunInfo) (*adk.Runner, error)
 	// stream and persist select whose output the bridge streams and
 	// persists (nil: assistant text of any agent).
 	stream, persist bridge.Predicate
-	// modelOf labels each agent's token usage in metrics.
-	modelOf map[string]string
+	// label labels each agent's token usage in metrics.
+	label func(agent string) string
 	// summarizer writes compaction summaries.
 	summarizer         model.BaseChatModel
 	summarizerModel    string
@@ -58,7 +59,13 @@ func buildAgents(ctx context.Context, cfg Config, spec *AgentConfig, d Deps) (*a
 	} else if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	a := &agents{modelOf: map[string]string{}}
+	modelOf := map[string]string{}
+	a := &agents{label: func(agent string) string {
+		if m, ok := modelOf[agent]; ok {
+			return m
+		}
+		return "unknown"
+	}}
 	resolve := func(name string) (model.ToolCallingChatModel, string, error) {
 		name = modelName(name)
 		if name == DefaultModel {
@@ -131,15 +138,15 @@ func buildAgents(ctx context.Context, cfg Config, spec *AgentConfig, d Deps) (*a
 		if err != nil {
 			return nil, fmt.Errorf("agent %s: %w", s.Name, err)
 		}
-		a.modelOf[s.Name] = label // read-only from here on
+		modelOf[s.Name] = label // read-only from here on
 	}
 	shared, err := newRunner() // also checks that everything builds
 	if err != nil {
 		return nil, err
 	}
-	a.runner = func() (*adk.Runner, error) { return shared, nil }
+	a.runner = func(context.Context, RunInfo) (*adk.Runner, error) { return shared, nil }
 	if hasTools(spec.Agent) {
-		a.runner = newRunner
+		a.runner = func(context.Context, RunInfo) (*adk.Runner, error) { return newRunner() }
 	}
 	if fromFile {
 		a.stream = selectAgents(spec.Stream, spec.Agent.Name)

@@ -31,9 +31,12 @@ func NewFileAgent(ctx context.Context, spec *AgentConfig, d Deps) (*FileAgent, e
 	return &FileAgent{a: a}, nil
 }
 
-// Run runs one request: the window, the new user message last.
+// Run runs one request: the window, the new user message last. The
+// request, if ctx carries it (WithRunInfo), is the one the runner is
+// built for.
 func (f *FileAgent) Run(ctx context.Context, messages []adk.Message, opts ...adk.AgentRunOption) *adk.AsyncIterator[*adk.AgentEvent] {
-	r, err := f.a.runner()
+	info, _ := RunInfoFrom(ctx)
+	r, err := f.a.runner(ctx, info)
 	if err != nil {
 		iter, gen := adk.NewAsyncIteratorPair[*adk.AgentEvent]()
 		gen.Send(&adk.AgentEvent{Err: err})

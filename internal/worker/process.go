@@ -186,6 +186,10 @@ func truncateKey(k []byte) string {
 func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Request) error {
 	id := req.Identity()
 	log := w.log.With(identityAttr(id), slog.String("request_id", req.RequestID))
+	// The agent, its tools and the worker's hooks find the request in ctx
+	// (RunInfoFrom): its id keys side effects, as a run may happen more
+	// than once.
+	ctx = WithRunInfo(ctx, runInfoOf(req))
 
 	// Register before looking for a durable cancel: ingest records the
 	// cancel before it publishes it, so a cancel is either in the store
@@ -236,7 +240,7 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 		// A resume continues the interrupted run from its checkpoint; the
 		// answer is this request's (persisted) user message.
 		var err error
-		if iter, err = w.resume(runCtx, ctx, id, req); errors.Is(err, errNothingToResume) {
+		if iter, err = w.resume(runCtx, ctx, id, req); errors.Is(err, errNothingToResume) || errors.Is(err, errBadAnswer) {
 			log.Info("resume rejected", slog.String("resume_of", req.ResumeOf), slog.Any("reason", err))
 			return w.rejectResume(ctx, id, req.RequestID, err)
 		} else if err != nil {
@@ -248,7 +252,7 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 		if err != nil {
 			return fmt.Errorf("compact window: %w", err)
 		}
-		runner, err := w.agents.runner()
+		runner, err := w.agents.runner(runCtx, runInfoOf(req))
 		if err != nil {
 			return fmt.Errorf("build agent: %w", err)
 		}

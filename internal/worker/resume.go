@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/cloudwego/eino/adk"
@@ -42,9 +43,14 @@ func (w *Worker) resume(runCtx, ctx context.Context, id events.Identity, req eve
 	}
 	targets := make(map[string]any, len(in.Targets))
 	for _, t := range in.Targets {
-		targets[t] = req.Content
+		v, err := w.resumeValue(ctx, ResumeInfo{RunInfo: runInfoOf(req), Target: t, Agent: in.Agent, Tool: in.Tool,
+			Question: in.Question, Answer: req.Content})
+		if err != nil {
+			return nil, fmt.Errorf("resume value of %s: %w", t, err)
+		}
+		targets[t] = v
 	}
-	runner, err := w.agents.runner()
+	runner, err := w.agents.runner(runCtx, runInfoOf(req))
 	if err != nil {
 		return nil, fmt.Errorf("build agent: %w", err)
 	}
@@ -69,7 +75,11 @@ func (w *Worker) rejectResume(ctx context.Context, id events.Identity, requestID
 	sink := w.stream.run(w.tracing.KafkaHeaders(ctx))
 	e := bridge.NewEmitter(sink, id, requestID, newRunID(), w.now)
 	if !c.Duplicate {
-		if err := e.Notice(ctx, "Nothing to resume: "+reason.Error()); err != nil {
+		notice := "Nothing to resume: " + reason.Error()
+		if errors.Is(reason, errBadAnswer) {
+			notice = "Answer rejected: " + reason.Error()
+		}
+		if err := e.Notice(ctx, notice); err != nil {
 			return err
 		}
 	}
@@ -87,11 +97,7 @@ func (w *Worker) rejectResume(ctx context.Context, id events.Identity, requestID
 // metrics.
 func (w *Worker) countRun(res bridge.Result) {
 	for agent, u := range res.UsageByAgent {
-		model, ok := w.agents.modelOf[agent]
-		if !ok {
-			model = "unknown"
-		}
-		w.metrics.countTokens(model, u.PromptTokens, u.CompletionTokens)
+		w.metrics.countTokens(w.agents.label(agent), u.PromptTokens, u.CompletionTokens)
 	}
 	w.metrics.transfers.Add(float64(res.Transfers))
 	if res.Status == events.StatusInterrupted && !res.Committed.Duplicate {

@@ -50,6 +50,10 @@ type Deps struct {
 	// Tracing, if set, continues each request's trace (from its record's
 	// headers) and carries it into its stream events' headers.
 	Tracing *tracing.Tracing
+	// Custom, if set, is the agent instead of the agent configuration's
+	// (Agent and Models must then be unset); Model is then only the
+	// compaction summarizer's default and may be nil.
+	Custom *Custom
 }
 
 // Worker runs requests from the requests topic.
@@ -57,6 +61,7 @@ type Worker struct {
 	cfg     Config
 	store   history.Store
 	agents  *agents
+	custom  *Custom // nil: the agent configuration's agent
 	log     *slog.Logger
 	now     func() time.Time
 	tracing *tracing.Tracing
@@ -92,8 +97,14 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	if d.Store == nil {
 		errs = append(errs, errors.New("worker: Store is required"))
 	}
-	if d.Model == nil {
+	if d.Model == nil && d.Custom == nil {
 		errs = append(errs, errors.New("worker: Model is required"))
+	}
+	if d.Custom != nil && (d.Agent != nil || len(d.Models) > 0) {
+		errs = append(errs, errors.New("worker: a custom agent and an agent configuration"))
+	}
+	if d.Custom != nil && cfg.CompactTokens > 0 && d.Custom.Summarizer == nil && d.Summarizer == nil && d.Model == nil {
+		errs = append(errs, errors.New("worker: compaction (CompactTokens) needs a summarizer or a Model"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -111,7 +122,12 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	ag, err := buildAgents(context.Background(), cfg, d.Agent, d)
+	var ag *agents
+	if d.Custom != nil {
+		ag, err = customAgents(d.Custom, d)
+	} else {
+		ag, err = buildAgents(context.Background(), cfg, d.Agent, d)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("worker: build agent: %w", err)
 	}
@@ -119,6 +135,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		cfg:      cfg,
 		store:    d.Store,
 		agents:   ag,
+		custom:   d.Custom,
 		log:      d.Logger,
 		now:      d.Now,
 		tracing:  d.Tracing,
@@ -179,8 +196,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.stream = newStreamWriter(w.cfg.Brokers, w.cfg.Topics.Stream, w.cfg.StreamBatchTimeout, w.metrics.streamWrite)
 	w.dlq = newDeadLetters(w.cfg.Brokers, w.cfg.Topics.DLQ)
 	w.mover = newMover(w.cfg.Brokers, w.cfg.Topics.Requests)
-	b, err := bridge.New(bridge.Config{Logger: w.log, Now: w.now, RetryModelError: transientModelError,
-		Stream: w.agents.stream, Persist: w.agents.persist})
+	bc := bridge.Config{Logger: w.log, Now: w.now, RetryModelError: w.retryModelError,
+		Stream: w.agents.stream, Persist: w.agents.persist}
+	if w.custom != nil {
+		bc.OnError = w.custom.Notice
+	}
+	b, err := bridge.New(bc)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

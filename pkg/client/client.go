@@ -72,17 +72,43 @@ func (c *Client) Send(ctx context.Context, conversation, content string, o SendO
 	if o.Strategy != "" {
 		body["strategy"] = o.Strategy
 	}
+	return c.post(ctx, conversation, "messages", body, o.IdempotencyKey)
+}
+
+// Resume answers the question of the interrupted request requestID (the
+// conversation's latest turn): the run continues from its checkpoint with
+// answer. It returns once the resume is durably queued; whether there was
+// something to resume is decided in order by the worker (a resume of
+// anything else completes rejected). Only o.IdempotencyKey applies.
+func (c *Client) Resume(ctx context.Context, conversation, requestID, answer string, o SendOptions) (Accepted, error) {
+	return c.post(ctx, conversation, "resume", map[string]string{"request_id": requestID, "answer": answer}, o.IdempotencyKey)
+}
+
+// Cancel cancels request requestID of conversation, or, with requestID
+// "", the running request and every request queued before the cancel. It
+// returns once the cancel is recorded (Accepted.Status "cancelling"); the
+// runs then complete cancelled.
+func (c *Client) Cancel(ctx context.Context, conversation, requestID string) (Accepted, error) {
+	body := map[string]string{}
+	if requestID != "" {
+		body["request_id"] = requestID
+	}
+	return c.post(ctx, conversation, "cancel", body, "")
+}
+
+// post posts body to the conversation's endpoint and decodes the 202.
+func (c *Client) post(ctx context.Context, conversation, endpoint string, body map[string]string, idempotencyKey string) (Accepted, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return Accepted{}, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/v1/conversations/"+url.PathEscape(conversation)+"/messages", bytes.NewReader(b))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/v1/conversations/"+url.PathEscape(conversation)+"/"+endpoint, bytes.NewReader(b))
 	if err != nil {
 		return Accepted{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if o.IdempotencyKey != "" {
-		req.Header.Set("Idempotency-Key", o.IdempotencyKey)
+	if idempotencyKey != "" {
+		req.Header.Set("Idempotency-Key", idempotencyKey)
 	}
 	var a Accepted
 	err = c.do(req, http.StatusAccepted, &a)

@@ -25,11 +25,11 @@ import (
 	"log/slog"
 	"net/url"
 
-	"github.com/FerretDB/FerretDB/build/version"
-	"github.com/FerretDB/FerretDB/internal/clientconn"
-	"github.com/FerretDB/FerretDB/internal/clientconn/connmetrics"
-	"github.com/FerretDB/FerretDB/internal/handler/registry"
-	"github.com/FerretDB/FerretDB/internal/util/state"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/build/version"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/clientconn"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/clientconn/connmetrics"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler/registry"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/state"
 )
 
 // Config represents FerretDB configuration.

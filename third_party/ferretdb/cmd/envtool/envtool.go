@@ -36,14 +36,14 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/FerretDB/FerretDB/build/version"
-	mysqlpool "github.com/FerretDB/FerretDB/internal/backends/mysql/metadata/pool"
-	"github.com/FerretDB/FerretDB/internal/backends/postgresql/metadata/pool"
-	"github.com/FerretDB/FerretDB/internal/util/ctxutil"
-	"github.com/FerretDB/FerretDB/internal/util/debug"
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
-	"github.com/FerretDB/FerretDB/internal/util/logging"
-	"github.com/FerretDB/FerretDB/internal/util/state"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/build/version"
+	mysqlpool "github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends/mysql/metadata/pool"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends/postgresql/metadata/pool"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/ctxutil"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/debug"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/logging"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/state"
 )
 
 var (

@@ -28,7 +28,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
 )
 
 // copyFile copies a file from src to dst, overwriting dst if it exists.

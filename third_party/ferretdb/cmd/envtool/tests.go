@@ -36,9 +36,9 @@ import (
 	oteltrace "go.opentelemetry.io/otel/trace"
 	"golang.org/x/exp/maps"
 
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
-	"github.com/FerretDB/FerretDB/internal/util/must"
-	"github.com/FerretDB/FerretDB/internal/util/observability"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/must"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/observability"
 )
 
 // testEvent represents a single even emitted by `go test -json`.

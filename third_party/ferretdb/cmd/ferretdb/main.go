@@ -33,19 +33,19 @@ import (
 	"go.uber.org/automaxprocs/maxprocs"
 	_ "golang.org/x/crypto/x509roots/fallback" // register root TLS certificates for production Docker image
 
-	"github.com/FerretDB/FerretDB/build/version"
-	"github.com/FerretDB/FerretDB/internal/clientconn"
-	"github.com/FerretDB/FerretDB/internal/clientconn/connmetrics"
-	"github.com/FerretDB/FerretDB/internal/handler/registry"
-	"github.com/FerretDB/FerretDB/internal/util/ctxutil"
-	"github.com/FerretDB/FerretDB/internal/util/debug"
-	"github.com/FerretDB/FerretDB/internal/util/debugbuild"
-	"github.com/FerretDB/FerretDB/internal/util/logging"
-	"github.com/FerretDB/FerretDB/internal/util/must"
-	"github.com/FerretDB/FerretDB/internal/util/observability"
-	"github.com/FerretDB/FerretDB/internal/util/password"
-	"github.com/FerretDB/FerretDB/internal/util/state"
-	"github.com/FerretDB/FerretDB/internal/util/telemetry"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/build/version"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/clientconn"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/clientconn/connmetrics"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler/registry"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/ctxutil"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/debug"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/debugbuild"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/logging"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/must"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/observability"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/password"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/state"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/telemetry"
 )
 
 // The cli struct represents all command-line commands, fields and flags.

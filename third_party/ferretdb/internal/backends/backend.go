@@ -23,9 +23,9 @@ import (
 	"go.opentelemetry.io/otel"
 	otelcodes "go.opentelemetry.io/otel/codes"
 
-	"github.com/FerretDB/FerretDB/internal/clientconn/conninfo"
-	"github.com/FerretDB/FerretDB/internal/util/must"
-	"github.com/FerretDB/FerretDB/internal/util/resource"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/clientconn/conninfo"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/must"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/resource"
 )
 
 // Backend is a generic interface for all backends for accessing them.

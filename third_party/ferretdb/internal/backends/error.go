@@ -19,7 +19,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/FerretDB/FerretDB/internal/util/debugbuild"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/debugbuild"
 )
 
 //go:generate ../../bin/stringer -linecomment -type ErrorCode

@@ -23,14 +23,14 @@ import (
 
 	"github.com/FerretDB/wire"
 
-	"github.com/FerretDB/FerretDB/internal/backends"
-	"github.com/FerretDB/FerretDB/internal/handler/common"
-	"github.com/FerretDB/FerretDB/internal/handler/handlererrors"
-	"github.com/FerretDB/FerretDB/internal/handler/handlerparams"
-	"github.com/FerretDB/FerretDB/internal/types"
-	"github.com/FerretDB/FerretDB/internal/util/iterator"
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
-	"github.com/FerretDB/FerretDB/internal/util/must"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler/common"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler/handlererrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler/handlerparams"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/types"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/iterator"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/must"
 )
 
 // MsgCreateIndexes implements `createIndexes` command.
@@ -431,7 +431,9 @@ func processIndexKey(command string, keyDoc *types.Document) ([]backends.IndexKe
 		default:
 			return nil, handlererrors.NewCommandErrorMsgWithArgument(
 				handlererrors.ErrNotImplemented,
-				fmt.Sprintf("Index key value %q is not implemented yet", orderParam),
+				// Turnpike patch: %d instead of %q (an int64 printed as a
+				// quoted rune), so that `go vet ./...` of Turnpike's module passes.
+				fmt.Sprintf("Index key value %d is not implemented yet", orderParam),
 				command,
 			)
 		}

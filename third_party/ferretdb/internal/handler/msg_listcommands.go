@@ -21,8 +21,8 @@ import (
 	"github.com/FerretDB/wire"
 	"golang.org/x/exp/maps"
 
-	"github.com/FerretDB/FerretDB/internal/types"
-	"github.com/FerretDB/FerretDB/internal/util/must"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/types"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/must"
 )
 
 // MsgListCommands implements `listCommands` command.

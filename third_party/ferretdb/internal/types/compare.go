@@ -22,7 +22,7 @@ import (
 
 	"golang.org/x/exp/constraints"
 
-	"github.com/FerretDB/FerretDB/internal/util/must"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/must"
 )
 
 //go:generate ../../bin/stringer -linecomment -type CompareResult

@@ -14,7 +14,7 @@
 
 package types
 
-import "github.com/FerretDB/FerretDB/internal/util/iterator"
+import "github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/iterator"
 
 // DocumentsIterator represents an iterator over documents (slice, query results, etc).
 //

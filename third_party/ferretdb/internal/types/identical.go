@@ -19,7 +19,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/FerretDB/FerretDB/internal/util/iterator"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/iterator"
 )
 
 // Identical returns true if a and b are the same type

@@ -20,7 +20,7 @@ import (
 	"regexp"
 	"regexp/syntax"
 
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
 )
 
 var (

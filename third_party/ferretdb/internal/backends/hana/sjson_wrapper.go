@@ -17,8 +17,8 @@ package hana
 import (
 	"regexp"
 
-	"github.com/FerretDB/FerretDB/internal/handler/sjson"
-	"github.com/FerretDB/FerretDB/internal/types"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler/sjson"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/types"
 )
 
 const hanaSchemaSymbol = "_$"

@@ -22,10 +22,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/FerretDB/FerretDB/internal/backends"
-	"github.com/FerretDB/FerretDB/internal/backends/mysql/metadata"
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
-	"github.com/FerretDB/FerretDB/internal/util/state"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends/mysql/metadata"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/state"
 )
 
 // backend implements backends.Backend interface.

@@ -19,9 +19,9 @@ import (
 	"context"
 	"slices"
 
-	"github.com/FerretDB/FerretDB/internal/backends"
-	"github.com/FerretDB/FerretDB/internal/backends/mysql/metadata"
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends/mysql/metadata"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
 )
 
 // database implements backends.Database interface.

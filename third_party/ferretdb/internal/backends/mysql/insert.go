@@ -18,10 +18,10 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/FerretDB/FerretDB/internal/backends/mysql/metadata"
-	"github.com/FerretDB/FerretDB/internal/handler/sjson"
-	"github.com/FerretDB/FerretDB/internal/types"
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends/mysql/metadata"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler/sjson"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/types"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
 )
 
 // prepareInsertStatement returns a statement and arguments for inserting the given documents.

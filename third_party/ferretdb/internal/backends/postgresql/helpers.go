@@ -21,8 +21,8 @@ import (
 
 	"golang.org/x/exp/maps"
 
-	"github.com/FerretDB/FerretDB/internal/types"
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/types"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
 )
 
 // unmarshalExplain unmarshalls the plan from EXPLAIN postgreSQL command.

@@ -17,8 +17,8 @@ package common
 import (
 	"log/slog"
 
-	"github.com/FerretDB/FerretDB/internal/handler/handlerparams"
-	"github.com/FerretDB/FerretDB/internal/types"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler/handlerparams"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/types"
 )
 
 // CountParams represents parameters for the count command.

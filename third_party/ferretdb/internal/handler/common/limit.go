@@ -15,8 +15,8 @@
 package common
 
 import (
-	"github.com/FerretDB/FerretDB/internal/types"
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/types"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
 )
 
 // LimitDocuments returns a subslice of given documents according to the given limit value.

@@ -20,11 +20,11 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/FerretDB/FerretDB/internal/handler/handlererrors"
-	"github.com/FerretDB/FerretDB/internal/handler/handlerparams"
-	"github.com/FerretDB/FerretDB/internal/types"
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
-	"github.com/FerretDB/FerretDB/internal/util/must"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler/handlererrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler/handlerparams"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/types"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/must"
 )
 
 // SortDocuments sorts given documents in place according to the given sorting conditions.

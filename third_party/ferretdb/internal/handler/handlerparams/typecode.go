@@ -19,9 +19,9 @@ import (
 	"math"
 	"time"
 
-	"github.com/FerretDB/FerretDB/internal/handler/handlererrors"
-	"github.com/FerretDB/FerretDB/internal/types"
-	"github.com/FerretDB/FerretDB/internal/util/must"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler/handlererrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/types"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/must"
 )
 
 //go:generate ../../../bin/stringer -linecomment -type TypeCode

@@ -17,10 +17,10 @@
 package registry
 
 import (
-	"github.com/FerretDB/FerretDB/internal/backends/hana"
-	"github.com/FerretDB/FerretDB/internal/handler"
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
-	"github.com/FerretDB/FerretDB/internal/util/logging"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends/hana"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/logging"
 )
 
 // init registers "hana" handler for Hana when "ferretdb_hana" build tag is provided.

@@ -15,10 +15,10 @@
 package registry
 
 import (
-	"github.com/FerretDB/FerretDB/internal/backends/mysql"
-	"github.com/FerretDB/FerretDB/internal/handler"
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
-	"github.com/FerretDB/FerretDB/internal/util/logging"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends/mysql"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/logging"
 )
 
 // init registers "mysql" handler.

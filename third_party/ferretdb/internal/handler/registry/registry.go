@@ -20,10 +20,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/FerretDB/FerretDB/internal/clientconn/connmetrics"
-	"github.com/FerretDB/FerretDB/internal/handler"
-	"github.com/FerretDB/FerretDB/internal/util/password"
-	"github.com/FerretDB/FerretDB/internal/util/state"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/clientconn/connmetrics"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/password"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/state"
 )
 
 // newHandlerFunc represents a function that constructs a new handler.

@@ -17,10 +17,10 @@
 package registry
 
 import (
-	"github.com/FerretDB/FerretDB/internal/backends/sqlite"
-	"github.com/FerretDB/FerretDB/internal/handler"
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
-	"github.com/FerretDB/FerretDB/internal/util/logging"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends/sqlite"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/logging"
 )
 
 // init registers "sqlite" handler.

@@ -17,7 +17,7 @@ package sjson
 import (
 	"fmt"
 
-	"github.com/FerretDB/FerretDB/internal/types"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/types"
 )
 
 // nullType represents BSON Null type.

@@ -17,7 +17,7 @@ package fsql
 import (
 	"database/sql"
 
-	"github.com/FerretDB/FerretDB/internal/util/resource"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/resource"
 )
 
 // Rows wraps [*database/sql.Rows] with resource tracking.

@@ -21,8 +21,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/FerretDB/FerretDB/internal/util/logging"
-	"github.com/FerretDB/FerretDB/internal/util/resource"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/logging"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/resource"
 )
 
 // Tx wraps [*database/sql.Tx] with resource tracking.

@@ -14,7 +14,7 @@
 
 package iterator
 
-import "github.com/FerretDB/FerretDB/internal/util/resource"
+import "github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/resource"
 
 // Closer is a part of Interface for closing iterators.
 type Closer interface {

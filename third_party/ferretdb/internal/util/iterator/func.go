@@ -18,7 +18,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/FerretDB/FerretDB/internal/util/resource"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/resource"
 )
 
 // NextFunc is a part of Interface for the Next method.

@@ -18,7 +18,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/FerretDB/FerretDB/internal/util/resource"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/resource"
 )
 
 // ForSlice returns an iterator over a slice.

@@ -17,7 +17,7 @@ package iterator
 import (
 	"errors"
 
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
 )
 
 // ConsumeValues consumes all values from iterator until it is done.

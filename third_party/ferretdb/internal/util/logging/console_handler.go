@@ -28,7 +28,7 @@ import (
 
 	"golang.org/x/exp/maps"
 
-	"github.com/FerretDB/FerretDB/internal/util/must"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/must"
 )
 
 // timeLayout is the format of date time used by the console handler.

@@ -20,7 +20,7 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/FerretDB/FerretDB/internal/util/must"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/must"
 )
 
 const (

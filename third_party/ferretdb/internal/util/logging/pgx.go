@@ -28,8 +28,8 @@ import (
 	"github.com/jackc/pgx/v5/tracelog"
 	"golang.org/x/exp/maps"
 
-	"github.com/FerretDB/FerretDB/internal/util/debugbuild"
-	"github.com/FerretDB/FerretDB/internal/util/must"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/debugbuild"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/must"
 )
 
 // pgxLogLevels maps pgx log levels to slog levels.

@@ -30,8 +30,8 @@ import (
 	otelsdktrace "go.opentelemetry.io/otel/sdk/trace"
 	otelsemconv "go.opentelemetry.io/otel/semconv/v1.21.0"
 
-	"github.com/FerretDB/FerretDB/internal/util/ctxutil"
-	"github.com/FerretDB/FerretDB/internal/util/logging"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/ctxutil"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/logging"
 )
 
 // setup ensures that global tracer provider is set up only once.

@@ -23,7 +23,7 @@ import (
 	"github.com/FerretDB/wire/wirebson"
 	"golang.org/x/crypto/pbkdf2"
 
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
 )
 
 // SCRAMSHA1VariationHash computes a variation of SCRAM-SHA-1 and returns

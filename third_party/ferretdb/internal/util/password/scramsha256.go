@@ -23,7 +23,7 @@ import (
 	"github.com/xdg-go/stringprep"
 	"golang.org/x/crypto/pbkdf2"
 
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
 )
 
 // SCRAMSHA256Hash computes SCRAM-SHA-256 credentials and returns

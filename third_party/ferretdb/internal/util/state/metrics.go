@@ -19,7 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/FerretDB/FerretDB/build/version"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/build/version"
 )
 
 // Parts of Prometheus metric names.

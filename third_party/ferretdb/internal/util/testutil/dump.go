@@ -24,11 +24,11 @@ import (
 	"github.com/FerretDB/wire/wirebson"
 	"github.com/stretchr/testify/require"
 
-	"github.com/FerretDB/FerretDB/internal/bson"
-	"github.com/FerretDB/FerretDB/internal/types"
-	"github.com/FerretDB/FerretDB/internal/util/hex"
-	"github.com/FerretDB/FerretDB/internal/util/must"
-	"github.com/FerretDB/FerretDB/internal/util/testutil/testtb"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/bson"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/types"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/hex"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/must"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/testutil/testtb"
 )
 
 // dump returns string representation for debugging.

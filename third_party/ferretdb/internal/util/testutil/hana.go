@@ -18,7 +18,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/FerretDB/FerretDB/internal/util/testutil/testtb"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/testutil/testtb"
 )
 
 // TestHanaURI returns a HANA Database URL for testing.

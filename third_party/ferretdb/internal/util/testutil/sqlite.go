@@ -22,7 +22,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/FerretDB/FerretDB/internal/util/testutil/testtb"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/testutil/testtb"
 )
 
 // TestSQLiteURI returns SQLite URI with test-specific directory.

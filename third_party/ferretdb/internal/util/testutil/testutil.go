@@ -20,8 +20,8 @@ import (
 
 	"go.opentelemetry.io/otel"
 
-	"github.com/FerretDB/FerretDB/internal/util/ctxutil"
-	"github.com/FerretDB/FerretDB/internal/util/testutil/testtb"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/ctxutil"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/testutil/testtb"
 )
 
 // Ctx returns test context.

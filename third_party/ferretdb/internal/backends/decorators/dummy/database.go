@@ -17,7 +17,7 @@ package dummy
 import (
 	"context"
 
-	"github.com/FerretDB/FerretDB/internal/backends"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends"
 )
 
 // database implements backends.Database interface by delegating all methods to the wrapped database.

@@ -20,7 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/FerretDB/FerretDB/internal/backends"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends"
 )
 
 // backend implements backends.Backend interface by delegating all methods to the wrapped backend.

@@ -19,10 +19,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/FerretDB/FerretDB/internal/backends"
-	"github.com/FerretDB/FerretDB/internal/types"
-	"github.com/FerretDB/FerretDB/internal/util/logging"
-	"github.com/FerretDB/FerretDB/internal/util/must"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/types"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/logging"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/must"
 )
 
 // fixed OpLog database and collection names.

@@ -18,7 +18,7 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/FerretDB/FerretDB/internal/backends"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends"
 )
 
 // database implements backends.Database interface by delegating all methods to the wrapped database.

@@ -31,13 +31,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/exp/maps"
 
-	"github.com/FerretDB/FerretDB/internal/backends"
-	"github.com/FerretDB/FerretDB/internal/backends/postgresql/metadata/pool"
-	"github.com/FerretDB/FerretDB/internal/clientconn/conninfo"
-	"github.com/FerretDB/FerretDB/internal/handler/sjson"
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
-	"github.com/FerretDB/FerretDB/internal/util/must"
-	"github.com/FerretDB/FerretDB/internal/util/state"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends/postgresql/metadata/pool"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/clientconn/conninfo"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler/sjson"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/must"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/state"
 )
 
 const (

@@ -15,7 +15,7 @@
 // Package metadata provides access to databases and collections information.
 package metadata
 
-import "github.com/FerretDB/FerretDB/internal/backends"
+import "github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/backends"
 
 // Collection will probably have a method for getting column name / SQLite path expression for the given document field
 // once we implement field extraction.

@@ -20,7 +20,7 @@ import (
 	"encoding/json"
 	"slices"
 
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
 )
 
 // Settings represents collection settings.

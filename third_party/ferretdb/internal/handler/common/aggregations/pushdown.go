@@ -15,8 +15,8 @@
 package aggregations
 
 import (
-	"github.com/FerretDB/FerretDB/internal/types"
-	"github.com/FerretDB/FerretDB/internal/util/must"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/types"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/must"
 )
 
 // GetPushdownQuery gets pushdown query ($match and $sort) for aggregation.

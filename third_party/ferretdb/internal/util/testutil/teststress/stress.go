@@ -22,7 +22,7 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/FerretDB/FerretDB/internal/util/testutil/testtb"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/testutil/testtb"
 )
 
 // Stress runs function f in multiple goroutines.

@@ -25,10 +25,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
-	"github.com/FerretDB/FerretDB/internal/util/logging"
-	"github.com/FerretDB/FerretDB/internal/util/resource"
-	"github.com/FerretDB/FerretDB/internal/util/state"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/logging"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/resource"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/state"
 )
 
 // Parts of Prometheus metric names.

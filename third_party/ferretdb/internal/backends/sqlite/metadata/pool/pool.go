@@ -32,11 +32,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/exp/maps"
 
-	"github.com/FerretDB/FerretDB/internal/util/fsql"
-	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
-	"github.com/FerretDB/FerretDB/internal/util/logging"
-	"github.com/FerretDB/FerretDB/internal/util/resource"
-	"github.com/FerretDB/FerretDB/internal/util/state"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/fsql"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/lazyerrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/logging"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/resource"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/util/state"
 )
 
 // filenameExtension represents SQLite database filename extension.

@@ -18,9 +18,9 @@ package stages
 import (
 	"fmt"
 
-	"github.com/FerretDB/FerretDB/internal/handler/common/aggregations"
-	"github.com/FerretDB/FerretDB/internal/handler/handlererrors"
-	"github.com/FerretDB/FerretDB/internal/types"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler/common/aggregations"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler/handlererrors"
+	"github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/types"
 )
 
 // newStageFunc is a type for a function that creates a new aggregation stage.

@@ -14,7 +14,7 @@
 
 package stages
 
-import "github.com/FerretDB/FerretDB/internal/handler/common/aggregations"
+import "github.com/turnpike-dev/turnpike/third_party/ferretdb/internal/handler/common/aggregations"
 
 // Statistic represents a statistic that can be fetched from the DB.
 type Statistic int32

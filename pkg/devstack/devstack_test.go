@@ -1,0 +1,74 @@
+package devstack_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/eino/adk"
+
+	"github.com/turnpike-dev/turnpike/pkg/client"
+	"github.com/turnpike-dev/turnpike/pkg/devstack"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
+)
+
+// The devstack with a Go agent serves a request end to end with its dev
+// token, then stops cleanly when its context ends.
+func TestRunServesAGoAgent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	runCtx, stop := context.WithCancel(ctx)
+	c := devstack.DefaultConfig()
+	c.DataDir = t.TempDir()
+	c.IngestAddr, c.PushgwAddr, c.KafkaAddr, c.MongoAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	c.Worker.EchoDelay, c.Worker.LogLevel = 0, "error"
+	ready := make(chan devstack.Stack, 1)
+	c.Ready = func(s devstack.Stack) { ready <- s }
+	built := make(chan worker.Request, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- devstack.Run(runCtx, c, worker.WithAgentFactory(func(ctx context.Context, r worker.Request) (adk.Agent, error) {
+			built <- r
+			return newAgent(ctx, r)
+		}))
+	}()
+	var st devstack.Stack
+	select {
+	case st = <-ready:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the devstack did not start")
+	}
+	cl := &client.Client{BaseURL: st.IngestURL, StreamURL: st.StreamURL, Token: st.DevToken}
+	sub, err := cl.Subscribe(ctx, "c1", client.SubscribeOptions{Since: "earliest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	a, err := cl.Send(ctx, "c1", "hi there", client.SendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr client.Transcript
+	for {
+		e, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rs := tr.Apply(e); rs.RequestID == a.RequestID && rs.Status != "" {
+			if rs.Status != events.StatusComplete || rs.Text == "" {
+				t.Fatalf("run %+v", rs)
+			}
+			break
+		}
+	}
+	if r := <-built; r.RequestID != a.RequestID || r.User != "dev" || r.Conversation != "c1" {
+		t.Errorf("the factory got %+v", r)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("Run after stop: %v", err)
+	}
+}

@@ -1,0 +1,37 @@
+package turnpiketest_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/cloudwego/eino/adk"
+
+	"github.com/turnpike-dev/turnpike/pkg/echo"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/turnpiketest"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
+)
+
+func newAgent(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+	model, err := echo.New(echo.Config{})
+	if err != nil {
+		return nil, err
+	}
+	return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "assistant", Description: "Echoes.", Model: model})
+}
+
+// A test of an agent on the whole pipeline, in a func TestAgent(t
+// *testing.T): what was streamed, then what was persisted.
+func ExampleStart() {
+	var t *testing.T // the test's
+	stack := turnpiketest.Start(t, worker.WithAgentFactory(newAgent))
+	c := stack.Client("alice")
+	f := c.Follow("c1") // before sending: the stream from its first event
+	run := f.Run(c.Send("c1", "hello"))
+	if run.Status != events.StatusComplete || run.Text == "" {
+		t.Fatalf("run %v", run)
+	}
+	if h := c.History("c1"); len(h) != 2 || h[1].Content != run.Text {
+		t.Fatalf("history %+v", h)
+	}
+}

@@ -1,0 +1,315 @@
+// Package turnpiketest runs the whole Turnpike pipeline inside a Go test,
+// with no outside service: an embedded Kafka-protocol broker (kfake) and
+// an embedded MongoDB-compatible store (FerretDB on SQLite, patched, in a
+// temporary directory) on random loopback ports, the ingest API, the push
+// gateway and a worker running the caller's eino agent. Teams test their
+// agent against the real pipeline (ordering, streaming, persistence,
+// interrupts and resumes) as they would in production.
+//
+//	stack := turnpiketest.Start(t, worker.WithAgentFactory(newAgent))
+//	c := stack.Client("alice")
+//	run := c.Follow("c1").Run(c.Send("c1", "hello"))
+//	// run.Text is what was streamed; c.History("c1") what was persisted.
+//
+// Everything stops when the test ends (t.Cleanup). A Stack and its
+// Clients are safe for concurrent use; a Follower is not.
+package turnpiketest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/devstack"
+	"github.com/turnpike-dev/turnpike/internal/publicapi"
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/client"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
+)
+
+// Timeout bounds each wait of a helper (a start, a send, a run): past it
+// the test fails instead of hanging.
+const Timeout = 2 * time.Minute
+
+// Stack is a running pipeline.
+type Stack struct {
+	t testing.TB
+	// IngestURL is the ingest API's base URL, StreamURL the push gateway's
+	// WebSocket endpoint.
+	IngestURL, StreamURL string
+	// Brokers are the embedded broker's addresses and MongoURI the
+	// embedded store's, for tests that look underneath.
+	Brokers  []string
+	MongoURI string
+	// RequestsTopic and DLQTopic are the requests topic and its dead
+	// letters, for tests that produce records themselves
+	// (client.Producer) or read what was dead-lettered.
+	RequestsTopic, DLQTopic string
+	// Tenant is the tenant of the Clients' tokens: "default".
+	Tenant string
+	secret string
+}
+
+// Config returns the worker configuration Start uses: worker.DefaultConfig
+// with no per-token delay for the echo model and warnings only in the log.
+// Brokers and MongoURI are set by the stack.
+func Config() worker.Config {
+	c := worker.DefaultConfig()
+	c.EchoDelay = 0
+	c.LogLevel = "warn"
+	c.LogFormat = "text"
+	c.Partitions = 4
+	return c
+}
+
+// Start starts a pipeline for t whose worker runs with opts (typically
+// worker.WithAgentFactory and hooks) and Config(); it returns once every
+// part serves, and stops it all when the test ends. Warnings and errors
+// of the stack go to t.Log; the options' logger, registry and ready hook
+// do not apply.
+func Start(t testing.TB, opts ...worker.Option) *Stack {
+	t.Helper()
+	return StartConfig(t, Config(), opts...)
+}
+
+// StartConfig is Start with the worker configured by cfg (its Brokers,
+// MongoURI and Addr are ignored).
+func StartConfig(t testing.TB, cfg worker.Config, opts ...worker.Option) *Stack {
+	t.Helper()
+	wc, err := publicapi.WorkerConfig(cfg, opts)
+	if err != nil {
+		t.Fatalf("turnpiketest: %v", err)
+	}
+	var dc devstack.Config
+	dc.Shared = wc.Shared
+	dc.Brokers, dc.MongoURI, dc.AuthSecret, dc.PprofAddr = nil, "", "", ""
+	dc.KafkaAddr, dc.MongoAddr, dc.IngestAddr, dc.PushgwAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	dc.DataDir = t.TempDir()
+	dc.Worker = wc
+	dc.Worker.Addr = ""
+
+	ctx, cancel := context.WithCancel(context.Background())
+	readyc := make(chan devstack.Stack, 1)
+	errc := make(chan error, 1)
+	var logMu sync.Mutex
+	stopped := false
+	log := slog.New(slog.NewTextHandler(logWriter(func(s string) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		if !stopped {
+			t.Log(strings.TrimSpace(s))
+		}
+	}), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	go func() {
+		errc <- devstack.Run(ctx, dc, devstack.Listeners{}, log, func(st devstack.Stack) { readyc <- st })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("turnpiketest: the stack stopped with %v", err)
+		}
+		logMu.Lock()
+		stopped = true
+		logMu.Unlock()
+	})
+	timer := time.NewTimer(Timeout)
+	defer timer.Stop()
+	select {
+	case st := <-readyc:
+		names := dc.Topics()
+		// The worker creates its topics as it starts, possibly after the
+		// stack is ready: tests that produce records need them now.
+		ectx, cancelEnsure := context.WithTimeout(context.Background(), Timeout)
+		defer cancelEnsure()
+		if err := topic.Ensure(ectx, st.Brokers, dc.Partitions, names.All()...); err != nil {
+			t.Fatalf("turnpiketest: topics: %v", err)
+		}
+		return &Stack{t: t, IngestURL: st.IngestURL(), StreamURL: st.StreamURL(), Brokers: st.Brokers, MongoURI: st.MongoURI,
+			RequestsTopic: names.Requests, DLQTopic: names.DLQ, Tenant: auth.DefaultTenant, secret: st.AuthSecret}
+	case err := <-errc:
+		errc <- err // for the cleanup
+		t.Fatalf("turnpiketest: start: %v", err)
+	case <-timer.C:
+		t.Fatalf("turnpiketest: the stack did not start within %v", Timeout)
+	}
+	return nil
+}
+
+type logWriter func(string)
+
+func (w logWriter) Write(p []byte) (int, error) { w(string(p)); return len(p), nil }
+
+// Client returns a client acting as user (of tenant Stack.Tenant).
+func (s *Stack) Client(user string) *Client {
+	s.t.Helper()
+	tok, err := auth.Mint(s.secret, s.Tenant, user, 24*time.Hour, time.Now())
+	if err != nil {
+		s.t.Fatalf("turnpiketest: token for %q: %v", user, err)
+	}
+	return &Client{t: s.t, API: &client.Client{BaseURL: s.IngestURL, StreamURL: s.StreamURL, Token: tok}}
+}
+
+// Client sends messages and resumes, follows conversations and reads
+// their history as one user; every method fails the test on an error.
+type Client struct {
+	t testing.TB
+	// API is the underlying public client, for what the helpers do not do.
+	API *client.Client
+}
+
+func (c *Client) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), Timeout)
+}
+
+// Send posts a user message to conversation and returns its request id.
+func (c *Client) Send(conversation, content string) string {
+	c.t.Helper()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	a, err := c.API.Send(ctx, conversation, content, client.SendOptions{})
+	if err != nil {
+		c.t.Fatalf("turnpiketest: send to %s: %v", conversation, err)
+	}
+	return a.RequestID
+}
+
+// Resume answers the interrupted request requestID of conversation and
+// returns the resume's own request id.
+func (c *Client) Resume(conversation, requestID, answer string) string {
+	c.t.Helper()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	a, err := c.API.Resume(ctx, conversation, requestID, answer, client.SendOptions{})
+	if err != nil {
+		c.t.Fatalf("turnpiketest: resume %s of %s: %v", requestID, conversation, err)
+	}
+	return a.RequestID
+}
+
+// Cancel cancels request requestID of conversation ("": the running
+// request and those queued before the cancel).
+func (c *Client) Cancel(conversation, requestID string) {
+	c.t.Helper()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	if _, err := c.API.Cancel(ctx, conversation, requestID); err != nil {
+		c.t.Fatalf("turnpiketest: cancel %s of %s: %v", requestID, conversation, err)
+	}
+}
+
+// History returns conversation's persisted messages, oldest first (the
+// newest 100).
+func (c *Client) History(conversation string) []client.Message {
+	c.t.Helper()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	p, err := c.API.History(ctx, conversation, 100, 0)
+	if err != nil {
+		c.t.Fatalf("turnpiketest: history of %s: %v", conversation, err)
+	}
+	return p.Messages
+}
+
+// Follow subscribes to conversation's events from its first one; the
+// subscription ends with the test.
+func (c *Client) Follow(conversation string) *Follower {
+	c.t.Helper()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	sub, err := c.API.Subscribe(ctx, conversation, client.SubscribeOptions{Since: "earliest"})
+	if err != nil {
+		c.t.Fatalf("turnpiketest: follow %s: %v", conversation, err)
+	}
+	c.t.Cleanup(func() { _ = sub.Close() })
+	return &Follower{t: c.t, conv: conversation, sub: sub, pending: map[string][]events.Event{}}
+}
+
+// Follower reads one conversation's events. It is not safe for
+// concurrent use.
+type Follower struct {
+	t       testing.TB
+	conv    string
+	sub     *client.Subscription
+	pending map[string][]events.Event // by request id, runs not asked for yet
+}
+
+// Run is what the stream showed of one request, up to its run.completed.
+type Run struct {
+	RequestID string
+	// Events are the request's events in stream order, from the
+	// run.started of its last run (a request re-run after a failure
+	// starts over with a new run id) to run.completed.
+	Events []events.Event
+	// Text is the concatenated token deltas; Status the completed status.
+	Text   string
+	Status events.Status
+	// Notices are the notices' messages.
+	Notices []string
+	// Transfers are the agent transfers, in order.
+	Transfers []events.AgentTransferEvent
+	// Interrupt is what an interrupted run asked.
+	Interrupt *events.Interrupt
+}
+
+// Run waits for request requestID's run.completed and returns its run.
+func (f *Follower) Run(requestID string) Run {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	for {
+		evs := f.pending[requestID]
+		if n := len(evs); n > 0 && evs[n-1].Type() == events.TypeRunCompleted {
+			delete(f.pending, requestID)
+			return fold(requestID, evs)
+		}
+		e, err := f.sub.Next(ctx)
+		if err != nil {
+			f.t.Fatalf("turnpiketest: waiting for %s in %s: %v", requestID, f.conv, err)
+		}
+		id := e.Header().RequestID
+		f.pending[id] = append(f.pending[id], e)
+	}
+}
+
+// fold keeps the last run's events and sums them up.
+func fold(requestID string, evs []events.Event) Run {
+	last := evs[len(evs)-1].Header().RunID
+	r := Run{RequestID: requestID}
+	for _, e := range evs {
+		if e.Header().RunID != last {
+			continue
+		}
+		r.Events = append(r.Events, e)
+		switch e := e.(type) {
+		case *events.TokenEvent:
+			r.Text += e.Delta
+		case *events.NoticeEvent:
+			r.Notices = append(r.Notices, e.Message)
+		case *events.AgentTransferEvent:
+			r.Transfers = append(r.Transfers, *e)
+		case *events.RunInterruptedEvent:
+			in := e.Interrupt
+			r.Interrupt = &in
+		case *events.RunCompletedEvent:
+			r.Status = e.Status
+		}
+	}
+	return r
+}
+
+// String renders a run for failure messages.
+func (r Run) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "request %s %s:", r.RequestID, r.Status)
+	for _, e := range r.Events {
+		fmt.Fprintf(&b, " %s", e.Type())
+	}
+	fmt.Fprintf(&b, " text=%q", r.Text)
+	return b.String()
+}

@@ -1,0 +1,83 @@
+// Package worker runs an eino agent written in Go on Turnpike's pipeline:
+// it consumes the requests topic in a Kafka consumer group, runs the agent
+// for each request, streams its tokens to the stream topic (which the push
+// gateway serves to WebSocket clients) and persists each turn in MongoDB.
+// cmd/worker is this package's Main without Go code:
+//
+//	func main() { worker.Main(worker.WithAgentFactory(newAgent)) }
+//
+// newAgent is an AgentFactory: it gets the request's identity (tenant,
+// user, conversation) and request id, and returns any adk.Agent (a
+// ChatModelAgent with tools from utils.InferTool or MCP, a supervisor and
+// its sub-agents, a workflow agent, your own), so tenants can get
+// different agents, tools and models. The worker owns the adk.Runner, the
+// checkpoint store and the checkpoint ids: interrupts are checkpointed in
+// MongoDB and resumed by POST …/resume.
+//
+// # Configuration
+//
+// Config holds cmd/worker's settings, read by LoadConfig from flags and
+// TURNPIKE_* environment variables, with the defaults documented on each
+// field (DefaultConfig) and checked by Validate. The options (With…) hold
+// what is Go code: the agent and the hooks, listed with their defaults on
+// each function.
+//
+// # Guarantees
+//
+// Everything the pipeline guarantees holds for a Go agent as for the agent
+// file's: the requests of one conversation run strictly one after the
+// other, in topic order; a worker that lost its partition cannot commit
+// (fencing); each request is committed exactly once (a re-delivered or
+// duplicate record completes as it did the first time); cancels and the
+// send strategies (enqueue, reject, interrupt) apply; a transient model
+// error is retried (WithTransientErrors classifies a custom model's) up to
+// Config.MaxAttempts, then the record is dead-lettered; metrics, trace
+// spans and token usage are the same.
+//
+// Agent code runs at least once per request, not exactly once: a
+// re-delivery after a crash, a run aborted when its partition moves, or a
+// retry after a transient error runs it again, with a new run id and the
+// same request id. Only the turn's commit is exactly once. A tool with a
+// side effect (an order placed, a mail sent) must key it on the request id
+// (RequestFromContext in the tool's context, or Request in the factory) so
+// that a second run does not repeat it.
+//
+// # Concurrency
+//
+// Many runs execute at once: one per conversation with work, across the
+// worker's partitions. Each run has its own goroutines; the hooks run on
+// them, concurrently for runs of different conversations, and must be
+// safe for concurrent use:
+//
+//   - the AgentFactory, once per run (first runs and resumes), on the
+//     goroutine that runs the request;
+//   - the agent, its models and tools, on the goroutines eino starts for
+//     the run, under a context carrying the Request;
+//   - the stream and persist predicates, on the run's event reader
+//     goroutine, once per message;
+//   - the notice builder and the transient-error classifier, on a
+//     goroutine of the run, when a model error ends it;
+//   - the resume hooks, on the goroutine that runs the resume, once per
+//     interrupt target;
+//   - the summarizer, before the run, on the same goroutine;
+//   - the model label, once per agent after the run.
+//
+// WithAgentFactory is the default to reach for: an agent built per run
+// shares nothing between runs. eino v0.7.36's ChatModelAgent with tools
+// writes to its graph on each run (a data race when runs share it), and
+// supervisor.New binds its sub-agents to one parent. WithAgent shares one
+// agent between all runs: only for agents safe for that, such as a
+// ChatModelAgent without tools.
+//
+// # Interrupts
+//
+// A tool interrupts with eino's tool.Interrupt (or uses AskUser). The run
+// ends interrupted with the interrupt's info as the question; the user's
+// answer (POST …/resume) resumes it. eino's tool.GetResumeContext[T] is a
+// type assertion, so a tool expecting a T must be resumed with a T:
+// WithResumeAs (per tool) and WithResume turn the answer, a string, into
+// the value; an answer they refuse rejects the resume with a notice, and
+// the interrupt stays pending.
+//
+// A Worker's methods are not safe for concurrent use: call Run once.
+package worker

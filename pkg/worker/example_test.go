@@ -1,0 +1,128 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/components/tool"
+	"github.com/cloudwego/eino/components/tool/utils"
+	"github.com/cloudwego/eino/compose"
+	"github.com/cloudwego/eino/schema"
+
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
+	"github.com/turnpike-dev/turnpike/pkg/echo"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
+)
+
+type weatherArgs struct {
+	City string `json:"city"`
+}
+
+// A worker binary running a tool-calling agent built for each request:
+// the tenant picks the instruction, the tool keys its work on the request
+// id. Run it with cmd/worker's flags or environment
+// (TURNPIKE_KAFKA_BROKERS, TURNPIKE_MONGO_URI, …).
+func ExampleMain() {
+	model, _ := echo.New(echo.Config{}) // any eino ToolCallingChatModel
+	newAgent := func(ctx context.Context, r worker.Request) (adk.Agent, error) {
+		weather, err := utils.InferTool("weather", "Tells the weather of a city.", func(ctx context.Context, a weatherArgs) (string, error) {
+			req, _ := worker.RequestFromContext(ctx) // req.RequestID keys side effects
+			return fmt.Sprintf("sunny in %s (%s)", a.City, req.RequestID), nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{
+			Name: "assistant", Description: "Tells the weather.", Instruction: "You help " + r.Tenant + "'s users.",
+			Model:       model,
+			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{weather}}},
+		})
+	}
+	worker.Main(worker.WithAgentFactory(newAgent))
+}
+
+// The defaults of the configuration (cmd/worker's).
+func ExampleDefaultConfig() {
+	c := worker.DefaultConfig()
+	fmt.Println(c.GroupID, c.TopicPrefix, c.WindowMessages, c.MaxAttempts, c.Ordering, c.RunTimeout)
+	// Output: turnpike-worker turnpike. 20 5 key 10m0s
+}
+
+// Settings from flags and the environment, as cmd/worker reads them.
+func ExampleLoadConfig() {
+	env := map[string]string{"TURNPIKE_KAFKA_BROKERS": "kafka-0:9092,kafka-1:9092", "TURNPIKE_MONGO_URI": "mongodb://mongo:27017"}
+	c, err := worker.LoadConfig([]string{"-window", "40"}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(c.Brokers, c.WindowMessages, c.Validate())
+	// Output: [kafka-0:9092 kafka-1:9092] 40 <nil>
+}
+
+// Only the sub-agent "billing" is streamed and persisted; a supervisor's
+// own remarks are neither.
+func ExampleWithStream() {
+	billing := bridge.AgentRole("billing", schema.Assistant)
+	_ = []worker.Option{worker.WithStream(billing), worker.WithPersist(billing)}
+}
+
+// Approval is what an approval tool expects when it is resumed.
+type Approval struct{ Approved bool }
+
+// A tool that interrupts to ask for approval is resumed with an Approval,
+// not the answer's string: tool.GetResumeContext[Approval] would not see a
+// string. "yes" or "no" are accepted; anything else rejects the resume,
+// with the parse error as the notice, and the question stays pending.
+func ExampleWithResumeAs() {
+	opt := worker.WithResumeAs("approve_refund", func(answer string) (Approval, error) {
+		switch strings.ToLower(answer) {
+		case "yes":
+			return Approval{Approved: true}, nil
+		case "no":
+			return Approval{}, nil
+		}
+		return Approval{}, errors.New("answer yes or no")
+	})
+	_ = opt
+}
+
+// A model whose errors carry a retry hint: worth running the request again.
+func ExampleWithTransientErrors() {
+	type overloaded interface{ Overloaded() bool }
+	opt := worker.WithTransientErrors(func(err error) bool {
+		var o overloaded
+		return errors.As(err, &o) && o.Overloaded()
+	})
+	_ = opt
+}
+
+// An agent factory error that retrying cannot help dead-letters the
+// request at once.
+func ExamplePermanent() {
+	err := worker.Permanent(errors.New("no agent for tenant acme"))
+	fmt.Println(err)
+	// Output: invalid: no agent for tenant acme
+}
+
+// A worker run from Go, stopped by its context.
+func ExampleNew() {
+	cfg := worker.DefaultConfig()
+	cfg.Brokers, cfg.MongoURI = []string{"localhost:9092"}, "mongodb://localhost:27017"
+	model, _ := echo.New(echo.Config{})
+	agent, _ := adk.NewChatModelAgent(context.Background(), &adk.ChatModelAgentConfig{
+		Name: "assistant", Description: "Answers.", Model: model,
+	})
+	w, err := worker.New(cfg, worker.WithAgent(agent)) // no tools: safe to share between runs
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	_ = w.Run(ctx)
+}

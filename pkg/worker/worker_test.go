@@ -1,0 +1,473 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/components/model"
+	"github.com/cloudwego/eino/components/tool"
+	"github.com/cloudwego/eino/components/tool/utils"
+	"github.com/cloudwego/eino/compose"
+	"github.com/cloudwego/eino/schema"
+
+	"github.com/turnpike-dev/turnpike/pkg/client"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/turnpiketest"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
+)
+
+// lookupModel calls the lookup tool with the user's message, then answers
+// with the tool's result. fail, if set, may fail a call before any content.
+type lookupModel struct {
+	fail func() error
+}
+
+func (m lookupModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return m, nil }
+
+func (m lookupModel) reply(in []*schema.Message) (*schema.Message, error) {
+	if m.fail != nil {
+		if err := m.fail(); err != nil {
+			return nil, err
+		}
+	}
+	last := in[len(in)-1]
+	if last.Role == schema.Tool {
+		return schema.AssistantMessage("found: "+last.Content, nil), nil
+	}
+	return schema.AssistantMessage("", []schema.ToolCall{{ID: "call-1", Type: "function",
+		Function: schema.FunctionCall{Name: "lookup", Arguments: fmt.Sprintf(`{"key":%q}`, last.Content)}}}), nil
+}
+
+func (m lookupModel) Generate(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.Message, error) {
+	return m.reply(in)
+}
+
+func (m lookupModel) Stream(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	out, err := m.reply(in)
+	if err != nil {
+		return nil, err
+	}
+	if len(out.ToolCalls) > 0 {
+		return schema.StreamReaderFromArray([]*schema.Message{out}), nil
+	}
+	var parts []*schema.Message
+	for _, w := range strings.SplitAfter(out.Content, " ") {
+		parts = append(parts, schema.AssistantMessage(w, nil))
+	}
+	return schema.StreamReaderFromArray(parts), nil
+}
+
+type lookupArgs struct {
+	Key string `json:"key"`
+}
+
+// lookupTool answers "<key> for <request id>": the request id comes from
+// the run's context. calls counts its runs by request id.
+func lookupTool(t *testing.T, calls *sync.Map) tool.BaseTool {
+	tl, err := utils.InferTool("lookup", "looks a key up", func(ctx context.Context, a lookupArgs) (string, error) {
+		r, ok := worker.RequestFromContext(ctx)
+		if !ok {
+			return "", errors.New("no request in the tool's context")
+		}
+		n, _ := calls.LoadOrStore(r.RequestID, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		return a.Key + " for " + r.RequestID, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tl
+}
+
+func newLookupAgent(ctx context.Context, m model.ToolCallingChatModel, tl tool.BaseTool) (adk.Agent, error) {
+	return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{
+		Name: "finder", Description: "finds things", Instruction: "Look things up.", Model: m,
+		ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{tl}}},
+	})
+}
+
+// Many runs of one tool-calling agent at once, each on an agent the
+// factory built for it: under -race this is where eino v0.7.36's shared
+// graph would race. Each run sees its own request in ctx (its tool's
+// answer names it), streams and persists only the answer, never the tool
+// call or result.
+func TestConcurrentRunsOfAToolCallingAgent(t *testing.T) {
+	var calls, built sync.Map
+	tl := lookupTool(t, &calls)
+	stack := turnpiketest.Start(t, worker.WithAgentFactory(func(ctx context.Context, r worker.Request) (adk.Agent, error) {
+		built.Store(r.RequestID, r)
+		return newLookupAgent(ctx, lookupModel{}, tl)
+	}))
+	c := stack.Client("alice")
+	const n = 8
+	var wg sync.WaitGroup
+	runs := make([]turnpiketest.Run, n)
+	ids := make([]string, n)
+	for i := range n {
+		conv := fmt.Sprintf("c%d", i)
+		f := c.Follow(conv)
+		ids[i] = c.Send(conv, fmt.Sprintf("key%d", i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runs[i] = f.Run(ids[i])
+		}()
+	}
+	wg.Wait()
+	for i, r := range runs {
+		want := fmt.Sprintf("found: key%d for %s", i, ids[i])
+		if r.Status != events.StatusComplete || r.Text != want {
+			t.Errorf("run %d: %v, want complete %q", i, r, want)
+		}
+		got, ok := built.Load(ids[i])
+		if !ok || got.(worker.Request) != (worker.Request{Tenant: stack.Tenant, User: "alice", Conversation: fmt.Sprintf("c%d", i), RequestID: ids[i]}) {
+			t.Errorf("run %d: the factory got %+v", i, got)
+		}
+		if n, _ := calls.Load(ids[i]); n == nil || n.(*atomic.Int32).Load() != 1 {
+			t.Errorf("run %d: the tool ran %v times, want once", i, n)
+		}
+		h := c.History(fmt.Sprintf("c%d", i))
+		if len(h) != 2 || h[0].Content != fmt.Sprintf("key%d", i) || h[1].Content != want || h[1].Agent != "finder" {
+			t.Errorf("run %d: history %+v", i, h)
+		}
+	}
+}
+
+// errFlaky is a custom model's transient error, which only the caller can
+// recognise.
+var errFlaky = errors.New("flaky model: try again")
+
+// A custom model's transient error, classified by WithTransientErrors,
+// runs the request again; unclassified, the run ends at once.
+func TestTransientErrorsOfACustomModel(t *testing.T) {
+	for _, classify := range []bool{true, false} {
+		t.Run(fmt.Sprint("classified=", classify), func(t *testing.T) {
+			var attempts atomic.Int32
+			m := lookupModel{fail: func() error {
+				if attempts.Add(1) <= 2 {
+					return errFlaky
+				}
+				return nil
+			}}
+			var calls sync.Map
+			tl := lookupTool(t, &calls)
+			opts := []worker.Option{worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+				return newLookupAgent(ctx, m, tl)
+			}), worker.WithNotice(func(err error) string { return "sorry: " + err.Error() })}
+			if classify {
+				opts = append(opts, worker.WithTransientErrors(func(err error) bool { return errors.Is(err, errFlaky) }))
+			}
+			cfg := turnpiketest.Config()
+			cfg.RetryBackoffMin, cfg.RetryBackoffMax = 1, 1 // no waiting between attempts
+			stack := turnpiketest.StartConfig(t, cfg, opts...)
+			c := stack.Client("bob")
+			f := c.Follow("c")
+			id := c.Send("c", "k")
+			r := f.Run(id)
+			if classify {
+				if r.Status != events.StatusComplete || r.Text != "found: k for "+id || attempts.Load() != 4 {
+					t.Errorf("%v after %d model calls; want complete after 4 (2 failed)", r, attempts.Load())
+				}
+				return
+			}
+			if r.Status == events.StatusComplete || attempts.Load() != 1 || len(r.Notices) != 1 || !strings.Contains(r.Notices[0], errFlaky.Error()) {
+				t.Errorf("%v (notices %q) after %d model calls; want one failed call and the custom notice", r, r.Notices, attempts.Load())
+			}
+		})
+	}
+}
+
+// Options that make no sense together fail New.
+func TestNewRejectsBadOptions(t *testing.T) {
+	cfg := worker.DefaultConfig()
+	cfg.Brokers, cfg.MongoURI = []string{"127.0.0.1:1"}, "mongodb://127.0.0.1:1"
+	agent := func(context.Context, worker.Request) (adk.Agent, error) { return nil, nil }
+	shared, err := adk.NewChatModelAgent(context.Background(), &adk.ChatModelAgentConfig{Name: "a", Description: "a", Model: lookupModel{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, opts := range map[string][]worker.Option{
+		"hooks without an agent": {worker.WithStream(nil)},
+		"two agents":             {worker.WithAgentFactory(agent), worker.WithAgent(shared)},
+	} {
+		if _, err := worker.New(cfg, opts...); err == nil {
+			t.Errorf("%s: New succeeded", name)
+		}
+	}
+	cfg.AgentFile = "agents.json"
+	if _, err := worker.New(cfg, worker.WithAgentFactory(agent)); err == nil || !strings.Contains(err.Error(), "agent written in Go") {
+		t.Errorf("an agent file and a Go agent: %v", err)
+	}
+	if _, err := worker.New(worker.Config{}, worker.WithAgentFactory(agent)); err == nil || !strings.Contains(err.Error(), "TURNPIKE_KAFKA_BROKERS") {
+		t.Errorf("no brokers: %v", err)
+	}
+}
+
+// An agent factory that fails is retried up to MaxAttempts, then the
+// request is dead-lettered and completes failed; a Permanent error
+// dead-letters it at once. Either way the conversation goes on.
+func TestAgentFactoryErrors(t *testing.T) {
+	var calls sync.Map
+	tl := lookupTool(t, &calls)
+	var attempts sync.Map // by request id
+	cfg := turnpiketest.Config()
+	cfg.MaxAttempts, cfg.RetryBackoffMin, cfg.RetryBackoffMax = 3, 1, 1
+	stack := turnpiketest.StartConfig(t, cfg, worker.WithAgentFactory(func(ctx context.Context, r worker.Request) (adk.Agent, error) {
+		n, _ := attempts.LoadOrStore(r.RequestID, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		c, _ := worker.RequestFromContext(ctx)
+		switch {
+		case c != r:
+			return nil, fmt.Errorf("the factory's context carries %+v, not %+v", c, r)
+		case strings.HasPrefix(c.Conversation, "flaky"):
+			return nil, errors.New("tenant config unreachable")
+		case strings.HasPrefix(c.Conversation, "bad"):
+			return nil, worker.Permanent(errors.New("no agent for this tenant"))
+		}
+		return newLookupAgent(ctx, lookupModel{}, tl)
+	}))
+	c := stack.Client("dave")
+	for conv, want := range map[string]int32{"flaky": 3, "bad": 1} {
+		f := c.Follow(conv)
+		id := c.Send(conv, "k")
+		if r := f.Run(id); r.Status != events.StatusFailed {
+			t.Errorf("%s: %v, want failed", conv, r)
+		}
+		if n, _ := attempts.Load(id); n == nil || n.(*atomic.Int32).Load() != want {
+			t.Errorf("%s: the factory ran %v times, want %d", conv, n, want)
+		}
+	}
+	f := c.Follow("fine")
+	if r := f.Run(c.Send("fine", "k")); r.Status != events.StatusComplete {
+		t.Errorf("after the failures: %v", r)
+	}
+}
+
+// blockingModel streams one token, then waits for its context to end.
+type blockingModel struct{ started, stopped chan struct{} }
+
+func (m blockingModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	return m, nil
+}
+
+func (m blockingModel) Generate(context.Context, []*schema.Message, ...model.Option) (*schema.Message, error) {
+	return nil, errors.New("stream only")
+}
+
+func (m blockingModel) Stream(ctx context.Context, _ []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	sr, sw := schema.Pipe[*schema.Message](1)
+	go func() {
+		defer sw.Close()
+		sw.Send(schema.AssistantMessage("partial ", nil), nil)
+		close(m.started)
+		<-ctx.Done()
+		close(m.stopped)
+		sw.Send(nil, ctx.Err())
+	}()
+	return sr, nil
+}
+
+// A cancel stops a Go agent's model (its context ends) and persists the
+// partial answer as cancelled.
+func TestCancelStopsACustomAgent(t *testing.T) {
+	m := blockingModel{started: make(chan struct{}), stopped: make(chan struct{})}
+	stack := turnpiketest.Start(t, worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "slow", Description: "slow", Model: m})
+	}))
+	c := stack.Client("erin")
+	f := c.Follow("c")
+	id := c.Send("c", "go on")
+	wait(t, m.started, "the model to start")
+	c.Cancel("c", id)
+	r := f.Run(id)
+	wait(t, m.stopped, "the model's context to end")
+	if r.Status != events.StatusCancelled || r.Text != "partial " {
+		t.Errorf("%v, want cancelled after %q", r, "partial ")
+	}
+	if h := c.History("c"); len(h) != 2 || h[1].Content != "partial " || h[1].Status != string(events.StatusCancelled) {
+		t.Errorf("history %+v", h)
+	}
+}
+
+func wait(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(turnpiketest.Timeout):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// usageModel answers "hello there" and reports its token usage.
+type usageModel struct{}
+
+func (m usageModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return m, nil }
+
+func (usageModel) Generate(context.Context, []*schema.Message, ...model.Option) (*schema.Message, error) {
+	return nil, errors.New("stream only")
+}
+
+func (usageModel) Stream(context.Context, []*schema.Message, ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	last := schema.AssistantMessage("there", nil)
+	last.ResponseMeta = &schema.ResponseMeta{Usage: &schema.TokenUsage{PromptTokens: 7, CompletionTokens: 2, TotalTokens: 9}}
+	return schema.StreamReaderFromArray([]*schema.Message{schema.AssistantMessage("hello ", nil), last}), nil
+}
+
+// A Go agent's token usage reaches run.completed, the persisted turn and
+// the metrics, under the label WithModelLabel gives.
+func TestUsageAndMetricsOfACustomAgent(t *testing.T) {
+	stack := turnpiketest.Start(t, worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "greeter", Description: "greets", Model: usageModel{}})
+	}), worker.WithModelLabel(func(agent string) string { return "scripted-" + agent }))
+	c := stack.Client("frank")
+	f := c.Follow("c")
+	r := f.Run(c.Send("c", "hi"))
+	want := events.Usage{PromptTokens: 7, CompletionTokens: 2, TotalTokens: 9}
+	done, _ := r.Events[len(r.Events)-1].(*events.RunCompletedEvent)
+	if r.Text != "hello there" || done == nil || done.Usage == nil || *done.Usage != want {
+		t.Fatalf("%v, usage %+v", r, done)
+	}
+	if h := c.History("c"); len(h) != 2 || h[1].Usage == nil || *h[1].Usage != want {
+		t.Errorf("history %+v", h)
+	}
+	resp, err := http.Get(stack.IngestURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range []string{
+		`turnpike_worker_model_tokens_total{kind="prompt",model="scripted-greeter"} 7`,
+		`turnpike_worker_model_tokens_total{kind="completion",model="scripted-greeter"} 2`,
+		`turnpike_worker_runs_total{status="complete"} 1`,
+	} {
+		if !strings.Contains(string(b), line+"\n") {
+			t.Errorf("/metrics lacks %s", line)
+		}
+	}
+}
+
+// A Go agent's requests of one conversation run one at a time, in topic
+// order, and a duplicate record (the same request id produced twice)
+// completes as the first did without running the agent again.
+func TestOrderAndIdempotencyOfACustomAgent(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	running, overlap := 0, false
+	var calls sync.Map
+	tl := lookupTool(t, &calls)
+	stack := turnpiketest.Start(t, worker.WithAgentFactory(func(ctx context.Context, r worker.Request) (adk.Agent, error) {
+		mu.Lock()
+		order = append(order, r.RequestID)
+		running++
+		overlap = overlap || running > 1
+		mu.Unlock()
+		return newLookupAgent(ctx, countingModel{lookupModel{}, func() {
+			mu.Lock()
+			running--
+			mu.Unlock()
+		}}, tl)
+	}))
+	p := client.NewProducer(stack.Brokers, stack.RequestsTopic)
+	defer p.Close()
+	id := events.Identity{Tenant: stack.Tenant, User: "gina", Conversation: "c"}
+	c := stack.Client("gina")
+	f := c.Follow("c")
+	ctx := context.Background()
+	for i, rid := range []string{"r-1", "r-2", "r-1", "r-3"} {
+		if _, err := p.Produce(ctx, id, fmt.Sprintf("k%d", i), client.ProduceOptions{RequestID: rid}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, rid := range []string{"r-1", "r-2", "r-1", "r-3"} {
+		if r := f.Run(rid); r.Status != events.StatusComplete {
+			t.Errorf("%s: %v", rid, r)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(order, " ") != "r-1 r-2 r-3" || overlap {
+		t.Errorf("the agent ran for %v (overlapping: %v), want r-1 r-2 r-3 one at a time", order, overlap)
+	}
+	if h := c.History("c"); len(h) != 6 {
+		t.Errorf("history of %d messages, want 3 turns: %+v", len(h), h)
+	}
+}
+
+// countingModel calls done when its final answer has been streamed.
+type countingModel struct {
+	lookupModel
+	done func()
+}
+
+func (m countingModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	return m, nil
+}
+
+func (m countingModel) Stream(ctx context.Context, in []*schema.Message, opts ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	if in[len(in)-1].Role == schema.Tool {
+		defer m.done()
+	}
+	return m.lookupModel.Stream(ctx, in, opts...)
+}
+
+// AskUser interrupts a Go agent's run with its question; the resume hands
+// it the answer (a string, by default) as its result.
+func TestAskUserInterruptsAndResumes(t *testing.T) {
+	m := scriptModel(func(in []*schema.Message) *schema.Message {
+		if last := in[len(in)-1]; last.Role == schema.Tool {
+			return schema.AssistantMessage("Booked for "+last.Content+".", nil)
+		}
+		return schema.AssistantMessage("", []schema.ToolCall{{ID: "ask", Type: "function",
+			Function: schema.FunctionCall{Name: "ask_user", Arguments: `{"question":"Which day?"}`}}})
+	})
+	// The resume hook fails once (a transient error: retried), then
+	// hands the tool the answer with the resume's request id.
+	var hookCalls atomic.Int32
+	resume := worker.WithResume(func(ctx context.Context, r worker.Resume) (any, error) {
+		if hookCalls.Add(1) == 1 {
+			return nil, errors.New("answer store unreachable")
+		}
+		if c, ok := worker.RequestFromContext(ctx); !ok || c != r.Request || r.Tool != "ask_user" || r.Question != "Which day?" {
+			return nil, fmt.Errorf("resume %+v in the context of %+v", r, c)
+		}
+		return r.Answer, nil
+	})
+	cfg := turnpiketest.Config()
+	cfg.RetryBackoffMin, cfg.RetryBackoffMax = 1, 1
+	stack := turnpiketest.StartConfig(t, cfg, worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "booker", Description: "books", Model: m,
+			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{worker.AskUser()}}}})
+	}), resume)
+	c := stack.Client("hana")
+	f := c.Follow("c")
+	asked := f.Run(c.Send("c", "book a table"))
+	if asked.Status != events.StatusInterrupted || asked.Interrupt == nil || asked.Interrupt.Question != "Which day?" || asked.Interrupt.Tool != "ask_user" {
+		t.Fatalf("%v, interrupt %+v", asked, asked.Interrupt)
+	}
+	if r := f.Run(c.Resume("c", asked.RequestID, "Friday")); r.Status != events.StatusComplete || r.Text != "Booked for Friday." || hookCalls.Load() != 2 {
+		t.Errorf("resumed: %v after %d calls of the hook, want 2", r, hookCalls.Load())
+	}
+}
+
+// scriptModel answers with reply's message, whole.
+type scriptModel func(in []*schema.Message) *schema.Message
+
+func (m scriptModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return m, nil }
+
+func (m scriptModel) Generate(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.Message, error) {
+	return m(in), nil
+}
+
+func (m scriptModel) Stream(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	return schema.StreamReaderFromArray([]*schema.Message{m(in)}), nil
+}
