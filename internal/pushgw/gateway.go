@@ -109,11 +109,10 @@ func New(cfg Config, v *auth.Verifier, reg prometheus.Registerer, log *slog.Logg
 		// ServeHTTP has checked the origin against the policy already.
 		CheckOrigin: func(*http.Request) bool { return true },
 		Error: func(w http.ResponseWriter, _ *http.Request, status int, reason error) {
-			code := server.CodeInvalidArgument
-			if status >= 500 {
-				code = server.CodeInternal
+			if status == http.StatusMethodNotAllowed {
+				w.Header().Set("Allow", "GET")
 			}
-			server.WriteError(w, status, code, reason.Error(), 0)
+			server.WriteError(w, status, server.CodeFor(status), reason.Error(), 0)
 		},
 	}
 	return g, nil

@@ -308,7 +308,7 @@ func RunPushgw(ctx context.Context, c PushgwConfig, env Env, ln net.Listener) er
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/stream", gw)
 	mux.HandleFunc(pushgw.EventsPath, gw.ServeEvents) // GET, and OPTIONS for CORS
-	mux.Handle("/v1/stream", server.MethodNotAllowed("GET, HEAD"))
+	mux.Handle("/v1/stream", server.MethodNotAllowed("GET"))
 	mux.HandleFunc("/", server.NotFound)
 	server.HandleOps(mux, env.Registry, kafkaCheck(c.Brokers), server.Check{Name: "gateway", Fn: gw.Ready})
 	if ln == nil {
