@@ -149,6 +149,9 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 		}
 		defer m.Close()
 		c.MongoURI = m.URI()
+		if c.MongoPool == 0 {
+			c.MongoPool = service.DevstackMongoPool
+		}
 		log.Info("embedded mongo", slog.String("uri", m.URI()))
 	}
 	if c.AuthSecret == "" {

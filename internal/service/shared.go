@@ -31,6 +31,10 @@ type Shared struct {
 	Brokers     []string // TURNPIKE_KAFKA_BROKERS
 	MongoURI    string   // TURNPIKE_MONGO_URI
 	MongoDB     string   // TURNPIKE_MONGO_DB, default "turnpike"
+	// MongoPool bounds the connections, and so the commands in flight, of
+	// the MongoDB client (TURNPIKE_MONGO_POOL; default 0: the driver's
+	// 100). The devstack lowers it for its embedded store (DevstackMongoPool).
+	MongoPool int
 	AuthSecret  string   // TURNPIKE_AUTH_SECRET
 	TopicPrefix string   // TURNPIKE_TOPIC_PREFIX, default "turnpike."
 	Model       string   // TURNPIKE_MODEL: "echo" (default) or "openai"
@@ -52,6 +56,15 @@ type Shared struct {
 	TraceSampleRatio float64
 }
 
+// DevstackMongoPool is the devstack's MongoPool for its embedded store,
+// unless TURNPIKE_MONGO_POOL says otherwise. The embedded FerretDB runs on
+// the same cores as the token path: each connection is a goroutine that
+// decodes, runs SQLite and encodes, and a hundred of them runnable at once
+// queued the token path's goroutines behind store work. A few connections
+// keep the store busy (group commit batches the writes) while the rest of
+// the store's callers wait, parked, for a connection.
+const DevstackMongoPool = 8
+
 // OpenAIConfig configures TURNPIKE_MODEL=openai.
 type OpenAIConfig struct {
 	BaseURL, APIKey, Model string
@@ -66,6 +79,7 @@ func (s *Shared) BindLogFormat(set *flagenv.Set, defaultLogFormat string) {
 	set.List(&s.Brokers, "kafka-brokers", "TURNPIKE_KAFKA_BROKERS", nil, "Kafka bootstrap brokers")
 	set.String(&s.MongoURI, "mongo-uri", "TURNPIKE_MONGO_URI", "", "MongoDB connection string")
 	set.String(&s.MongoDB, "mongo-db", "TURNPIKE_MONGO_DB", "turnpike", "MongoDB database")
+	set.Int(&s.MongoPool, "mongo-pool", "TURNPIKE_MONGO_POOL", 0, "most connections (commands in flight) of the MongoDB client; 0: the driver's default, 100")
 	set.String(&s.AuthSecret, "auth-secret", "TURNPIKE_AUTH_SECRET", "", "HS256 secret of bearer tokens (at least 32 bytes)")
 	set.String(&s.TopicPrefix, "topic-prefix", "TURNPIKE_TOPIC_PREFIX", topic.DefaultPrefix, "prefix of the Kafka topic names")
 	set.String(&s.Model, "model", "TURNPIKE_MODEL", "echo", "model: echo or openai")
@@ -95,6 +109,9 @@ func (s Shared) validate(kafka, mongo, authSecret bool) error {
 	}
 	if mongo && s.MongoDB == "" {
 		errs = append(errs, errors.New("TURNPIKE_MONGO_DB is empty"))
+	}
+	if s.MongoPool < 0 {
+		errs = append(errs, fmt.Errorf("TURNPIKE_MONGO_POOL %d: must not be negative", s.MongoPool))
 	}
 	if authSecret && len(s.AuthSecret) < auth.MinSecretBytes {
 		errs = append(errs, fmt.Errorf("TURNPIKE_AUTH_SECRET must be at least %d bytes", auth.MinSecretBytes))
@@ -210,7 +227,11 @@ func (s Shared) NewAgentModels(c *worker.AgentConfig, getenv func(string) string
 // OpenStore connects to MongoDB and opens the history store (creating its
 // indexes). close disconnects.
 func (s Shared) OpenStore(ctx context.Context) (store *history.MongoStore, ping func(context.Context) error, close func(), err error) {
-	client, err := mongo.Connect(options.Client().ApplyURI(s.MongoURI).SetTimeout(30 * time.Second))
+	opts := options.Client().ApplyURI(s.MongoURI).SetTimeout(30 * time.Second)
+	if s.MongoPool > 0 {
+		opts.SetMaxPoolSize(uint64(s.MongoPool))
+	}
+	client, err := mongo.Connect(opts)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("connect mongo: %w", err)
 	}
