@@ -244,3 +244,33 @@ func TestIDPushdownKeepsMongoDBResults(t *testing.T) {
 		})
 	}
 }
+
+// TestUpdateOfManyStatementsCompletes guards Turnpike's patch of FerretDB's
+// update command: each statement's query is closed when the statement is
+// done. Upstream kept every statement's query, and its SQLite connection,
+// open to the end of the command, so one command of more statements than
+// the pool has connections (100) waited forever for one more.
+func TestUpdateOfManyStatementsCompletes(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	coll := testenv.MongoClient(t, testenv.EmbeddedMongo(t, t.TempDir()).URI()).Database("updates").Collection("docs")
+	const n = 150
+	var models []mongo.WriteModel
+	for i := range n {
+		models = append(models, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: fmt.Sprintf("d%03d", i%50)}}).
+			SetUpdate(bson.D{{Key: "$max", Value: bson.D{{Key: "n", Value: i}}}}).SetUpsert(true))
+	}
+	res, err := coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	if err != nil {
+		t.Fatalf("bulk write of %d updates: %v", n, err)
+	}
+	if res.UpsertedCount+res.MatchedCount != n {
+		t.Fatalf("bulk write = %+v, want %d statements applied", res, n)
+	}
+	var d struct {
+		N int `bson:"n"`
+	}
+	if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: "d007"}}).Decode(&d); err != nil || d.N != 107 {
+		t.Fatalf("d007 = %+v, %v; want n 107", d, err)
+	}
+}
