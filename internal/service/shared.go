@@ -31,10 +31,6 @@ type Shared struct {
 	Brokers     []string // TURNPIKE_KAFKA_BROKERS
 	MongoURI    string   // TURNPIKE_MONGO_URI
 	MongoDB     string   // TURNPIKE_MONGO_DB, default "turnpike"
-	// MongoPool bounds the connections, and so the commands in flight, of
-	// the MongoDB client (TURNPIKE_MONGO_POOL; default 0: the driver's
-	// 100). The devstack lowers it for its embedded store (DevstackMongoPool).
-	MongoPool int
 	AuthSecret  string   // TURNPIKE_AUTH_SECRET
 	TopicPrefix string   // TURNPIKE_TOPIC_PREFIX, default "turnpike."
 	Model       string   // TURNPIKE_MODEL: "echo" (default) or "openai"
@@ -54,6 +50,10 @@ type Shared struct {
 	OTLPEndpoint string
 	// TraceSampleRatio samples new traces (TURNPIKE_TRACE_SAMPLE_RATIO, default 1).
 	TraceSampleRatio float64
+	// MongoPool bounds the connections, and so the commands in flight, of
+	// the MongoDB client (TURNPIKE_MONGO_POOL; default 0: the driver's
+	// 100). The devstack lowers it for its embedded store (DevstackMongoPool).
+	MongoPool int
 }
 
 // DevstackMongoPool is the devstack's MongoPool for its embedded store,
