@@ -248,6 +248,9 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 		}
 		defer m.Close()
 		c.MongoURI = m.URI()
+		if c.MongoPool == 0 {
+			c.MongoPool = service.DevstackMongoPool
+		}
 		log.Info("embedded mongo", slog.String("uri", m.URI()))
 	}
 	st.Brokers, st.MongoURI, st.AuthSecret, st.DevTokensRemote = c.Brokers, c.MongoURI, c.AuthSecret, c.DevTokensRemote

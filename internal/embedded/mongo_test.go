@@ -2,6 +2,7 @@ package embedded_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -242,5 +243,67 @@ func TestIDPushdownKeepsMongoDBResults(t *testing.T) {
 				t.Fatalf("explain = %+v: want filter pushed down %v, limit %v, index only %v", e, tc.filterDown, tc.limitDown, tc.indexOnly)
 			}
 		})
+	}
+}
+
+// TestUpdateOfManyStatementsCompletes guards Turnpike's patch of FerretDB's
+// update command: each statement's query is closed when the statement is
+// done. Upstream kept every statement's query, and its SQLite connection,
+// open to the end of the command, so one command of more statements than
+// the pool has connections (100) waited forever for one more.
+func TestUpdateOfManyStatementsCompletes(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	coll := testenv.MongoClient(t, testenv.EmbeddedMongo(t, t.TempDir()).URI()).Database("updates").Collection("docs")
+	const n = 150
+	var models []mongo.WriteModel
+	for i := range n {
+		models = append(models, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: fmt.Sprintf("d%03d", i%50)}}).
+			SetUpdate(bson.D{{Key: "$max", Value: bson.D{{Key: "n", Value: i}}}}).SetUpsert(true))
+	}
+	res, err := coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	if err != nil {
+		t.Fatalf("bulk write of %d updates: %v", n, err)
+	}
+	if res.UpsertedCount+res.MatchedCount != n {
+		t.Fatalf("bulk write = %+v, want %d statements applied", res, n)
+	}
+	var d struct {
+		N int `bson:"n"`
+	}
+	if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: "d007"}}).Decode(&d); err != nil || d.N != 107 {
+		t.Fatalf("d007 = %+v, %v; want n 107", d, err)
+	}
+}
+
+// TestUnorderedInsertReportsEachDuplicate checks what the history store's
+// group commit relies on: an unordered insert of many documents inserts
+// every one it can and reports each duplicate key at its own index.
+func TestUnorderedInsertReportsEachDuplicate(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	coll := testenv.MongoClient(t, testenv.EmbeddedMongo(t, t.TempDir()).URI()).Database("inserts").Collection("docs")
+	if _, err := coll.InsertMany(ctx, []any{bson.D{{Key: "_id", Value: "b"}}, bson.D{{Key: "_id", Value: "d"}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := coll.InsertMany(ctx, []any{
+		bson.D{{Key: "_id", Value: "a"}}, bson.D{{Key: "_id", Value: "b"}}, bson.D{{Key: "_id", Value: "c"}},
+		bson.D{{Key: "_id", Value: "d"}}, bson.D{{Key: "_id", Value: "e"}},
+	}, options.InsertMany().SetOrdered(false))
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
+		t.Fatalf("InsertMany = %v, want a bulk write exception", err)
+	}
+	var dups []int
+	for _, we := range bwe.WriteErrors {
+		if we.Code == 11000 {
+			dups = append(dups, we.Index)
+		}
+	}
+	if !slices.Equal(dups, []int{1, 3}) || len(bwe.WriteErrors) != 2 {
+		t.Fatalf("write errors %+v, want duplicates at 1 and 3", bwe.WriteErrors)
+	}
+	if got := findIDs(t, ctx, coll, bson.D{}, bson.D{{Key: "_id", Value: 1}}, 0); !slices.Equal(got, []string{"a", "b", "c", "d", "e"}) {
+		t.Fatalf("documents %v, want a … e", got)
 	}
 }

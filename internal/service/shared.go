@@ -51,7 +51,20 @@ type Shared struct {
 	OTLPEndpoint string
 	// TraceSampleRatio samples new traces (TURNPIKE_TRACE_SAMPLE_RATIO, default 1).
 	TraceSampleRatio float64
+	// MongoPool bounds the connections, and so the commands in flight, of
+	// the MongoDB client (TURNPIKE_MONGO_POOL; default 0: the driver's
+	// 100). The devstack lowers it for its embedded store (DevstackMongoPool).
+	MongoPool int
 }
+
+// DevstackMongoPool is the devstack's MongoPool for its embedded store,
+// unless TURNPIKE_MONGO_POOL says otherwise. The embedded FerretDB runs on
+// the same cores as the token path: each connection is a goroutine that
+// decodes, runs SQLite and encodes, and a hundred of them runnable at once
+// queued the token path's goroutines behind store work. A few connections
+// keep the store busy (group commit batches the writes) while the rest of
+// the store's callers wait, parked, for a connection.
+const DevstackMongoPool = 8
 
 // OpenAIConfig configures TURNPIKE_MODEL=openai.
 type OpenAIConfig struct {
@@ -78,6 +91,9 @@ func (s *Shared) BindWithout(set *flagenv.Set, defaultLogFormat string, omit ...
 		{"kafka-brokers", func(n string) { set.List(&s.Brokers, n, "TURNPIKE_KAFKA_BROKERS", nil, "Kafka bootstrap brokers") }},
 		{"mongo-uri", func(n string) { set.String(&s.MongoURI, n, "TURNPIKE_MONGO_URI", "", "MongoDB connection string") }},
 		{"mongo-db", func(n string) { set.String(&s.MongoDB, n, "TURNPIKE_MONGO_DB", "turnpike", "MongoDB database") }},
+		{"mongo-pool", func(n string) {
+			set.Int(&s.MongoPool, n, "TURNPIKE_MONGO_POOL", 0, "most connections (commands in flight) of the MongoDB client; 0: the driver's default, 100")
+		}},
 		{"auth-secret", func(n string) {
 			set.String(&s.AuthSecret, n, "TURNPIKE_AUTH_SECRET", "", "HS256 secret of bearer tokens (at least 32 bytes)")
 		}},
@@ -137,6 +153,9 @@ func (s Shared) validate(kafka, mongo, authSecret bool) error {
 	}
 	if mongo && s.MongoDB == "" {
 		errs = append(errs, errors.New("TURNPIKE_MONGO_DB is empty"))
+	}
+	if s.MongoPool < 0 {
+		errs = append(errs, fmt.Errorf("TURNPIKE_MONGO_POOL %d: must not be negative", s.MongoPool))
 	}
 	if authSecret && len(s.AuthSecret) < auth.MinSecretBytes {
 		errs = append(errs, fmt.Errorf("TURNPIKE_AUTH_SECRET must be at least %d bytes", auth.MinSecretBytes))
@@ -252,7 +271,11 @@ func (s Shared) NewAgentModels(c *worker.AgentConfig, getenv func(string) string
 // OpenStore connects to MongoDB and opens the history store (creating its
 // indexes). close disconnects.
 func (s Shared) OpenStore(ctx context.Context) (store *history.MongoStore, ping func(context.Context) error, close func(), err error) {
-	client, err := mongo.Connect(options.Client().ApplyURI(s.MongoURI).SetTimeout(30 * time.Second))
+	opts := options.Client().ApplyURI(s.MongoURI).SetTimeout(30 * time.Second)
+	if s.MongoPool > 0 {
+		opts.SetMaxPoolSize(uint64(s.MongoPool))
+	}
+	client, err := mongo.Connect(opts)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("connect mongo: %w", err)
 	}

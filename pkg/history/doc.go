@@ -7,7 +7,10 @@
 // code must behave identically on MongoDB). The user message of a running
 // request is held pending in memory (Pending) and written only together with
 // its answer, so a request that produces no assistant content leaves nothing
-// behind.
+// behind. Pending.Start tells, before a run, whether its request id is
+// already decided or cancelled, and otherwise returns the model's window:
+// on a MongoStore an ordinary turn, Start then Commit, is four commands in
+// three round trips, and concurrent commits are written in bulk.
 //
 // Besides turns, a Store keeps how requests ended without a turn
 // (outcomes), durable cancels, one compaction Summary per conversation

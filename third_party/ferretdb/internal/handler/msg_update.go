@@ -118,7 +118,6 @@ func (h *Handler) updateDocument(ctx context.Context, params *common.UpdateParam
 		}
 
 		closer := iterator.NewMultiCloser()
-		defer closer.Close()
 
 		closer.Add(res.Iter)
 
@@ -129,6 +128,14 @@ func (h *Handler) updateDocument(ctx context.Context, params *common.UpdateParam
 		}
 
 		result, err := common.UpdateDocument(ctx, c, "update", iter, &u)
+
+		// Turnpike patch: close each statement's query when the statement
+		// is done. Upstream deferred it to the end of the command, so an
+		// update command of many statements held one SQLite connection per
+		// statement; two such commands could hold all 100 of the pool while
+		// each waited for one more: a deadlock.
+		closer.Close()
+
 		if err != nil {
 			return 0, 0, nil, lazyerrors.Error(err)
 		}
