@@ -20,12 +20,13 @@ import (
 
 // The checker reads everything a client sees of a load — every
 // conversation's history and the whole stream topic — and counts
-// violations of the pipeline's promises (see docs/contract-notes/15.md for
-// the stream's): each message persisted once, in order, with its answer;
-// each request completed at least once, every completion with the status
-// persisted, the last run of a request whole (seqs 1…n, run.started to
-// run.completed, or a lone run.completed re-announcing a decided
-// request), and nothing of a request after its last completion.
+// violations of the pipeline's promises (docs/api.md, "Runs and
+// completions", states the stream's): each message persisted once, in
+// order, with its answer; each request completed at least once, every
+// completion with the status persisted, the last run of a request whole
+// (seqs 1…n, run.started to run.completed, or a lone run.completed
+// re-announcing a decided request), and nothing of a request after its
+// last completion.
 //
 // It also counts the evidence that a fault exercised recovery: runs
 // superseded by a re-run (a new run id) and completions re-announced by a
