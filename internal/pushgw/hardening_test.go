@@ -23,7 +23,10 @@ import (
 // errorCode decodes the JSON error shape of an HTTP answer.
 func errorCode(t *testing.T, resp *http.Response) string {
 	t.Helper()
-	body, _ := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read the error body: %v", err)
+	}
 	var e struct {
 		Error struct{ Code, Message string } `json:"error"`
 	}
