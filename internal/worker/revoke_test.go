@@ -167,28 +167,31 @@ func (l logSignal) WithGroup(string) slog.Handler      { return l }
 func TestARebalanceAbortsTheRunningRecordAndTheNextOwnerRunsWhatWasLeft(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 90*time.Second)
-	store := history.NewMemoryStore()
-	s := newStack(t, store)
-	s.cfg.Partitions = 1
-	s.cfg.DrainTimeout = 300 * time.Millisecond
-	s.cfg.CommitInterval = 20 * time.Millisecond
-	produceAll(t, ctx, s, 2, 3) // c1 m1, c2 m1, c1 m2, c2 m2, c1 m3, c2 m3
-	m := newGatedModel("c1 m1")
-	reg := prometheus.NewRegistry()
-	s.start(t, ctx, worker.Deps{Model: m, Registerer: reg})
+	s, store, m := queuedStack(t, ctx, 300*time.Millisecond)
+	s.start(t, ctx, worker.Deps{Model: m, Registerer: prometheus.NewRegistry()})
 	waitQueued(t, ctx, store, m)
 	// A second member joins: the group rebalances, the first worker's
 	// generation ends while c1 m1 holds on past the drain deadline.
 	s.start(t, ctx, worker.Deps{Model: m, Registerer: prometheus.NewRegistry()})
 	s.waitCommitted(t, ctx)
 	checkHistory(t, ctx, store, 2, 3)
-	got := m.ran()
-	want := map[string]int{"c1 m1": 2, "c1 m2": 1, "c1 m3": 1, "c2 m1": 1, "c2 m2": 1, "c2 m3": 1}
-	for c, n := range want {
-		if got[c] != n {
-			t.Fatalf("runs %v, want %v: the aborted record re-run, the queued ones run once", got, want)
-		}
+	if got, want := m.ran(), map[string]int{"c1 m1": 2, "c1 m2": 1, "c1 m3": 1, "c2 m1": 1, "c2 m2": 1, "c2 m3": 1}; !equalCounts(got, want) {
+		t.Fatalf("runs %v, want %v: the aborted record re-run, the queued ones run once", got, want)
 	}
+}
+
+// queuedStack is a one-partition stack holding produceAll(…, 2, 3) — c1 m1,
+// c2 m1, c1 m2, c2 m2, c1 m3, c2 m3 — and a model whose first run of c1 m1
+// waits for its gate.
+func queuedStack(t *testing.T, ctx context.Context, drain time.Duration) (*stack, history.Store, *gatedModel) {
+	t.Helper()
+	store := history.NewMemoryStore()
+	s := newStack(t, store)
+	s.cfg.Partitions = 1
+	s.cfg.DrainTimeout = drain
+	s.cfg.CommitInterval = 20 * time.Millisecond
+	produceAll(t, ctx, s, 2, 3)
+	return s, store, newGatedModel("c1 m1")
 }
 
 // A worker told to stop while a conversation has a record running and two
@@ -199,12 +202,7 @@ func TestARebalanceAbortsTheRunningRecordAndTheNextOwnerRunsWhatWasLeft(t *testi
 func TestARunFinishingWithinTheDrainLeavesTheQueuedRecordsToTheNextOwner(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 90*time.Second)
-	store := history.NewMemoryStore()
-	s := newStack(t, store)
-	s.cfg.Partitions = 1
-	s.cfg.CommitInterval = 20 * time.Millisecond
-	produceAll(t, ctx, s, 2, 3)
-	m := newGatedModel("c1 m1")
+	s, store, m := queuedStack(t, ctx, 5*time.Second)
 	gate := m.gate("c1 m1")
 	reg := prometheus.NewRegistry()
 	draining := newLogSignal("partition revoked or worker stopping")
