@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -175,7 +176,7 @@ func TestARebalanceAbortsTheRunningRecordAndTheNextOwnerRunsWhatWasLeft(t *testi
 	s.start(t, ctx, worker.Deps{Model: m, Registerer: prometheus.NewRegistry()})
 	s.waitCommitted(t, ctx)
 	checkHistory(t, ctx, store, 2, 3)
-	if got, want := m.ran(), map[string]int{"c1 m1": 2, "c1 m2": 1, "c1 m3": 1, "c2 m1": 1, "c2 m2": 1, "c2 m3": 1}; !equalCounts(got, want) {
+	if got, want := m.ran(), map[string]int{"c1 m1": 2, "c1 m2": 1, "c1 m3": 1, "c2 m1": 1, "c2 m2": 1, "c2 m3": 1}; !maps.Equal(got, want) {
 		t.Fatalf("runs %v, want %v: the aborted record re-run, the queued ones run once", got, want)
 	}
 }
@@ -223,21 +224,9 @@ func TestARunFinishingWithinTheDrainLeavesTheQueuedRecordsToTheNextOwner(t *test
 	s.start(t, ctx, worker.Deps{Model: m, Registerer: prometheus.NewRegistry()})
 	s.waitCommitted(t, ctx)
 	checkHistory(t, ctx, store, 2, 3)
-	if got, want := m.ran(), map[string]int{"c1 m1": 1, "c1 m2": 1, "c1 m3": 1, "c2 m1": 1, "c2 m2": 1, "c2 m3": 1}; !equalCounts(got, want) {
+	if got, want := m.ran(), map[string]int{"c1 m1": 1, "c1 m2": 1, "c1 m3": 1, "c2 m1": 1, "c2 m2": 1, "c2 m3": 1}; !maps.Equal(got, want) {
 		t.Fatalf("runs %v, want %v", got, want)
 	}
-}
-
-func equalCounts(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // A zombie — a worker whose record's conversation already has a turn from
