@@ -87,8 +87,8 @@ func (m *gatedModel) ran() map[string]int {
 	return n
 }
 
-// gaugeValue is the value of an unlabelled gauge of reg.
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// metricValue is the value of an unlabelled gauge or counter of reg.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -251,7 +251,7 @@ func TestAZombieCommitIsFencedPersistsNothingAndIsDropped(t *testing.T) {
 	s.start(t, ctx, worker.Deps{Model: newGatedModel(), Registerer: reg})
 	s.waitCommitted(t, ctx)
 
-	if n := gaugeValue(t, reg, "turnpike_worker_fenced_total"); n != 1 {
+	if n := metricValue(t, reg, "turnpike_worker_fenced_total"); n != 1 {
 		t.Fatalf("fenced %v times, want 1", n)
 	}
 	page, err := store.List(ctx, id, 0, 10)
@@ -261,7 +261,7 @@ func TestAZombieCommitIsFencedPersistsNothingAndIsDropped(t *testing.T) {
 	if c, found, err := store.Lookup(ctx, id, "c1-m1"); err != nil || found {
 		t.Fatalf("outcome of the fenced request: %+v %v %v, want none (not failed)", c, found, err)
 	}
-	if n := gaugeValue(t, reg, "turnpike_worker_dlq_total"); n != 0 {
+	if n := metricValue(t, reg, "turnpike_worker_dlq_total"); n != 0 {
 		t.Fatalf("%v records dead-lettered", n)
 	}
 	conn, err := kafka.DialLeader(ctx, "tcp", s.brokers[0], s.topics.DLQ, 0)
