@@ -604,6 +604,7 @@ func TestACancelWinsOverARequestReRunAfterAWorkerIsKilled(t *testing.T) {
 			f := newFaultStack(t)
 			c := f.ingest(t, "acme", "ann")
 			f.spawn(0)
+			f.waitConsuming(ctx, 1)
 			a, err := c.Send(ctx, "race", "[[tokens:400]][[delay:20ms]]", client.SendOptions{})
 			if err != nil {
 				t.Fatal(err)
