@@ -44,7 +44,7 @@ type verdict struct {
 	streamOrder   int // a conversation's requests streamed out of order
 	stray         int // an event of a request history does not know, or undecodable
 	runIDReused   int // one run id on two requests
-	seqRegression int // a run's seqs going backwards (other than an exact repeat)
+	seqRegression int // a seq a run already used or skipped, other than an exact repeat
 
 	// Evidence of recovery.
 	reruns       int // runs that started, never completed and were superseded by a later run
@@ -233,7 +233,8 @@ func readPartition(ctx context.Context, broker, topic string, partition int) ([]
 type runTrace struct {
 	id        string
 	maxSeq    int64
-	seqs      []int64 // first occurrences, in stream order
+	seqs      []int64          // first occurrences, in stream order
+	events    map[int64]string // the encoding of each seq's first occurrence
 	started   bool
 	completed bool
 }
@@ -291,14 +292,17 @@ func checkStream(v *verdict, recs []streamRecord, reqs map[string]persisted) {
 		tr.lastEvent = pos
 		run := tr.runs[h.RunID]
 		if run == nil {
-			run = &runTrace{id: h.RunID}
+			run = &runTrace{id: h.RunID, events: map[int64]string{}}
 			tr.runs[h.RunID] = run
 			tr.runOrder = append(tr.runOrder, h.RunID)
 		}
+		enc := string(events.AppendEvent(nil, rec.ev))
 		if h.Seq <= run.maxSeq {
-			if containsSeq(run.seqs, h.Seq) {
+			if run.events[h.Seq] == enc {
 				v.repeats++ // a writer's retry; clients drop seqs they saw
 			} else {
+				// Another event under a seq the run already used (or
+				// skipped): clients would drop it.
 				v.seqRegression++
 				v.note("%s run %s: seq %d after %d", h.RequestID, h.RunID, h.Seq, run.maxSeq)
 			}
@@ -307,6 +311,7 @@ func checkStream(v *verdict, recs []streamRecord, reqs map[string]persisted) {
 		tr.lastNew = pos
 		run.maxSeq = h.Seq
 		run.seqs = append(run.seqs, h.Seq)
+		run.events[h.Seq] = enc
 		switch e := rec.ev.(type) {
 		case *events.RunStartedEvent:
 			run.started = true
@@ -359,15 +364,6 @@ func checkStream(v *verdict, recs []streamRecord, reqs map[string]persisted) {
 			}
 		}
 	}
-}
-
-func containsSeq(seqs []int64, s int64) bool {
-	for _, x := range seqs {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // The checker itself must be able to fail: every kind of violation is
@@ -454,6 +450,10 @@ func TestTheInvariantCheckerCountsEveryKindOfViolation(t *testing.T) {
 		{"Requests streamed out of order are counted.", cat(whole("r2", "b"), whole("r1", "a")), verdict{streamOrder: 1}},
 		{"An event of a request history does not know is stray.", cat(whole("r1", "a"), whole("r2", "b"), whole("r9", "z")), verdict{stray: 3}},
 		{"A run id on two requests is counted.", cat(whole("r1", "a"), whole("r2", "a")), verdict{runIDReused: 1}},
+		{"Another event under a seq the run already used is counted (a run id reused by a re-run).",
+			cat(whole("r1", "a"), one(started("r2", "b", 1), token("r2", "b", 2), done("r2", "b", 3, events.StatusComplete),
+				&events.TokenEvent{Meta: meta("r2", "b", 2), Delta: "another"})),
+			verdict{seqRegression: 1}},
 		{"A seq going backwards is counted.", cat(whole("r1", "a"), one(started("r2", "b", 1), token("r2", "b", 3), token("r2", "b", 2), done("r2", "b", 4, events.StatusComplete))),
 			verdict{seqRegression: 1, brokenRun: 1}},
 	}

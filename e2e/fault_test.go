@@ -528,7 +528,12 @@ func TestBrokerFaultsOnProduceFetchAndOffsetCommitLoseAndDuplicateNothing(t *tes
 		t.Fatal(err)
 	}
 	t.Logf("faults injected: stream writes %d, request fetches %d, offset commits %d", injected[0].Load(), injected[1].Load(), injected[2].Load())
-	f.waitDone(t, ctx, l)
+	v := f.waitDone(t, ctx, l)
+	// A broken offset commit ends the member's generation: the records not
+	// yet committed are delivered again and re-announce their outcome.
+	if v.redeliveries+v.reruns == 0 {
+		t.Fatalf("no request was redelivered or re-run: the faults exercised no recovery")
+	}
 }
 
 // ingest runs the ingest API in this process on the fault stack's broker
@@ -599,6 +604,7 @@ func TestACancelWinsOverARequestReRunAfterAWorkerIsKilled(t *testing.T) {
 			f := newFaultStack(t)
 			c := f.ingest(t, "acme", "ann")
 			f.spawn(0)
+			f.waitConsuming(ctx, 1)
 			a, err := c.Send(ctx, "race", "[[tokens:400]][[delay:20ms]]", client.SendOptions{})
 			if err != nil {
 				t.Fatal(err)

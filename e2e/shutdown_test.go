@@ -165,7 +165,12 @@ func TestSIGTERMUnderLoadLosesNothingInAnyService(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	f.waitDone(t, ctx, l)
+	v := f.waitDone(t, ctx, l)
+	// The worker stopped with runs in flight and drained them (runs take
+	// about 150ms, the drain deadline is 2s): none was cut off and re-run.
+	if v.reruns != 0 {
+		t.Fatalf("%d runs were cut off by SIGTERM and re-run: the worker did not drain", v.reruns)
+	}
 }
 
 // converse is one chat user: each message is sent (retried with its

@@ -167,8 +167,11 @@ func TestDevstackStopsCleanlyOnSIGTERMAndKeepsHistoryAndTokensAcrossRestarts(t *
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("/readyz: %d %s", resp.StatusCode, b)
 	}

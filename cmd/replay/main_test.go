@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,7 +85,11 @@ func TestTheCommandStopsOnSIGINTAndResumesWhereItStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	for {
-		if b, _ := os.ReadFile(report); bytes.Count(b, []byte("\n")) >= 10 {
+		b, err := os.ReadFile(report)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		if bytes.Count(b, []byte("\n")) >= 10 {
 			break
 		}
 		if ctx.Err() != nil {
@@ -98,7 +104,10 @@ func TestTheCommandStopsOnSIGINTAndResumesWhereItStopped(t *testing.T) {
 	if code := exitCode(cmd.Wait()); code != 130 || !strings.Contains(stdout.String(), "INTERRUPTED") {
 		t.Fatalf("after SIGINT: exit %d, stdout %q, stderr %q; want 130 and INTERRUPTED", code, stdout.String(), stderr.String())
 	}
-	b, _ := os.ReadFile(report)
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatalf("the interrupted run left no report: %v", err)
+	}
 	if n := bytes.Count(b, []byte("\n")); n >= 120 {
 		t.Fatalf("the interrupted run reported all %d records", n)
 	}
@@ -111,7 +120,9 @@ func TestTheCommandStopsOnSIGINTAndResumesWhereItStopped(t *testing.T) {
 	if code := exitCode(cmd.Run()); code != 0 || !strings.Contains(stdout.String(), ": done") {
 		t.Fatalf("resume: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
 	}
-	b, _ = os.ReadFile(report)
+	if b, err = os.ReadFile(report); err != nil {
+		t.Fatal(err)
+	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	seen := map[string]bool{}
 	for _, l := range lines {

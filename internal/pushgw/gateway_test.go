@@ -745,7 +745,10 @@ func TestUpgradeNeedsAValidToken(t *testing.T) {
 			if resp == nil || resp.StatusCode != http.StatusUnauthorized {
 				t.Fatalf("dial error %v, response %v; want HTTP 401", err, resp)
 			}
-			body, _ := io.ReadAll(resp.Body)
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatalf("read the refusal's body: %v", err)
+			}
 			var e struct {
 				Error struct{ Code, Message string } `json:"error"`
 			}

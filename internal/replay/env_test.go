@@ -147,6 +147,45 @@ func (e *env) waitRecords(t *testing.T, ctx context.Context, topicName string, n
 	}
 }
 
+// waitHandled waits until the live workers' group has committed every
+// record of the requests topic: each was handled to its end (run, or
+// recognised as a duplicate), so nothing more will change the store.
+func (e *env) waitHandled(t *testing.T, ctx context.Context) {
+	t.Helper()
+	cl := &kafka.Client{Addr: kafka.TCP(e.brokers...), Timeout: 10 * time.Second}
+	for {
+		ends := e.endOffsets(t, ctx, e.names.Requests)
+		parts := make([]int, 0, len(ends))
+		for p := range ends {
+			parts = append(parts, p)
+		}
+		got, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: e.group, Topics: map[string][]int{e.names.Requests: parts}})
+		if err == nil {
+			err = got.Error
+		}
+		behind := 0
+		if err == nil {
+			committed := map[int]int64{}
+			for _, p := range got.Topics[e.names.Requests] {
+				committed[p.Partition] = p.CommittedOffset
+			}
+			for p, end := range ends {
+				if end > 0 && committed[p] < end {
+					behind++
+				}
+			}
+			if behind == 0 {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("requests not all handled: %d partitions behind, %v (%v)", behind, err, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // startWorker runs a live worker on the env's topics until the test ends
 // or stop is called.
 func (e *env) startWorker(t *testing.T, ctx context.Context, store history.Store, m model.ToolCallingChatModel, tweak func(*worker.Config)) (stop func()) {

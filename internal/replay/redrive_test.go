@@ -100,9 +100,9 @@ func TestRedrivingTheSameRecordsTwiceAddsOneTurnPerRequest(t *testing.T) {
 	// The worker runs the originals and both redrives' copies: one turn
 	// per request, in order.
 	e.startWorker(t, ctx, live, nil, nil)
+	waitTurns(t, ctx, live, want)
+	e.waitHandled(t, ctx) // every copy handled: a duplicate turn would show now
 	got := waitTurns(t, ctx, live, want)
-	time.Sleep(300 * time.Millisecond) // duplicates still being handled would show up now
-	got = waitTurns(t, ctx, live, want)
 	for id, ms := range got {
 		for k := 0; k < len(ms); k += 2 {
 			n := k/2 + 1
@@ -184,7 +184,7 @@ func TestRedrivingDeadLettersAfterAFixRunsThemOnceUnderTheirOriginalIDs(t *testi
 	if sum.Published != 0 || sum.Skipped != 2 {
 		t.Errorf("second redrive: published %d, skipped %d; want 0, 2", sum.Published, sum.Skipped)
 	}
-	time.Sleep(200 * time.Millisecond)
+	e.waitHandled(t, ctx)
 	waitTurns(t, ctx, live, map[events.Identity]int{id: 2})
 }
 
@@ -252,6 +252,6 @@ func TestRedriveReRunsFailedRequestsOnlyWhenAskedAndOnlyOnce(t *testing.T) {
 			t.Errorf("second rerun: published %d, skipped %d; want 0, 1 (already re-run)", sum.Published, sum.Skipped)
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	e.waitHandled(t, ctx)
 	waitTurns(t, ctx, live, map[events.Identity]int{id: 1})
 }

@@ -225,7 +225,10 @@ func TestAResumedReportDropsATornLastLine(t *testing.T) {
 	if len(seen) != 1 || seen[0].Source.Offset != 1 {
 		t.Errorf("resume read %+v, want the one complete line", seen)
 	}
-	b, _ := os.ReadFile(path)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[1], `"offset":2`) {
 		t.Errorf("report after resume:\n%s", b)
@@ -246,7 +249,10 @@ func TestACheckpointIsReplacedAtomically(t *testing.T) {
 	if err != nil || cp.Plan.Ranges[0].Next != 2 {
 		t.Fatalf("checkpoint %+v, %v; want next 2", cp, err)
 	}
-	entries, _ := os.ReadDir(dir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(entries) != 1 {
 		t.Errorf("directory holds %d files, want only the checkpoint (no temporary left)", len(entries))
 	}

@@ -64,7 +64,10 @@ func TestWriteError(t *testing.T) {
 			if tt.wantRetry != "" && res.Header.Get("Retry-After") != tt.wantRetry {
 				t.Errorf("Retry-After = %q, want %q", res.Header.Get("Retry-After"), tt.wantRetry)
 			}
-			body, _ := io.ReadAll(res.Body)
+			body, err := io.ReadAll(res.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
 			// Exactly the API.md shape: one "error" object with code and message.
 			var shape map[string]map[string]string
 			dec := json.NewDecoder(strings.NewReader(string(body)))
@@ -91,8 +94,8 @@ func TestWriteJSON(t *testing.T) {
 	if res.Header.Get("Content-Type") != "application/json" || res.Header.Get("Cache-Control") != "no-store" {
 		t.Errorf("headers = %v", res.Header)
 	}
-	if body, _ := io.ReadAll(res.Body); strings.TrimSpace(string(body)) != `{"status":"queued"}` {
-		t.Errorf("body = %s", body)
+	if body, err := io.ReadAll(res.Body); err != nil || strings.TrimSpace(string(body)) != `{"status":"queued"}` {
+		t.Errorf("body = %s, %v", body, err)
 	}
 }
 

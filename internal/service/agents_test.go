@@ -21,7 +21,10 @@ func TestTheOpenAIModelTalksToTheConfiguredServer(t *testing.T) {
 	t.Parallel()
 	var gotAuth, gotBody string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Errorf("read the request body: %v", err)
+		}
 		gotAuth, gotBody = r.Header.Get("Authorization"), string(b)
 		w.Header().Set("Content-Type", "text/event-stream")
 		for _, line := range []string{

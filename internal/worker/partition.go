@@ -112,6 +112,7 @@ func (w *Worker) consumePartition(genCtx context.Context, gen *kafka.Generation,
 	// The generation ended: nothing more is fetched. Runs in flight finish
 	// within the drain deadline (or are aborted); queued records stay
 	// uncommitted for the partition's next owner.
+	p.log.Info("partition revoked or worker stopping: draining", slog.Duration("drain_timeout", w.cfg.DrainTimeout))
 	runners.Wait()
 	stopCommitting()
 	<-committed

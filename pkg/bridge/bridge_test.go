@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cloudwego/eino/adk"
@@ -450,6 +451,13 @@ func TestACommitFailureEmitsNoCompletion(t *testing.T) {
 
 func TestTheBufferIsBoundedAndDeltasCoalesceBehindASlowSink(t *testing.T) {
 	t.Parallel()
+	// In a synctest bubble, synctest.Wait returns once every goroutine of
+	// the run is blocked: if the agent could get past the buffer, it would
+	// have finished by then.
+	synctest.Test(t, testTheBufferIsBounded)
+}
+
+func testTheBufferIsBounded(t *testing.T) {
 	ctx := testCtx(t)
 	block := make(chan struct{})
 	sink := &recordingSink{block: block}
@@ -461,9 +469,11 @@ func TestTheBufferIsBoundedAndDeltasCoalesceBehindASlowSink(t *testing.T) {
 	h := newBridge(t, sink, func(c *bridge.Config) { c.BufferSize = 4 }).Start(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: &fakeTurn{}}, iter)
 	// The sink holds the first event; with a 4-item buffer the agent cannot
 	// get through 200 chunks.
-	time.Sleep(50 * time.Millisecond)
+	synctest.Wait()
 	select {
 	case <-done:
+		close(block)
+		_, _ = h.Wait() // leave no goroutine behind in the bubble
 		t.Fatal("the agent ran ahead of a blocked sink: the buffer is not bounded")
 	default:
 	}

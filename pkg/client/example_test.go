@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/events"
@@ -39,17 +40,20 @@ func ExampleFrameView() {
 }
 
 // A chat client: send a message, follow the conversation through dropped
-// connections, and fold the events into answers.
+// connections, and fold the events into answers. (stack is a running
+// Turnpike stack; a real client takes the URLs and the token from its
+// configuration.)
 func ExampleClient_Subscribe() {
-	ctx := context.Background()
-	c := &client.Client{BaseURL: "http://localhost:8080", StreamURL: "ws://localhost:8081/v1/stream", Token: os.Getenv("TURNPIKE_TOKEN")}
-	sub, err := c.Subscribe(ctx, "c1", client.SubscribeOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := &client.Client{BaseURL: stack.IngestURL(), StreamURL: stack.StreamURL(), Token: stack.DevToken}
+	sub, err := c.Subscribe(ctx, "example-chat", client.SubscribeOptions{})
 	if err != nil {
 		fmt.Println("subscribe:", err)
 		return
 	}
 	defer sub.Close()
-	sent, err := c.Send(ctx, "c1", "hello", client.SendOptions{IdempotencyKey: "hello-1"})
+	sent, err := c.Send(ctx, "example-chat", "hello", client.SendOptions{IdempotencyKey: "hello-1"})
 	if err != nil {
 		fmt.Println("send:", err)
 		return
@@ -65,25 +69,39 @@ func ExampleClient_Subscribe() {
 			fmt.Println("stream:", err)
 			return
 		}
-		if r := answers.Apply(e); r.RequestID == sent.RequestID && r.Status != "" {
-			fmt.Println(r.Text, "-", r.Status)
-			return
+		r := answers.Apply(e)
+		if r.RequestID != sent.RequestID || r.Status == "" {
+			continue
 		}
+		if r.NeedsHistory { // the stream did not show the whole answer
+			page, err := c.History(ctx, "example-chat", 2, 0)
+			if err != nil {
+				fmt.Println("history:", err)
+				return
+			}
+			r.Text = page.Messages[len(page.Messages)-1].Content
+		}
+		fmt.Println(r.Text, "-", r.Status)
+		return
 	}
+	// Output:
+	// echo #1: hello - complete
 }
 
 // Send a message, then stream its one answer over Server-Sent Events: with
 // Follow the stream starts early enough to hold the whole answer and ends
 // after its run.completed.
 func ExampleClient_Events() {
-	ctx := context.Background()
-	c := &client.Client{BaseURL: "http://localhost:8080", EventsURL: "http://localhost:8081", Token: os.Getenv("TURNPIKE_TOKEN")}
-	sent, err := c.Send(ctx, "c1", "hello", client.SendOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// EventsURL defaults to StreamURL's host.
+	c := &client.Client{BaseURL: stack.IngestURL(), StreamURL: stack.StreamURL(), Token: stack.DevToken}
+	sent, err := c.Send(ctx, "example-events", "hello", client.SendOptions{})
 	if err != nil {
 		fmt.Println("send:", err)
 		return
 	}
-	s, err := c.Events(ctx, "c1", client.EventsOptions{Follow: sent.RequestID})
+	s, err := c.Events(ctx, "example-events", client.EventsOptions{Follow: sent.RequestID})
 	if err != nil {
 		fmt.Println("events:", err)
 		return
@@ -110,19 +128,47 @@ func ExampleClient_Events() {
 			answer.Apply(f.Event)
 		}
 	}
+	// Output:
+	// echo #1: hello - complete
 }
 
-// An asynchronous producer writes requests straight to the requests topic.
+// An asynchronous producer writes requests straight to the requests topic;
+// their answers are in history like any other.
 func ExampleProducer() {
-	p := client.NewProducer([]string{"localhost:9092"}, client.DefaultRequestsTopic)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := client.NewProducer(stack.Brokers, client.DefaultRequestsTopic)
 	defer p.Close()
-	id := events.Identity{Tenant: "acme", User: "batch-importer", Conversation: "ticket-4711"}
-	requestID, err := p.Produce(context.Background(), id, "Summarise the ticket", client.ProduceOptions{RequestID: "ticket-4711-summary"})
+	// The identity the dev token speaks for, so that the example can read
+	// the answer back through the HTTP API.
+	id := events.Identity{Tenant: "default", User: "dev", Conversation: "ticket-4711"}
+	requestID, err := p.Produce(ctx, id, "Summarise the ticket", client.ProduceOptions{RequestID: "ticket-4711-summary"})
 	if err != nil {
 		fmt.Println("produce:", err)
 		return
 	}
 	fmt.Println("queued", requestID)
+	c := &client.Client{BaseURL: stack.IngestURL(), Token: stack.DevToken}
+	for {
+		page, err := c.History(ctx, id.Conversation, 2, 0)
+		if err == nil && len(page.Messages) == 2 {
+			fmt.Println(page.Messages[1].Content)
+			return
+		}
+		if err != nil && !client.IsCode(err, "not_found") {
+			fmt.Println("history:", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Println("no answer:", ctx.Err())
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// Output:
+	// queued ticket-4711-summary
+	// echo #1: Summarise the ticket
 }
 
 // A long-lived client gets its tokens from a callback: the gateway closes a

@@ -19,6 +19,19 @@ func sourced(requestID string, offset int64) history.Turn {
 		Source: &history.Source{Topic: "requests", Partition: 0, Offset: offset, Time: at}}
 }
 
+// lagging commits turns, then leaves the conversation document at lag
+// turns, as commits that stopped before rolling it forward do.
+func lagging(lag int64, turns ...history.Turn) func(context.Context, *history.MongoStore, events.Identity) error {
+	return func(ctx context.Context, s *history.MongoStore, id events.Identity) error {
+		for _, tr := range turns {
+			if _, err := s.Commit(ctx, id, tr); err != nil {
+				return err
+			}
+		}
+		return history.LagConversation(ctx, s, id, lag)
+	}
+}
+
 func mustList(t *testing.T, ctx context.Context, s history.Store, id events.Identity) string {
 	t.Helper()
 	p, err := s.List(ctx, id, 0, 50)
@@ -49,40 +62,19 @@ func TestMongoStoreCommitRaces(t *testing.T) {
 		history string
 	}{
 		{
-			name: "A stale conversation document with a newer record's turn in the slot fences the commit.",
-			setup: func(ctx context.Context, s *history.MongoStore, id events.Identity) error {
-				for _, tr := range []history.Turn{sourced("a", 1), sourced("b", 5)} {
-					if _, err := s.Commit(ctx, id, tr); err != nil {
-						return err
-					}
-				}
-				return history.LagConversation(ctx, s, id, 1)
-			},
-			turn: sourced("c", 3), fenced: true, history: "1:a 2:a 3:b 4:b",
+			name:  "A stale conversation document with a newer record's turn in the slot fences the commit.",
+			setup: lagging(1, sourced("a", 1), sourced("b", 5)),
+			turn:  sourced("c", 3), fenced: true, history: "1:a 2:a 3:b 4:b",
 		},
 		{
-			name: "Reading on past a lagging conversation document fences on a newer record further up.",
-			setup: func(ctx context.Context, s *history.MongoStore, id events.Identity) error {
-				for _, tr := range []history.Turn{sourced("a", 1), sourced("b", 2), sourced("d", 9)} {
-					if _, err := s.Commit(ctx, id, tr); err != nil {
-						return err
-					}
-				}
-				return history.LagConversation(ctx, s, id, 1)
-			},
-			turn: sourced("c", 5), fenced: true, history: "1:a 2:a 3:b 4:b 5:d 6:d",
+			name:  "Reading on past a lagging conversation document fences on a newer record further up.",
+			setup: lagging(1, sourced("a", 1), sourced("b", 2), sourced("d", 9)),
+			turn:  sourced("c", 5), fenced: true, history: "1:a 2:a 3:b 4:b 5:d 6:d",
 		},
 		{
-			name: "Reading on past a lagging conversation document commits at the first free turn.",
-			setup: func(ctx context.Context, s *history.MongoStore, id events.Identity) error {
-				for _, tr := range []history.Turn{sourced("a", 1), sourced("b", 2), sourced("d", 3)} {
-					if _, err := s.Commit(ctx, id, tr); err != nil {
-						return err
-					}
-				}
-				return history.LagConversation(ctx, s, id, 1)
-			},
-			turn: sourced("c", 5), n: 4, history: "1:a 2:a 3:b 4:b 5:d 6:d 7:c 8:c",
+			name:  "Reading on past a lagging conversation document commits at the first free turn.",
+			setup: lagging(1, sourced("a", 1), sourced("b", 2), sourced("d", 3)),
+			turn:  sourced("c", 5), n: 4, history: "1:a 2:a 3:b 4:b 5:d 6:d 7:c 8:c",
 		},
 		{
 			name: "A request committed at another turn (its unique index refuses the insert) is reported as a duplicate at that turn.",
@@ -99,17 +91,10 @@ func TestMongoStoreCommitRaces(t *testing.T) {
 			turn: sourced("c", 2), n: 2, duplicate: true, history: "-",
 		},
 		{
-			name: "Commit gives up once CommitAttempts inserts found their turn taken, persisting nothing.",
-			cfg:  history.MongoConfig{CommitAttempts: 1},
-			setup: func(ctx context.Context, s *history.MongoStore, id events.Identity) error {
-				for _, tr := range []history.Turn{sourced("a", 1), sourced("b", 2), sourced("d", 3)} {
-					if _, err := s.Commit(ctx, id, tr); err != nil {
-						return err
-					}
-				}
-				return history.LagConversation(ctx, s, id, 1)
-			},
-			turn: sourced("c", 5), fails: true, history: "1:a 2:a 3:b 4:b 5:d 6:d",
+			name:  "Commit gives up once CommitAttempts inserts found their turn taken, persisting nothing.",
+			cfg:   history.MongoConfig{CommitAttempts: 1},
+			setup: lagging(1, sourced("a", 1), sourced("b", 2), sourced("d", 3)),
+			turn:  sourced("c", 5), fails: true, history: "1:a 2:a 3:b 4:b 5:d 6:d",
 		},
 	}
 	for i, tt := range tests {
