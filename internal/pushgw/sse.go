@@ -45,8 +45,11 @@ const (
 // one error event of code unavailable and ends the stream, so that an
 // EventSource reconnects by itself (it gives up on any status but 200).
 // Once the stream runs, an error event (cursor_expired, unavailable) ends
-// it; so do a full queue (the client was too slow: it reconnects with
-// Last-Event-ID and loses nothing) and the gateway's shutdown.
+// it; so does the token's expiry, with an error event of code
+// unauthenticated (the client reopens with a fresh token and Last-Event-ID
+// and loses nothing: what was queued but not written comes then), a full
+// queue (the client was too slow: it reconnects with Last-Event-ID and
+// loses nothing) and the gateway's shutdown.
 //
 // OPTIONS answers a CORS preflight from an allowed origin.
 func (g *Gateway) ServeEvents(w http.ResponseWriter, r *http.Request) {

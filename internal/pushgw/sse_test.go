@@ -77,7 +77,13 @@ func openSSEWith(ctx context.Context, t *testing.T, hc *http.Client, u, tok stri
 // mustOpenSSE opens a stream that must answer 200 text/event-stream.
 func mustOpenSSE(ctx context.Context, t *testing.T, u, tok string, h http.Header) *sseStream {
 	t.Helper()
-	s, err := openSSE(ctx, t, u, tok, h)
+	return mustOpenSSEWith(ctx, t, http.DefaultClient, u, tok, h)
+}
+
+// mustOpenSSEWith is mustOpenSSE with the HTTP client hc.
+func mustOpenSSEWith(ctx context.Context, t *testing.T, hc *http.Client, u, tok string, h http.Header) *sseStream {
+	t.Helper()
+	s, err := openSSEWith(ctx, t, hc, u, tok, h)
 	if err != nil {
 		t.Fatalf("GET %s: %v", u, err)
 	}
@@ -611,6 +617,21 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
+// http2Events serves the events endpoint of f's gateway over HTTP/2 (with
+// TLS), which cannot hand its connection over: the stream writes through
+// the ResponseWriter. It returns the client that trusts the server and the
+// server's base URL.
+func (f *fixture) http2Events(t *testing.T) (*http.Client, string) {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc(EventsPath, f.gw.ServeEvents)
+	srv := httptest.NewUnstartedServer(mux)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv.Client(), srv.URL
+}
+
 // TestEventsOverHTTP2StreamThroughTheResponseWriter: HTTP/2 cannot hand
 // its connection over, so the stream writes through the ResponseWriter;
 // it streams, resumes and ends alike.
@@ -619,18 +640,13 @@ func TestEventsOverHTTP2StreamThroughTheResponseWriter(t *testing.T) {
 	ctx := testenv.Context(t, 30*time.Second)
 	f := newFixture(t, ctx)
 	f.start(ctx, func(c *Config) { c.SSEHeartbeat = 20 * time.Millisecond }, nil)
-	mux := http.NewServeMux()
-	mux.HandleFunc(EventsPath, f.gw.ServeEvents)
-	srv := httptest.NewUnstartedServer(mux)
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
+	hc, base := f.http2Events(t)
 	conv := testenv.Name(t, "c")
 	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
 	tok := token(t, auth.DefaultTenant, "alice")
-	u := srv.URL + "/v1/conversations/" + conv + "/events"
+	u := base + "/v1/conversations/" + conv + "/events"
 
-	s, err := openSSEWith(ctx, t, srv.Client(), u, tok, nil)
+	s, err := openSSEWith(ctx, t, hc, u, tok, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -651,7 +667,7 @@ func TestEventsOverHTTP2StreamThroughTheResponseWriter(t *testing.T) {
 		}
 	}
 	f.produce(ctx, id, "r", 6, 8)
-	again, err := openSSEWith(ctx, t, srv.Client(), u, tok, http.Header{"Last-Event-Id": {got[2].Cursor}})
+	again, err := openSSEWith(ctx, t, hc, u, tok, http.Header{"Last-Event-Id": {got[2].Cursor}})
 	if err != nil {
 		t.Fatal(err)
 	}

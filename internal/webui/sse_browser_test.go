@@ -137,17 +137,7 @@ func TestBrowserEventSourceResumesAcrossAGatewayRestart(t *testing.T) {
 	gw.start()
 	run(t, ctx, "wait for the end of the answer", waitJS(`window.__sse.events.some((e) => e.type === 'run.completed')`))
 
-	var got []string
-	for _, w := range evalJS[[]string](t, ctx, fmt.Sprintf(`window.__sse.events.filter((e) => e.request_id === %q && e.type === 'token').map((e) => e.delta)`, sent.RequestID)) {
-		got = append(got, strings.TrimSpace(w))
-	}
-	want := make([]string, words)
-	for i := range want {
-		want[i] = fmt.Sprintf("w%d", i+1)
-	}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Fatalf("the page got the words\n%q\nwant each of w1..w%d once, in order", got, words)
-	}
+	checkWords(t, ctx, "__sse", sent.RequestID, words)
 	states := evalJS[[]string](t, ctx, `window.__sse.states`)
 	if !contains(states, "reconnecting") {
 		t.Errorf("states %q: want reconnecting among them", states)
@@ -165,6 +155,50 @@ func TestBrowserEventSourceResumesAcrossAGatewayRestart(t *testing.T) {
 	}
 	run(t, ctx, "close the stream", chromedp.Evaluate[chromedp.Void](`window.__sse.stream.close()`))
 
+	// A token that expires mid-answer: the gateway ends the stream with an
+	// unauthenticated error event, and streamEvents reopens it with the
+	// provider's token from its cursor.
+	short, err := auth.Mint(st.AuthSecret, auth.DefaultTenant, "alice", 2*time.Second, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv2 := testenv.Name(t, "expiry")
+	evalJS[bool](t, ctx, fmt.Sprintf(`(async () => {
+  const tp = await import('/ui/turnpike.js');
+  const s = window.__exp = { events: [], asked: [], gaps: 0, errors: [] };
+  s.stream = tp.streamEvents(%q, {
+    eventsURL: %q, token: %q,
+    getToken: async (info) => {
+      s.asked.push({ ...info, seen: s.events.length, done: s.events.some((e) => e.type === 'run.completed') });
+      return %q;
+    },
+    onEvent: (ev) => s.events.push(ev), onGap: () => s.gaps++, onError: (e) => s.errors.push(e.code),
+  });
+  await s.stream.ready;
+  return true;
+})()`, conv2, "http://"+gw.addr, short, tok), chromedp.EvalAwaitPromise)
+	const longWords = 100 // 4 s: past the token's 2 s
+	sent2, err := c.Send(testenv.Context(t, 10*time.Second), conv2, fmt.Sprintf("[[tokens:%d]][[delay:40ms]]", longWords), client.SendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "wait for the end of the answer", waitJS(`window.__exp.events.some((e) => e.type === 'run.completed')`))
+	checkWords(t, ctx, "__exp", sent2.RequestID, longWords)
+	type asked struct {
+		Reason string `json:"reason"`
+		Seen   int    `json:"seen"`
+		Done   bool   `json:"done"`
+	}
+	if a := evalJS[[]asked](t, ctx, `window.__exp.asked`); len(a) != 1 || a[0].Reason != "expired" || a[0].Done {
+		t.Errorf("getToken calls %+v: want one, for the expiry, before the answer's end", a)
+	} else {
+		t.Logf("the token expired after %d of the answer's events", a[0].Seen)
+	}
+	if n, errs := evalJS[int](t, ctx, `window.__exp.gaps`), evalJS[[]string](t, ctx, `window.__exp.errors`); n != 0 || len(errs) != 0 {
+		t.Errorf("onGap %d times, onError %q: the stream resumed by cursor", n, errs)
+	}
+	run(t, ctx, "close the stream", chromedp.Evaluate[chromedp.Void](`window.__exp.stream.close()`))
+
 	// streamEvents on its own, against a fake EventSource.
 	script, err := os.ReadFile(filepath.Join("testdata", "turnpike_sse_test.js"))
 	if err != nil {
@@ -172,6 +206,23 @@ func TestBrowserEventSourceResumesAcrossAGatewayRestart(t *testing.T) {
 	}
 	if failures := evalJS[[]string](t, ctx, string(script), chromedp.EvalAwaitPromise); len(failures) > 0 {
 		t.Errorf("streamEvents checks failed:\n  %s", strings.Join(failures, "\n  "))
+	}
+}
+
+// checkWords checks that the stream of window[state] delivered the words
+// w1..wN of request requestID's answer, each once, in order.
+func checkWords(t *testing.T, ctx context.Context, state, requestID string, n int) {
+	t.Helper()
+	var got []string
+	for _, w := range evalJS[[]string](t, ctx, fmt.Sprintf(`window.%s.events.filter((e) => e.request_id === %q && e.type === 'token').map((e) => e.delta)`, state, requestID)) {
+		got = append(got, strings.TrimSpace(w))
+	}
+	want := make([]string, n)
+	for i := range want {
+		want[i] = fmt.Sprintf("w%d", i+1)
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("the page got the words\n%q\nwant each of w1..w%d once, in order", got, n)
 	}
 }
 

@@ -29,11 +29,13 @@ type Client struct {
 	// Token is the bearer JWT, unless TokenSource is set.
 	Token string
 	// TokenSource, if set, is called for the bearer token of each HTTP
-	// request and each WebSocket dial, instead of using Token. The gateway
-	// closes a connection when its token expires (CloseTokenExpired); a
-	// Subscription then dials again with the token TokenSource returns and
-	// resumes after its cursor, losing no event. It may be called from
-	// several goroutines at once. Default: nil (Token is used).
+	// request, each WebSocket dial and each event stream, instead of using
+	// Token. The gateway closes a WebSocket when its token expires
+	// (CloseTokenExpired) and ends an event stream with an error event of
+	// code "unauthenticated"; a Subscription then connects again with the
+	// token TokenSource returns and resumes after its cursor, losing no
+	// event. It may be called from several goroutines at once. Default:
+	// nil (Token is used).
 	TokenSource func(ctx context.Context) (string, error)
 	// HTTP is the HTTP client. Default: one with a 30 s timeout.
 	HTTP *http.Client

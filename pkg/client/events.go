@@ -126,7 +126,9 @@ func (c *Client) eventsURL(conversation string) (string, error) {
 func (s *EventStream) Retry() time.Duration { return s.retry }
 
 // Next reads the next event and returns its frame: "subscribed" first,
-// then stream events, or one "error" frame after which the stream ends.
+// then stream events, or one "error" frame after which the stream ends
+// (code "unauthenticated" when the stream's token expired: open another
+// with a fresh token from the last cursor).
 // Comments (heartbeats) are skipped. The end of the stream is io.EOF; when
 // ctx ends the stream is closed and Next returns ctx.Err().
 func (s *EventStream) Next(ctx context.Context) (Frame, error) {

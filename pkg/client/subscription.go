@@ -39,10 +39,11 @@ type frameSource interface {
 // dropped connections: it reconnects with backoff and resumes after the
 // last event it delivered, so the caller sees every event once, in order.
 // It uses a WebSocket, or Server-Sent Events with SubscribeOptions.SSE.
-// When the gateway closes the connection because its token expired
-// (CloseTokenExpired), it reconnects at once with the Client's next token
-// (Client.TokenSource); with a fixed Token, Next then fails with the
-// gateway's 401.
+// When the gateway ends the connection because its token expired (a
+// WebSocket closed with CloseTokenExpired, or over SSE an error event of
+// code "unauthenticated"), it connects again with the Client's next token
+// (Client.TokenSource) from its cursor, losing no event; with a fixed
+// Token, Next then fails with the gateway's 401 (an *APIError).
 // Its methods must be called from one goroutine.
 type Subscription struct {
 	c      *Client

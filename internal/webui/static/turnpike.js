@@ -28,7 +28,9 @@
 // replaced without the caller noticing: an HTTP 401 fetches a new token and
 // retries the call once, and a WebSocket that cannot open (browsers do not
 // say why) or is closed with a 4xxx code other than 4008 has its token
-// checked over HTTP first, and replaced when the API refuses it.
+// checked over HTTP first, and replaced when the API refuses it. An event
+// stream (streamEvents) with a provider reopens with a fresh token from its
+// cursor when the gateway ends it because its token expired, or refuses it.
 
 const PERSISTED = new Set(['complete', 'incomplete', 'cancelled', 'interrupted']);
 /** The close code of a socket whose token expired. */
@@ -745,6 +747,13 @@ function sleep(ms) {
  *   default: the host of o.streamURL
  * @param {string} [o.streamURL] the gateway's WebSocket URL, used when eventsURL is not given
  * @param {string} o.token bearer JWT (sent as ?access_token=: EventSource sends no header)
+ * @param {(info: {reason: string, status: number, code: string}) => Promise<string>} [o.getToken]
+ *   token provider, as connect's: called with reason "expired" when the gateway ended the stream
+ *   because its token expired (an error event of code unauthenticated), or reason
+ *   "unauthenticated" (status 0, code "refused": browsers do not say why) when the EventSource
+ *   was refused; the stream then reopens with the new token from the last cursor, losing
+ *   nothing. Without it, or when it gives no new token (or the stream is refused again before
+ *   the gateway confirmed it), the stream ends with onError.
  * @param {string} [o.since] "earliest", a cursor, or nothing (events from now on)
  * @param {string} [o.follow] a request id: only its events; the stream closes after its
  *   run.completed
@@ -769,9 +778,11 @@ export class EventStream {
   #o;
   #EventSource;
   #closed = false;
+  #getToken;
+  #renewed = false; // a fresh token was asked for since the gateway last confirmed the stream
 
   constructor(conversation, o) {
-    const { eventsURL, streamURL, token, since, follow, EventSource = globalThis.EventSource } = o;
+    const { eventsURL, streamURL, token, since, follow, getToken, EventSource = globalThis.EventSource } = o;
     if (!token) throw new TypeError('turnpike: token is required');
     if (!eventsURL && !streamURL) throw new TypeError('turnpike: eventsURL or streamURL is required');
     let base = eventsURL;
@@ -786,6 +797,7 @@ export class EventStream {
     this.#url = url;
     this.#o = o;
     this.#EventSource = EventSource;
+    this.#getToken = getToken;
     this.conversation = conversation;
     // follow without a position starts at earliest (as the gateway does), so a
     // reconnection before the first event replays rather than leaves a gap.
@@ -814,6 +826,36 @@ export class EventStream {
     this.#o.onState?.('closed');
   }
 
+  // #fail ends the stream with err (onError).
+  #fail(err) {
+    this.#closed = true;
+    this.#es?.close();
+    this.#es = null;
+    this.#sub._end(err);
+    this.#o.onState?.('closed');
+  }
+
+  // #renew replaces es, refused or ended for its token, by a stream with a
+  // token from the provider, from the last cursor.
+  async #renew(es, info) {
+    es.close();
+    this.#es = null;
+    this.#renewed = true;
+    this.#sub._socketLost();
+    this.#o.onState?.('reconnecting');
+    let token = null;
+    try {
+      token = await this.#getToken(info);
+    } catch { /* no new token */ }
+    if (this.#closed) return;
+    if (typeof token !== 'string' || token === '') {
+      this.#fail(new TurnpikeError(401, 'unauthenticated', 'the event stream\'s token was refused and the token provider gave no new one'));
+      return;
+    }
+    this.#url.searchParams.set('access_token', token);
+    this.#open(this.#sub._resumeFrom());
+  }
+
   // #open starts an EventSource from since (a cursor, "earliest" or nothing). Later
   // reconnections are EventSource's own, from the last id it saw.
   #open(since) {
@@ -827,6 +869,7 @@ export class EventStream {
       let f;
       try { f = JSON.parse(m.data); } catch { return; }
       if (f.type === 'subscribed') {
+        this.#renewed = false;
         this.#o.onState?.('open');
         this.#sub._subscribed();
       } else if (EVENT_TYPES.has(f.type) && f.conversation === this.conversation) {
@@ -845,14 +888,20 @@ export class EventStream {
           this.#sub._cursorExpired();
           es.close();
           this.#open(this.#sub._resumeFrom());
+        } else if (f.code === 'unauthenticated' && this.#getToken) {
+          // The token expired: reopen with a fresh one (EventSource would
+          // retry with the old one, and be refused).
+          this.#renew(es, { reason: 'expired', status: 0, code: 'unauthenticated' });
         }
         return; // unavailable: EventSource reconnects after the retry delay
       }
       if (es.readyState === 2) { // CLOSED: refused (a status other than 200), not retried
-        this.#closed = true;
-        this.#es = null;
-        this.#sub._end(new TurnpikeError(0, 'refused', 'the gateway refused the event stream (token, origin or position)'));
-        this.#o.onState?.('closed');
+        if (this.#getToken && !this.#renewed) {
+          // Perhaps for an expired token (browsers do not say): once with a fresh one.
+          this.#renew(es, { reason: 'unauthenticated', status: 0, code: 'refused' });
+          return;
+        }
+        this.#fail(new TurnpikeError(0, 'refused', 'the gateway refused the event stream (token, origin or position)'));
         return;
       }
       // Reconnecting from the last id seen; without one, a live stream may miss events.

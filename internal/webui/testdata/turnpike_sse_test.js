@@ -86,5 +86,53 @@
   let rejected = null;
   await g.ready.catch((e) => { rejected = e; });
   check(errs.length === 1 && rejected instanceof tp.TurnpikeError && rejected.code === 'refused', `a refusal: ${show(errs)} ${rejected}`);
+
+  // With a token provider, an expired token's error event and a refusal each
+  // reopen the stream with a fresh token from the last cursor: every event
+  // once, in order. Refused again before the gateway confirms it, it is over.
+  const until = async (cond) => { for (let i = 0; i < 200 && !cond(); i++) await new Promise((res) => setTimeout(res, 0)); };
+  const asked = [], got4 = [], errs4 = [];
+  let issued = 0;
+  const h = tp.streamEvents('c1', {
+    eventsURL: 'http://gw.test', token: 'T0', EventSource: FakeSource,
+    getToken: async (info) => { asked.push(info); return `T${++issued}`; },
+    onEvent: (e) => got4.push(e.seq), onError: (e) => errs4.push(e.code),
+  });
+  const h1 = FakeSource.all.at(-1);
+  h1.emit('subscribed', { type: 'subscribed', conversation: 'c1' });
+  h1.emit('token', ev('token', 1));
+  h1.emit('token', ev('token', 2));
+  h1.emit('error', { type: 'error', code: 'unauthenticated', message: 'token expired: reconnect with a fresh token and Last-Event-ID' });
+  check(h1.closed, 'the stream of an expired token is closed: EventSource would retry it with that token');
+  await until(() => FakeSource.all.at(-1) !== h1);
+  const h2 = FakeSource.all.at(-1), u2 = new URL(h2.url);
+  check(asked.length === 1 && asked[0].reason === 'expired', `getToken after the expiry: ${show(asked)}`);
+  check(h2 !== h1 && u2.searchParams.get('access_token') === 'T1' && u2.searchParams.get('since') === '1-0-2',
+    `reopened with the fresh token from the last cursor: ${h2.url}`);
+  h2.emit('subscribed', { type: 'subscribed', conversation: 'c1' });
+  h2.emit('token', ev('token', 2)); // replayed: not delivered twice
+  h2.emit('token', ev('token', 3));
+  h2.refuse(); // an EventSource reconnection with the expired token, refused
+  await until(() => FakeSource.all.at(-1) !== h2);
+  const h3 = FakeSource.all.at(-1), u3 = new URL(h3.url);
+  check(asked.length === 2 && asked[1].reason === 'unauthenticated', `getToken after a refusal: ${show(asked)}`);
+  check(h3 !== h2 && u3.searchParams.get('access_token') === 'T2' && u3.searchParams.get('since') === '1-0-3',
+    `reopened after the refusal from the last cursor: ${h3.url}`);
+  h3.refuse(); // refused again, fresh token or not: the stream is over
+  await until(() => errs4.length > 0);
+  check(show(got4) === '[1,2,3]' && h.cursor === '1-0-3', `every event once, in order: ${show(got4)} ${h.cursor}`);
+  check(show(errs4) === '["refused"]' && asked.length === 2, `a second refusal ends the stream: ${show(errs4)} ${show(asked)}`);
+
+  // A provider that gives no token ends the stream as unauthenticated.
+  const errs5 = [];
+  tp.streamEvents('c1', {
+    eventsURL: 'http://gw.test', token: 'T0', EventSource: FakeSource, getToken: async () => '', onError: (e) => errs5.push(e),
+  });
+  const k = FakeSource.all.at(-1);
+  k.emit('subscribed', { type: 'subscribed', conversation: 'c1' });
+  k.emit('error', { type: 'error', code: 'unauthenticated', message: 'token expired' });
+  await until(() => errs5.length > 0);
+  check(errs5.length === 1 && errs5[0].status === 401 && errs5[0].code === 'unauthenticated' && FakeSource.all.at(-1) === k,
+    `no fresh token: ${show(errs5.map((e) => e.code))}`);
   return failures;
 })()

@@ -1,0 +1,238 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/pushgw"
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/client"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+const gatewaySecret = "client-test-secret-0123456789abcdef"
+
+// gateway is a push gateway of the test's own on a stream topic of a test
+// broker, and a producer of that topic: what the worker's bridge writes,
+// the gateway serves over both transports.
+type gateway struct {
+	t         *testing.T
+	writer    *kafka.Writer
+	streamURL string
+}
+
+// startGateway runs a gateway and waits until it is ready.
+func startGateway(t *testing.T, ctx context.Context) *gateway {
+	t.Helper()
+	brokers := testenv.Kafka(t)
+	stream := testenv.Name(t, "stream")
+	if err := topic.Ensure(ctx, brokers, 4, stream); err != nil {
+		t.Fatalf("ensure topic: %v", err)
+	}
+	v, err := auth.NewVerifier(gatewaySecret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	gw, err := pushgw.New(pushgw.Config{Brokers: brokers, Topic: stream}, v, prometheus.NewRegistry(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	runErr := make(chan error, 1)
+	go func() { runErr <- gw.Run(runCtx) }()
+	mux := http.NewServeMux()
+	mux.Handle("/v1/stream", gw)
+	mux.HandleFunc(pushgw.EventsPath, gw.ServeEvents)
+	srv := httptest.NewServer(mux)
+	tr := &kafka.Transport{}
+	g := &gateway{t: t, streamURL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/stream",
+		writer: &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: stream, Balancer: kafka.Murmur2Balancer{},
+			BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}}
+	t.Cleanup(func() {
+		_ = g.writer.Close()
+		tr.CloseIdleConnections()
+		stop()
+		if err := <-runErr; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		srv.Close()
+	})
+	for gw.Ready(ctx) != nil {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("gateway not ready: %v", ctx.Err())
+		case err := <-runErr:
+			t.Fatalf("Run returned early: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return g
+}
+
+// mint is a token of user that expires ttl from now.
+func (g *gateway) mint(user string, ttl time.Duration) (string, error) {
+	return auth.Mint(gatewaySecret, auth.DefaultTenant, user, ttl, time.Now())
+}
+
+// produce writes e as the stream event of user's conversation.
+func (g *gateway) produce(ctx context.Context, user string, e events.Event) {
+	id := events.Identity{Tenant: auth.DefaultTenant, User: user, Conversation: e.Header().Conversation}
+	if err := g.writer.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: events.MarshalEvent(e)}); err != nil && ctx.Err() == nil {
+		g.t.Errorf("produce: %v", err)
+	}
+}
+
+// answer writes request r's run in conv: run.started (seq 1), then a
+// token "wN " every 20 ms (seq N+1) until more() is false (and at least
+// one), then run.completed. It returns the number of tokens; when ctx
+// ends, at once and without the run.completed.
+func (g *gateway) answer(ctx context.Context, user, conv string, more func(tokens int) bool) int {
+	m := func(seq int) events.Meta {
+		return events.Meta{Conversation: conv, RequestID: "r", RunID: "r-run", Seq: int64(seq), TS: time.Now().UnixNano()}
+	}
+	g.produce(ctx, user, &events.RunStartedEvent{Meta: m(1)})
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	n := 0
+	for n == 0 || more(n) {
+		select {
+		case <-ctx.Done():
+			return n
+		case <-tick.C:
+		}
+		n++
+		g.produce(ctx, user, &events.TokenEvent{Meta: m(n + 1), Delta: fmt.Sprintf("w%d ", n), Agent: "echo", Role: "assistant"})
+	}
+	if ctx.Err() != nil {
+		return n
+	}
+	g.produce(ctx, user, &events.RunCompletedEvent{Meta: m(n + 2), Status: events.StatusComplete})
+	return n
+}
+
+// A Subscription outlives the tokens it connects with, over either
+// transport: the gateway ends a connection when its token expires (a
+// WebSocket with CloseTokenExpired, an event stream with an unauthenticated
+// error event), and with a TokenSource the subscription connects again
+// with a fresh token from its cursor, so an answer longer than a token's
+// life arrives whole: every event once, in order. With a fixed Token, Next
+// fails with the gateway's 401 once the token has expired.
+func TestASubscriptionFollowsAnAnswerAcrossTokenExpiries(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	g := startGateway(t, ctx)
+	for _, tt := range []struct {
+		name string
+		sse  bool
+	}{{"WebSocket", false}, {"SSE", true}} {
+		t.Run(tt.name+" with a TokenSource", func(t *testing.T) {
+			t.Parallel()
+			user, conv := strings.ToLower(tt.name)+"-renew", testenv.Name(t, "c")
+			var issued, reconnects atomic.Int32
+			c := &client.Client{StreamURL: g.streamURL, TokenSource: func(context.Context) (string, error) {
+				issued.Add(1)
+				return g.mint(user, 1500*time.Millisecond)
+			}}
+			sub, err := c.Subscribe(ctx, conv, client.SubscribeOptions{SSE: tt.sse, OnReconnect: func(string) { reconnects.Add(1) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			// The answer goes on until the subscription has had to
+			// reconnect twice, and a few tokens more.
+			actx, cancel := context.WithCancel(ctx)
+			tokens, n := make(chan int, 1), -1
+			defer func() { // a failed test stops the answer too
+				cancel()
+				if n < 0 {
+					<-tokens
+				}
+			}()
+			after := 0
+			go func() {
+				tokens <- g.answer(actx, user, conv, func(int) bool {
+					if reconnects.Load() < 2 {
+						return true
+					}
+					after++
+					return after <= 5
+				})
+			}()
+			var tr client.Transcript
+			var seqs []int64
+			for {
+				e, err := sub.Next(ctx)
+				if err != nil {
+					t.Fatalf("Next after %d events: %v", len(seqs), err)
+				}
+				seqs = append(seqs, e.Header().Seq)
+				if int64(len(seqs)) != e.Header().Seq {
+					t.Fatalf("seqs %v: want each of 1, 2, … once, in order", seqs)
+				}
+				if tr.Apply(e).Status != "" {
+					break
+				}
+			}
+			n = <-tokens
+			var want strings.Builder
+			for i := 1; i <= n; i++ {
+				fmt.Fprintf(&want, "w%d ", i)
+			}
+			if r := tr.Runs()[0]; r.Text != want.String() || r.Status != events.StatusComplete || r.NeedsHistory {
+				t.Fatalf("the answer %+v, want the text of its %d tokens, complete", r, n)
+			}
+			if r := reconnects.Load(); r < 2 {
+				t.Fatalf("%d reconnections", r)
+			}
+			if i, r := issued.Load(), reconnects.Load(); i < 1+r {
+				t.Fatalf("%d tokens issued for %d connections: want a fresh one for each", i, 1+r)
+			}
+			t.Logf("%d events over %d connections", len(seqs), 1+reconnects.Load())
+		})
+		t.Run(tt.name+" with a fixed Token", func(t *testing.T) {
+			t.Parallel()
+			user, conv := strings.ToLower(tt.name)+"-fixed", testenv.Name(t, "c")
+			tok, err := g.mint(user, 1500*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := &client.Client{StreamURL: g.streamURL, Token: tok}
+			sub, err := c.Subscribe(ctx, conv, client.SubscribeOptions{SSE: tt.sse})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			g.answer(ctx, user, conv, func(n int) bool { return n < 3 })
+			for seq := int64(1); seq <= 5; seq++ {
+				e, err := sub.Next(ctx)
+				if err != nil || e.Header().Seq != seq {
+					t.Fatalf("Next = %v, %v; want the event of seq %d, before the token expires", e, err, seq)
+				}
+			}
+			// Nothing more is sent: Next returns when the token expires
+			// and the gateway refuses it on the reconnection.
+			e, err := sub.Next(ctx)
+			if !client.IsCode(err, "unauthenticated") {
+				t.Fatalf("Next = %v, %v; want the gateway's 401 for the expired token", e, err)
+			}
+			if ae := (*client.APIError)(nil); !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
+				t.Fatalf("Next: %v, want an APIError of status 401", err)
+			}
+		})
+	}
+}
