@@ -85,13 +85,15 @@ func TestMongoStoreCommitRaces(t *testing.T) {
 			turn: sourced("c", 5), fenced: true, history: "1:a 2:a 3:b 4:b 5:d 6:d",
 		},
 		{
-			name:   "Reading on past the taken slot of a stale tip commits at the first free turn.",
+			name:   "Reading on past the taken slot of a stale tip commits at the first free turn, with the second insert.",
+			cfg:    history.MongoConfig{CommitAttempts: 2},
 			before: []history.Turn{sourced("a", 1)}, lag: -1,
 			start: true, meanwhile: []history.Turn{sourced("b", 2), sourced("d", 3)},
 			turn: sourced("c", 5), n: 4, history: "1:a 2:a 3:b 4:b 5:d 6:d 7:c 8:c",
 		},
 		{
-			name:   "A request another worker committed past the taken slot of a stale tip is reported as a duplicate at its turn.",
+			name:   "A request another worker committed past the taken slot of a stale tip is reported as a duplicate at its turn, found reading on (no second insert).",
+			cfg:    history.MongoConfig{CommitAttempts: 1},
 			before: []history.Turn{sourced("a", 1)}, lag: -1,
 			start: true, meanwhile: []history.Turn{sourced("b", 2), sourced("c", 5)},
 			turn: sourced("c", 5), n: 3, duplicate: true, history: "1:a 2:a 3:b 4:b 5:c 6:c",
