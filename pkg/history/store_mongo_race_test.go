@@ -19,17 +19,11 @@ func sourced(requestID string, offset int64) history.Turn {
 		Source: &history.Source{Topic: "requests", Partition: 0, Offset: offset, Time: at}}
 }
 
-// lagging commits turns, then leaves the conversation document at lag
-// turns, as commits that stopped before rolling it forward do.
-func lagging(lag int64, turns ...history.Turn) func(context.Context, *history.MongoStore, events.Identity) error {
-	return func(ctx context.Context, s *history.MongoStore, id events.Identity) error {
-		for _, tr := range turns {
-			if _, err := s.Commit(ctx, id, tr); err != nil {
-				return err
-			}
-		}
-		return history.LagConversation(ctx, s, id, lag)
-	}
+// unsourced is a turn committed without its record (no fencing applies).
+func unsourced(requestID string) history.Turn {
+	t := sourced(requestID, 0)
+	t.Source = nil
+	return t
 }
 
 func mustList(t *testing.T, ctx context.Context, s history.Store, id events.Identity) string {
@@ -41,60 +35,91 @@ func mustList(t *testing.T, ctx context.Context, s history.Store, id events.Iden
 	return requestIDs(p.Messages)
 }
 
-// Commit's races, each set up as the documents a crashed or concurrent
-// commit leaves behind.
+func commitAll(ctx context.Context, s history.Store, id events.Identity, turns []history.Turn) error {
+	for _, tr := range turns {
+		if _, err := s.Commit(ctx, id, tr); err != nil {
+			return fmt.Errorf("commit %s: %w", tr.RequestID, err)
+		}
+	}
+	return nil
+}
+
+// Commit's races, each set up as the turns concurrent commits leave
+// behind. A request run through Pending.Start commits with the tip Start
+// read (the newest turn then), which turns committed meanwhile make stale:
+// the slot after the tip is taken, and Commit finds the turn to take by
+// inserting, fencing against every taken slot it meets.
 func TestMongoStoreCommitRaces(t *testing.T) {
 	t.Parallel()
 	db := testenv.MongoDB(t)
 	tests := []struct {
 		name string
-		// setup commits the conversation's turns and leaves its documents
-		// as a race would.
-		setup func(ctx context.Context, s *history.MongoStore, id events.Identity) error
-		cfg   history.MongoConfig
-		turn  history.Turn
-		// want is the result: ErrFenced, another error, or the turn.
+		cfg  history.MongoConfig
+		// before is committed first; then the conversation document is
+		// left at lag turns, when lag >= 0.
+		before []history.Turn
+		lag    int64
+		// start runs turn's request through Pending.Start before meanwhile
+		// is committed, and commits it with the tip Start read; else turn
+		// goes to Store.Commit (no tip) after meanwhile.
+		start     bool
+		meanwhile []history.Turn
+		turn      history.Turn
+		// want: ErrFenced, another error, or the turn.
 		fenced, fails bool
 		n             int64
 		duplicate     bool
-		// history is the request ids persisted afterwards ("-": not
-		// listable, the setup left turn 1 empty).
+		// history is the request ids persisted afterwards.
 		history string
 	}{
 		{
-			name:  "A stale conversation document with a newer record's turn in the slot fences the commit.",
-			setup: lagging(1, sourced("a", 1), sourced("b", 5)),
-			turn:  sourced("c", 3), fenced: true, history: "1:a 2:a 3:b 4:b",
+			name:   "A stale tip whose next slot a newer record's turn took meanwhile fences the commit (the fence on the taken slot).",
+			before: []history.Turn{sourced("a", 1)}, lag: -1,
+			start: true, meanwhile: []history.Turn{sourced("b", 5)},
+			turn: sourced("c", 3), fenced: true, history: "1:a 2:a 3:b 4:b",
 		},
 		{
-			name:  "Reading on past a lagging conversation document fences on a newer record further up.",
-			setup: lagging(1, sourced("a", 1), sourced("b", 2), sourced("d", 9)),
-			turn:  sourced("c", 5), fenced: true, history: "1:a 2:a 3:b 4:b 5:d 6:d",
+			name:   "Reading on past the taken slot of a stale tip fences on a newer record further up.",
+			before: []history.Turn{sourced("a", 1)}, lag: -1,
+			start: true, meanwhile: []history.Turn{sourced("b", 2), sourced("d", 9)},
+			turn: sourced("c", 5), fenced: true, history: "1:a 2:a 3:b 4:b 5:d 6:d",
 		},
 		{
-			name:  "Reading on past a lagging conversation document commits at the first free turn.",
-			setup: lagging(1, sourced("a", 1), sourced("b", 2), sourced("d", 3)),
-			turn:  sourced("c", 5), n: 4, history: "1:a 2:a 3:b 4:b 5:d 6:d 7:c 8:c",
+			name:   "Reading on past the taken slot of a stale tip commits at the first free turn, with the second insert.",
+			cfg:    history.MongoConfig{CommitAttempts: 2},
+			before: []history.Turn{sourced("a", 1)}, lag: -1,
+			start: true, meanwhile: []history.Turn{sourced("b", 2), sourced("d", 3)},
+			turn: sourced("c", 5), n: 4, history: "1:a 2:a 3:b 4:b 5:d 6:d 7:c 8:c",
 		},
 		{
-			name: "A request committed at another turn (its unique index refuses the insert) is reported as a duplicate at that turn.",
-			setup: func(ctx context.Context, s *history.MongoStore, id events.Identity) error {
-				for _, tr := range []history.Turn{sourced("a", 1), sourced("c", 2)} {
-					if _, err := s.Commit(ctx, id, tr); err != nil {
-						return err
-					}
-				}
-				// Turn 1 free, c at turn 2 without its request document,
-				// and the conversation document at 0.
-				return errors.Join(history.DeleteTurn(ctx, s, id, 1), history.DeleteRequest(ctx, s, id, "c"), history.LagConversation(ctx, s, id, 0))
-			},
-			turn: sourced("c", 2), n: 2, duplicate: true, history: "-",
+			name:   "A request another worker committed past the taken slot of a stale tip is reported as a duplicate at its turn, found reading on (no second insert).",
+			cfg:    history.MongoConfig{CommitAttempts: 1},
+			before: []history.Turn{sourced("a", 1)}, lag: -1,
+			start: true, meanwhile: []history.Turn{sourced("b", 2), sourced("c", 5)},
+			turn: sourced("c", 5), n: 3, duplicate: true, history: "1:a 2:a 3:b 4:b 5:c 6:c",
 		},
 		{
-			name:  "Commit gives up once CommitAttempts inserts found their turn taken, persisting nothing.",
-			cfg:   history.MongoConfig{CommitAttempts: 1},
-			setup: lagging(1, sourced("a", 1), sourced("b", 2), sourced("d", 3)),
-			turn:  sourced("c", 5), fails: true, history: "1:a 2:a 3:b 4:b 5:d 6:d",
+			name:   "Commit gives up once CommitAttempts inserts found their turn taken (a stale tip), persisting nothing.",
+			cfg:    history.MongoConfig{CommitAttempts: 1},
+			before: []history.Turn{sourced("a", 1)}, lag: -1,
+			start: true, meanwhile: []history.Turn{sourced("b", 2), sourced("d", 3)},
+			turn: sourced("c", 5), fails: true, history: "1:a 2:a 3:b 4:b 5:d 6:d",
+		},
+		{
+			name:   "Commit without a tip takes the turn after the newest one with one insert, however far the conversation document lags.",
+			cfg:    history.MongoConfig{CommitAttempts: 1},
+			before: []history.Turn{sourced("a", 1), sourced("b", 2), sourced("d", 3)}, lag: 1,
+			turn: sourced("c", 5), n: 4, history: "1:a 2:a 3:b 4:b 5:d 6:d 7:c 8:c",
+		},
+		{
+			name:   "Commit without a tip fences against the newest turn, however far the conversation document lags.",
+			before: []history.Turn{sourced("a", 1), sourced("b", 5)}, lag: 0,
+			turn: sourced("c", 3), fenced: true, history: "1:a 2:a 3:b 4:b",
+		},
+		{
+			name:   "A request committed below the newest turn is refused by the request id's unique index and reported as a duplicate at its turn.",
+			before: []history.Turn{sourced("a", 1), sourced("c", 2), unsourced("x")}, lag: -1,
+			turn: sourced("c", 2), n: 2, duplicate: true, history: "1:a 2:a 3:c 4:c 5:x 6:x",
 		},
 	}
 	for i, tt := range tests {
@@ -106,17 +131,38 @@ func TestMongoStoreCommitRaces(t *testing.T) {
 				t.Fatal(err)
 			}
 			id := events.Identity{Tenant: "acme", User: "race", Conversation: fmt.Sprintf("%s-%d", testenv.Name(t, "c"), i)}
-			if err := tt.setup(ctx, s, id); err != nil {
+			if err := commitAll(ctx, s, id, tt.before); err != nil {
 				t.Fatal(err)
 			}
-			c, err := s.Commit(ctx, id, tt.turn)
+			if tt.lag >= 0 {
+				if err := history.SetConversationTurns(ctx, s, id, tt.lag); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var c history.Committed
+			if tt.start {
+				p := history.Begin(s, id, tt.turn.RequestID, tt.turn.User, tt.turn.UserAt)
+				p.SetSource(*tt.turn.Source)
+				if st, err := p.Start(ctx, 4); err != nil || st.Decided || st.Cancelled {
+					t.Fatalf("Start = %+v, %v; want the window", st, err)
+				}
+				if err := commitAll(ctx, s, id, tt.meanwhile); err != nil {
+					t.Fatal(err)
+				}
+				c, err = p.Commit(ctx, tt.turn.Answer, tt.turn.Agent, tt.turn.Status, tt.turn.CommittedAt)
+			} else {
+				if err := commitAll(ctx, s, id, tt.meanwhile); err != nil {
+					t.Fatal(err)
+				}
+				c, err = s.Commit(ctx, id, tt.turn)
+			}
 			switch {
 			case tt.fenced:
 				if !errors.Is(err, history.ErrFenced) {
 					t.Fatalf("commit = %+v, %v; want ErrFenced", c, err)
 				}
 			case tt.fails:
-				if err == nil || errors.Is(err, history.ErrFenced) {
+				if err == nil || errors.Is(err, history.ErrFenced) || errors.Is(err, events.ErrInvalid) {
 					t.Fatalf("commit = %+v, %v; want a retriable error", c, err)
 				}
 			default:
@@ -126,9 +172,6 @@ func TestMongoStoreCommitRaces(t *testing.T) {
 				if l, found, err := s.Lookup(ctx, id, tt.turn.RequestID); err != nil || !found || l.N != tt.n {
 					t.Fatalf("lookup = %+v, %v, %v; want turn %d", l, found, err, tt.n)
 				}
-			}
-			if tt.history == "-" {
-				return
 			}
 			if got := mustList(t, ctx, s, id); got != tt.history {
 				t.Fatalf("history %s, want %s", got, tt.history)
