@@ -578,6 +578,17 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 	// record. Every later candidate predecessor is checked below, as the
 	// slot it holds is found taken.
 	if last.n > 0 && t.Source.Fences(last.source) {
+		// A request committed before newer records' turns is a
+		// duplicate, not fenced: idempotency per request id comes first.
+		// (Pending.Start has already decided it on the worker's path, so
+		// this read is made only where a commit would fail.)
+		have, found, err := s.turnOfRequest(ctx, id, t.RequestID)
+		if err != nil {
+			return Committed{}, fmt.Errorf("commit: %w", err)
+		}
+		if found {
+			return s.finishCommit(ctx, id, have.numbered(), true)
+		}
 		return Committed{}, fmt.Errorf("commit: %w", ErrFenced)
 	}
 	n := last.n + 1

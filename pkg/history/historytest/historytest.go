@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"A pending commit with an empty answer fails and writes nothing", testPendingEmpty},
 		{"A turn from an older record than the last turn's is fenced and writes nothing", testFencing},
 		{"Concurrent commits from a zombie and the new owner never persist out of order", testFencingRace},
+		{"A committed request committed again after newer records' turns is a duplicate, not fenced", testDuplicateBehindNewerTurns},
 		{"An outcome without a turn is recorded once and answers later commits and lookups", testOutcome},
 		{"Cancels cover one request or everything below a position of the conversation's partition", testCancels},
 		{"Conversations lists only the user's conversations with turns, newest first, with message counts", testConversationsList},
@@ -847,6 +848,26 @@ func testFencing(t *testing.T, ctx context.Context, s history.Store) {
 	}
 	if got := len(window(t, ctx, s, id, 100)); got != int(2*n) {
 		t.Fatalf("window holds %d messages, want %d", got, 2*n)
+	}
+}
+
+// testDuplicateBehindNewerTurns commits a request again (a redelivery that
+// Commit sees without Pending.Start, as a shadow replay does) after turns
+// of newer records: idempotency per request id comes before fencing.
+func testDuplicateBehindNewerTurns(t *testing.T, ctx context.Context, s history.Store) {
+	id := newIdentity(t, "dup-fenced")
+	src := func(offset int64) history.Source {
+		return history.Source{Topic: "requests", Partition: 1, Offset: offset, Time: base.Add(time.Duration(offset) * time.Second)}
+	}
+	first := sourced(1, src(1))
+	commit(t, ctx, s, id, first)
+	commit(t, ctx, s, id, sourced(2, src(2)))
+	c, err := s.Commit(ctx, id, first)
+	if err != nil || c.N != 1 || !c.Duplicate {
+		t.Fatalf("Commit of request 1 again = %+v, %v; want a duplicate of turn 1", c, err)
+	}
+	if got := len(window(t, ctx, s, id, 100)); got != 4 {
+		t.Fatalf("window holds %d messages, want 4", got)
 	}
 }
 
