@@ -370,26 +370,6 @@ func checkSeqs(t *testing.T, frames []frame, req string, from, to int) {
 	}
 }
 
-func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		m := mf.GetMetric()[0]
-		if g := m.GetGauge(); g != nil {
-			return g.GetValue()
-		}
-		return m.GetCounter().GetValue()
-	}
-	t.Fatalf("metric %s not registered", name)
-	return 0
-}
-
 func TestLiveSubscriptionReceivesLaterEventsInOrderWithCursors(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
@@ -416,7 +396,7 @@ func TestLiveSubscriptionReceivesLaterEventsInOrderWithCursors(t *testing.T) {
 	f.produce(ctx, id, "new", 11, 20)
 	got := c.events(ctx, 20)
 	checkSeqs(t, got, "new", 1, 20)
-	if n := metricValue(t, f.reg, "turnpike_pushgw_bad_records_total"); n < 2 {
+	if n := testenv.MetricValue(t, f.reg, "turnpike_pushgw_bad_records_total"); n < 2 {
 		t.Errorf("bad_records_total = %v, want at least the 2 bad records of this partition", n)
 	}
 	wantPartition := partitionOf(id)
@@ -428,10 +408,10 @@ func TestLiveSubscriptionReceivesLaterEventsInOrderWithCursors(t *testing.T) {
 		}
 		prev = o
 	}
-	if n := metricValue(t, f.reg, "turnpike_pushgw_events_out_total"); n < 20 {
+	if n := testenv.MetricValue(t, f.reg, "turnpike_pushgw_events_out_total"); n < 20 {
 		t.Errorf("events_out_total = %v, want >= 20", n)
 	}
-	if n := metricValue(t, f.reg, "turnpike_pushgw_subscriptions"); n != 1 {
+	if n := testenv.MetricValue(t, f.reg, "turnpike_pushgw_subscriptions"); n != 1 {
 		t.Errorf("subscriptions = %v, want 1", n)
 	}
 	for _, h := range []string{"turnpike_pushgw_fanout_seconds", "turnpike_pushgw_delivery_lag_seconds"} {
@@ -474,7 +454,7 @@ func TestSinceEarliestReplaysRetainedEventsThenGoesLive(t *testing.T) {
 	checkSeqs(t, c.events(ctx, 15), "r1", 1, 15)
 	f.produce(ctx, id, "r1", 16, 25)
 	checkSeqs(t, c.events(ctx, 10), "r1", 16, 25)
-	if n := metricValue(t, f.reg, "turnpike_pushgw_replays_total"); n != 1 {
+	if n := testenv.MetricValue(t, f.reg, "turnpike_pushgw_replays_total"); n != 1 {
 		t.Errorf("replays_total = %v, want 1", n)
 	}
 }
@@ -891,7 +871,7 @@ func testSlowClient(t *testing.T, mod func(*Config)) {
 	if n >= total {
 		t.Fatalf("the slow client got all %d events; it should have been shed", n)
 	}
-	if v := metricValue(t, f.reg, "turnpike_pushgw_slow_disconnects_total"); v != 1 {
+	if v := testenv.MetricValue(t, f.reg, "turnpike_pushgw_slow_disconnects_total"); v != 1 {
 		t.Errorf("slow_disconnects_total = %v, want 1", v)
 	}
 	fast.send(`{"op":"ping"}`)
@@ -926,7 +906,7 @@ func TestRunStopClosesClientsWith1001(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("Run did not return")
 	}
-	if v := metricValue(t, f.reg, "turnpike_pushgw_connections"); v != 0 {
+	if v := testenv.MetricValue(t, f.reg, "turnpike_pushgw_connections"); v != 0 {
 		t.Errorf("connections = %v after Run returned, want 0", v)
 	}
 	_, resp, err := websocket.DefaultDialer.DialContext(ctx, f.url, http.Header{"Authorization": {"Bearer " + token(t, auth.DefaultTenant, "alice")}})

@@ -217,7 +217,7 @@ func TestAClientThatStopsAnsweringPingsIsDropped(t *testing.T) {
 		}
 	}
 	eventually(t, 10*time.Second, "one connection dropped", func() bool {
-		return metricValue(t, f.reg, "turnpike_pushgw_connections") == 1
+		return testenv.MetricValue(t, f.reg, "turnpike_pushgw_connections") == 1
 	})
 	select {
 	case err := <-aliveErr:
@@ -238,7 +238,7 @@ func TestAClientThatStopsAnsweringPingsIsDropped(t *testing.T) {
 		break
 	}
 	eventually(t, 10*time.Second, "connections = 1, only the client answering pings", func() bool {
-		return metricValue(t, f.reg, "turnpike_pushgw_connections") == 1
+		return testenv.MetricValue(t, f.reg, "turnpike_pushgw_connections") == 1
 	})
 }
 
@@ -288,9 +288,9 @@ func TestAClientThatStopsReadingIsCutOffByTheWriteDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 20*time.Second, "the gateway closed the connection", func() bool {
-		return metricValue(t, f.reg, "turnpike_pushgw_connections") == 0
+		return testenv.MetricValue(t, f.reg, "turnpike_pushgw_connections") == 0
 	})
-	if v := metricValue(t, f.reg, "turnpike_pushgw_slow_disconnects_total"); v != 0 {
+	if v := testenv.MetricValue(t, f.reg, "turnpike_pushgw_slow_disconnects_total"); v != 0 {
 		t.Errorf("slow_disconnects_total = %v: the queue overflowed, the deadline was not tested", v)
 	}
 	n := 0

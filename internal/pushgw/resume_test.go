@@ -36,10 +36,10 @@ func TestARecentCursorResumesFromTheRingWithoutReadingKafka(t *testing.T) {
 	e.expect(ctx, "subscribed")
 	checkSeqs(t, e.events(ctx, 25), "r", 1, 25)
 
-	if n := metricValue(t, f.reg, "turnpike_pushgw_ring_replays_total"); n != 2 {
+	if n := testenv.MetricValue(t, f.reg, "turnpike_pushgw_ring_replays_total"); n != 2 {
 		t.Errorf("ring_replays_total = %v, want 2", n)
 	}
-	if n := metricValue(t, f.reg, "turnpike_pushgw_replays_total"); n != 0 {
+	if n := testenv.MetricValue(t, f.reg, "turnpike_pushgw_replays_total"); n != 0 {
 		t.Errorf("replays_total (Kafka) = %v, want 0", n)
 	}
 }

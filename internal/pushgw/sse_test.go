@@ -257,10 +257,10 @@ func TestEventsStreamEachEventWithItsCursorTypeAndWebSocketFrame(t *testing.T) {
 			t.Errorf("event %d: type %q, want %q", i, m.event, want)
 		}
 	}
-	if v := metricValue(t, f.reg, "turnpike_pushgw_sse_connections"); v != 1 {
+	if v := testenv.MetricValue(t, f.reg, "turnpike_pushgw_sse_connections"); v != 1 {
 		t.Errorf("sse_connections = %v, want 1", v)
 	}
-	if v := metricValue(t, f.reg, "turnpike_pushgw_connections"); v != 2 {
+	if v := testenv.MetricValue(t, f.reg, "turnpike_pushgw_connections"); v != 2 {
 		t.Errorf("connections = %v, want 2 (one of each)", v)
 	}
 }
@@ -528,7 +528,7 @@ func TestASlowEventStreamIsCutOffWhileOthersGetEveryEvent(t *testing.T) {
 	if n >= total {
 		t.Fatalf("the slow stream got all %d events; it should have been cut off", n)
 	}
-	if v := metricValue(t, f.reg, "turnpike_pushgw_slow_disconnects_total"); v != 1 {
+	if v := testenv.MetricValue(t, f.reg, "turnpike_pushgw_slow_disconnects_total"); v != 1 {
 		t.Errorf("slow_disconnects_total = %v, want 1", v)
 	}
 	h, q := http.Header{"Last-Event-Id": {last}}, url.Values(nil)
@@ -564,7 +564,7 @@ func TestEventStreamsEndWhenTheGatewayStopsAndAnswerUnavailableBeforeRun(t *test
 		t.Fatalf("Run = %v", err)
 	}
 	f.runErr <- nil // for the cleanup
-	if v := metricValue(t, f.reg, "turnpike_pushgw_sse_connections"); v != 0 {
+	if v := testenv.MetricValue(t, f.reg, "turnpike_pushgw_sse_connections"); v != 0 {
 		t.Errorf("sse_connections = %v after Run returned, want 0", v)
 	}
 	// A stopped gateway still answers 200 with an unavailable event, so
@@ -592,7 +592,7 @@ func TestTheAccessTokenIsNeverLogged(t *testing.T) {
 	s.expect("subscribed")
 	f.produce(ctx, id, "r", 1, 50) // a queue of one: shed, and logged at info
 	eventually(t, 10*time.Second, "the slow stream is cut off", func() bool {
-		return metricValue(t, f.reg, "turnpike_pushgw_slow_disconnects_total") == 1
+		return testenv.MetricValue(t, f.reg, "turnpike_pushgw_slow_disconnects_total") == 1
 	})
 	eventually(t, 10*time.Second, "the stream's end is logged", func() bool { return strings.Contains(logs.String(), "client closed") })
 	if strings.Contains(logs.String(), tok) || strings.Contains(logs.String(), "access_token") {

@@ -266,7 +266,7 @@ func TestAddingPartitionsMovesQueuedRecordsToTheNewHome(t *testing.T) {
 			}
 			// Only r2 and r3 (and in the second case r4 and r5, twice) were
 			// copied.
-			if n := counterValue(t, reg, "turnpike_worker_moved_total"); n > tt.maxMoves {
+			if n := testenv.MetricValue(t, reg, "turnpike_worker_moved_total"); n > tt.maxMoves {
 				t.Fatalf("%v records moved, want at most %v", n, tt.maxMoves)
 			}
 			if !tt.newHomeAdded {
@@ -278,20 +278,6 @@ func TestAddingPartitionsMovesQueuedRecordsToTheNewHome(t *testing.T) {
 			}
 		})
 	}
-}
-
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	return 0
 }
 
 // A worker whose count read after the group's assignment differs from the
