@@ -54,28 +54,6 @@ func (s *stack) readPartition(t *testing.T, ctx context.Context, partition, n in
 	return out
 }
 
-// events reads stream events until n run.completed arrived, in stream
-// order.
-func (s *streamReader) events(t *testing.T, ctx context.Context, n int) []events.Event {
-	t.Helper()
-	var out []events.Event
-	for done := 0; done < n; {
-		m, err := s.r.ReadMessage(ctx)
-		if err != nil {
-			t.Fatalf("read stream after %d completions: %v", done, err)
-		}
-		e, err := events.DecodeEvent(m.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, e)
-		if e.Type() == events.TypeRunCompleted {
-			done++
-		}
-	}
-	return out
-}
-
 // recordCancelAll records a cancel of everything in the conversation as
 // ingest does before it publishes one: in every partition, with that
 // partition's end offset now. It returns the position it used.

@@ -112,11 +112,11 @@ func (s *stack) stream(t *testing.T) *streamReader {
 	return &streamReader{r: r}
 }
 
-// untilCompleted reads events until n run.completed events arrived, and
-// returns all events read, grouped by request id.
-func (s *streamReader) untilCompleted(t *testing.T, ctx context.Context, n int) map[string][]events.Event {
+// events reads stream events until n run.completed arrived, in stream
+// order. Each must decode and be keyed by its conversation.
+func (s *streamReader) events(t *testing.T, ctx context.Context, n int) []events.Event {
 	t.Helper()
-	byReq := map[string][]events.Event{}
+	var out []events.Event
 	for done := 0; done < n; {
 		m, err := s.r.ReadMessage(ctx)
 		if err != nil {
@@ -130,10 +130,20 @@ func (s *streamReader) untilCompleted(t *testing.T, ctx context.Context, n int) 
 		if err != nil || id.Conversation != e.Header().Conversation {
 			t.Fatalf("stream key %q does not match event %+v", m.Key, e.Header())
 		}
-		byReq[e.Header().RequestID] = append(byReq[e.Header().RequestID], e)
+		out = append(out, e)
 		if e.Type() == events.TypeRunCompleted {
 			done++
 		}
+	}
+	return out
+}
+
+// untilCompleted is events grouped by request id.
+func (s *streamReader) untilCompleted(t *testing.T, ctx context.Context, n int) map[string][]events.Event {
+	t.Helper()
+	byReq := map[string][]events.Event{}
+	for _, e := range s.events(t, ctx, n) {
+		byReq[e.Header().RequestID] = append(byReq[e.Header().RequestID], e)
 	}
 	return byReq
 }
