@@ -8,7 +8,6 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
-	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
@@ -16,9 +15,7 @@ import (
 // valid and is closed with CloseTokenExpired when it expires.
 func TestAConnectionIsClosedWith4401WhenItsTokenExpires(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
+	ctx, f := startedFixture(t)
 	c := f.dial(ctx, shortToken(t, "alice", 1500*time.Millisecond)).subscribed(ctx, "c1", "")
 	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: "c1"}
 	f.produce(ctx, id, "r1", 1, 3)
@@ -50,9 +47,7 @@ func shortToken(t *testing.T, user string, ttl time.Duration) string {
 // ResponseWriter: both end alike.
 func TestAnEventStreamEndsWithAnUnauthenticatedErrorEventWhenItsTokenExpires(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
+	ctx, f := startedFixture(t)
 	h2, h2base := f.http2Events(t)
 	for _, tt := range []struct {
 		name string
@@ -121,9 +116,7 @@ func TestAnEventStreamEndsWithAnUnauthenticatedErrorEventWhenItsTokenExpires(t *
 // with 1007.
 func TestInvalidUTF8InATextFrameClosesWith1007(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
+	ctx, f := startedFixture(t)
 	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
 	c.ping(ctx)
 	c.send("{\"op\":\"subscribe\",\"conversation\":\"c\xff1\"}")

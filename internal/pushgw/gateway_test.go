@@ -66,6 +66,16 @@ func newFixture(t testing.TB, ctx context.Context) *fixture {
 	return newFixtureOn(t, ctx, testenv.Kafka(t))
 }
 
+// startedFixture is a fixture whose gateway runs on the default
+// configuration, and the test's context (30 s).
+func startedFixture(t *testing.T) (context.Context, *fixture) {
+	t.Helper()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	f.start(ctx, nil, nil)
+	return ctx, f
+}
+
 // newFixtureOn is newFixture on the given brokers.
 func newFixtureOn(t testing.TB, ctx context.Context, brokers []string) *fixture {
 	t.Helper()
@@ -677,9 +687,7 @@ func TestBadFramesGetAnErrorFrameAndTheConnectionStaysOpen(t *testing.T) {
 
 func TestUpgradeNeedsAValidToken(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
+	ctx, f := startedFixture(t)
 	good := token(t, auth.DefaultTenant, "alice")
 	forged, err := auth.Mint(strings.Repeat("x", 40), auth.DefaultTenant, "alice", time.Hour, time.Now())
 	if err != nil {
@@ -782,9 +790,7 @@ func TestServeHTTPAnswers503BeforeRun(t *testing.T) {
 
 func TestAFrameOver64KiBClosesWith1009(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
+	ctx, f := startedFixture(t)
 	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
 	c.ping(ctx)
 	c.send(`{"op":"ping","x":"` + strings.Repeat("a", MaxFrameBytes) + `"}`)
@@ -879,9 +885,7 @@ func testSlowClient(t *testing.T, mod func(*Config)) {
 
 func TestRunStopClosesClientsWith1001(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
+	ctx, f := startedFixture(t)
 	conv := testenv.Name(t, "c")
 	a := f.dial(ctx, token(t, auth.DefaultTenant, "alice")).subscribed(ctx, conv, "")
 	b := f.dial(ctx, token(t, auth.DefaultTenant, "bob")).subscribed(ctx, conv, "earliest")
@@ -963,9 +967,7 @@ func TestACursorOlderThanTheRetainedStreamHasExpired(t *testing.T) {
 
 func TestUnsubscribeStopsEventsAndAResubscriptionResumesCleanly(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
+	ctx, f := startedFixture(t)
 	conv, id := aliceConv(t)
 	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice")).subscribed(ctx, conv, "")
 	f.produce(ctx, id, "r", 1, 5)

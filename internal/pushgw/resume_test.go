@@ -11,9 +11,7 @@ import (
 
 func TestARecentCursorResumesFromTheRingWithoutReadingKafka(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
+	ctx, f := startedFixture(t)
 	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
 	w := f.dial(ctx, tok).subscribed(ctx, conv, "")

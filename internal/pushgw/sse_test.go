@@ -238,9 +238,7 @@ func (s *sseStream) ended() {
 
 func TestEventsStreamEachEventWithItsCursorTypeAndWebSocketFrame(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
+	ctx, f := startedFixture(t)
 	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
 
@@ -325,9 +323,7 @@ func TestAnExpiredLastEventIDGetsACursorExpiredErrorEventAndTheStreamEnds(t *tes
 
 func TestFollowStreamsOneRequestAndEndsAfterItsRunCompleted(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
+	ctx, f := startedFixture(t)
 	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
 	f.produce(ctx, id, "r1", 1, 3)
