@@ -81,11 +81,18 @@ func (s *stack) start(t *testing.T, ctx context.Context, d worker.Deps) (stop fu
 	return stop
 }
 
-func (s *stack) produce(t *testing.T, ctx context.Context, key string, value []byte) {
+// ensureTopics creates the stack's topics with partitions partitions, if
+// they are not there yet.
+func (s *stack) ensureTopics(t *testing.T, ctx context.Context, partitions int) {
 	t.Helper()
-	if err := topic.Ensure(ctx, s.brokers, 3, s.topics.All()...); err != nil {
+	if err := topic.Ensure(ctx, s.brokers, partitions, s.topics.All()...); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func (s *stack) produce(t *testing.T, ctx context.Context, key string, value []byte) {
+	t.Helper()
+	s.ensureTopics(t, ctx, 3)
 	w := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topics.Requests, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	defer w.Close()
 	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte(key), Value: value}); err != nil {
