@@ -15,6 +15,7 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/devstack"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
@@ -137,6 +138,25 @@ func (w *watcher) completions(ctx context.Context, n int) (started map[string]in
 	return started, status
 }
 
+// untilStatus is until, failing unless the request completed with want.
+func (w *watcher) untilStatus(ctx context.Context, requestID string, want events.Status) run {
+	w.t.Helper()
+	r := w.until(ctx, requestID)
+	if r.status != want {
+		w.t.Fatalf("request %s completed %s, want %s", requestID, r.status, want)
+	}
+	return r
+}
+
+// sendRunning sends content (a long answer) to w's conversation and
+// returns its request id once it has streamed two tokens.
+func (w *watcher) sendRunning(ctx context.Context, c *client.Client, content string) string {
+	w.t.Helper()
+	id := send(w.t, ctx, c, w.conv, content)
+	w.waitTokens(ctx, id, 2)
+	return id
+}
+
 // oneAtATime fails unless the conversation's runs were one at a time.
 func oneAtATime(t *testing.T, seen []events.Event) {
 	t.Helper()
@@ -154,12 +174,18 @@ func TestDirectRecordsOfAnyPartitionerFollowTheirConversation(t *testing.T) {
 	})
 	ann := s.client(t, "acme", "ann")
 	rdk, sarama := newForeignProducers(t, s.Brokers, requests)
+	// mixed is a fresh conversation of ann that the three placements put
+	// in three partitions, its home partition, and a watcher of it.
+	mixed := func(t *testing.T, ctx context.Context, prefix string) (events.Identity, int, *watcher) {
+		t.Helper()
+		id, home := mixedConversation(t, "acme", "ann", prefix, partitions)
+		return id, home, watch(t, ctx, ann, id.Conversation, "")
+	}
 
 	t.Run("records placed by CRC32 and FNV-1a run one at a time, in the home partition's order, numbered in sequence", func(t *testing.T) {
 		t.Parallel()
 		ctx := testenv.Context(t, 60*time.Second)
-		id, home := mixedConversation(t, "acme", "ann", "order", partitions)
-		w := watch(t, ctx, ann, id.Conversation, "")
+		id, home, w := mixed(t, ctx, "order")
 		// Each answer takes a while, so that a request run beside another
 		// would show.
 		const slow = " x y z [[delay:15ms]]"
@@ -209,8 +235,7 @@ func TestDirectRecordsOfAnyPartitionerFollowTheirConversation(t *testing.T) {
 	t.Run("cancelling all reaches direct records written before it, moved or not", func(t *testing.T) {
 		t.Parallel()
 		ctx := testenv.Context(t, 60*time.Second)
-		id, _ := mixedConversation(t, "acme", "ann", "cancel-all", partitions)
-		w := watch(t, ctx, ann, id.Conversation, "")
+		id, _, w := mixed(t, ctx, "cancel-all")
 		produceDirect(t, ctx, rdk, id, "ca-first", "[[tokens:200]][[delay:20ms]]", "")
 		w.waitTokens(ctx, "ca-first", 2)
 		// Whether or not the worker has moved it home yet, a record written
@@ -225,18 +250,14 @@ func TestDirectRecordsOfAnyPartitionerFollowTheirConversation(t *testing.T) {
 			}
 		}
 		produceDirect(t, ctx, rdk, id, "ca-after", "after", "")
-		if got := w.until(ctx, "ca-after"); got.status != events.StatusComplete {
-			t.Fatalf("the request after the cancel completed %s", got.status)
-		}
+		w.untilStatus(ctx, "ca-after", events.StatusComplete)
 	})
 
 	t.Run("cancelling one moved record by its id cancels it alone", func(t *testing.T) {
 		t.Parallel()
 		ctx := testenv.Context(t, 60*time.Second)
-		id, _ := mixedConversation(t, "acme", "ann", "cancel-one", partitions)
-		w := watch(t, ctx, ann, id.Conversation, "")
-		first := send(t, ctx, ann, id.Conversation, "[[tokens:100]][[delay:20ms]]")
-		w.waitTokens(ctx, first, 2)
+		id, _, w := mixed(t, ctx, "cancel-one")
+		first := w.sendRunning(ctx, ann, "[[tokens:100]][[delay:20ms]]")
 		produceDirect(t, ctx, sarama, id, "co-queued", "queued", "")
 		produceDirect(t, ctx, rdk, id, "co-kept", "kept", "")
 		cancel(t, ctx, ann, id.Conversation, "co-queued")
@@ -249,46 +270,35 @@ func TestDirectRecordsOfAnyPartitionerFollowTheirConversation(t *testing.T) {
 		produceDirect(t, ctx, rdk, id, "co-running", "[[tokens:200]][[delay:20ms]]", "")
 		w.waitTokens(ctx, "co-running", 2)
 		cancel(t, ctx, ann, id.Conversation, "co-running")
-		if got := w.until(ctx, "co-running"); got.status != events.StatusCancelled {
-			t.Fatalf("running moved request completed %s, want cancelled", got.status)
-		}
+		w.untilStatus(ctx, "co-running", events.StatusCancelled)
 	})
 
 	t.Run("reject and interrupt apply to moved records", func(t *testing.T) {
 		t.Parallel()
 		ctx := testenv.Context(t, 60*time.Second)
-		id, _ := mixedConversation(t, "acme", "ann", "strategies", partitions)
-		w := watch(t, ctx, ann, id.Conversation, "")
-		first := send(t, ctx, ann, id.Conversation, "[[tokens:200]][[delay:20ms]]")
-		w.waitTokens(ctx, first, 2)
+		id, _, w := mixed(t, ctx, "strategies")
+		first := w.sendRunning(ctx, ann, "[[tokens:200]][[delay:20ms]]")
 		produceDirect(t, ctx, rdk, id, "st-rejected", "busy?", events.StrategyReject)
-		if got := w.until(ctx, "st-rejected"); got.status != events.StatusRejected || got.started != 0 {
-			t.Fatalf("rejecting request: %s after %d run.started, want rejected without running", got.status, got.started)
+		if got := w.untilStatus(ctx, "st-rejected", events.StatusRejected); got.started != 0 {
+			t.Fatalf("rejecting request: rejected after %d run.started, want it rejected without running", got.started)
 		}
 		produceDirect(t, ctx, sarama, id, "st-interrupting", "now", events.StrategyInterrupt)
-		if got := w.until(ctx, first); got.status != events.StatusCancelled {
-			t.Fatalf("interrupted request completed %s, want cancelled", got.status)
-		}
-		if got := w.until(ctx, "st-interrupting"); got.status != events.StatusComplete {
-			t.Fatalf("interrupting request completed %s", got.status)
-		}
+		w.untilStatus(ctx, first, events.StatusCancelled)
+		w.untilStatus(ctx, "st-interrupting", events.StatusComplete)
 		oneAtATime(t, w.seen)
 	})
 
 	t.Run("the same request id written to two partitions runs once", func(t *testing.T) {
 		t.Parallel()
 		ctx := testenv.Context(t, 60*time.Second)
-		id, _ := mixedConversation(t, "acme", "ann", "twice", partitions)
-		w := watch(t, ctx, ann, id.Conversation, "")
+		id, _, w := mixed(t, ctx, "twice")
 		produceDirect(t, ctx, rdk, id, "tw-1", "once", "")
 		murmur := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: requests, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 		defer murmur.Close()
 		produceDirect(t, ctx, murmur, id, "tw-1", "once", "")
 		started, _ := w.completions(ctx, 2)
 		produceDirect(t, ctx, sarama, id, "tw-next", "next", "")
-		if got := w.until(ctx, "tw-next"); got.status != events.StatusComplete {
-			t.Fatalf("the next request completed %s", got.status)
-		}
+		w.untilStatus(ctx, "tw-next", events.StatusComplete)
 		h := historyOf(t, ctx, ann, id.Conversation)
 		if started["tw-1"] != 1 || len(h) != 4 || h[1].Content != "echo #1: once" || h[3].Content != "echo #2: next" {
 			t.Fatalf("tw-1 ran %d times, history %+v: want tw-1 run once, then tw-next", started["tw-1"], h)

@@ -105,15 +105,11 @@ func (c *client) flush(ctx context.Context) bool {
 			c.fail(websocket.CloseGoingAway, "server shutting down")
 		default:
 		}
-		select {
-		case <-c.done: // closed while this frame waited: drop it too
-			c.out.sent(len(f))
-			c.metrics.framesDropped.Inc()
+		if c.dropIfClosed(f) {
 			if batching {
 				_ = wire.end()
 			}
 			return false
-		default:
 		}
 		if !batching && wire != nil && c.out.waiting() > 0 {
 			wire.begin()

@@ -8,7 +8,6 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
-	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
@@ -16,12 +15,8 @@ import (
 // valid and is closed with CloseTokenExpired when it expires.
 func TestAConnectionIsClosedWith4401WhenItsTokenExpires(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
-	c := f.dial(ctx, shortToken(t, "alice", 1500*time.Millisecond))
-	c.subscribe("c1", "")
-	c.expect(ctx, "subscribed")
+	ctx, f := startedFixture(t)
+	c := f.dial(ctx, shortToken(t, "alice", 1500*time.Millisecond)).subscribed(ctx, "c1", "")
 	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: "c1"}
 	f.produce(ctx, id, "r1", 1, 3)
 	checkSeqs(t, c.events(ctx, 3), "r1", 1, 3)
@@ -30,8 +25,7 @@ func TestAConnectionIsClosedWith4401WhenItsTokenExpires(t *testing.T) {
 	}
 	// A connection with a long-lived token is still served.
 	long := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
-	long.send(`{"op":"ping"}`)
-	long.expect(ctx, "pong")
+	long.ping(ctx)
 }
 
 // shortToken is a token of user (default tenant) that expires ttl from now.
@@ -53,9 +47,7 @@ func shortToken(t *testing.T, user string, ttl time.Duration) string {
 // ResponseWriter: both end alike.
 func TestAnEventStreamEndsWithAnUnauthenticatedErrorEventWhenItsTokenExpires(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
+	ctx, f := startedFixture(t)
 	h2, h2base := f.http2Events(t)
 	for _, tt := range []struct {
 		name string
@@ -67,11 +59,9 @@ func TestAnEventStreamEndsWithAnUnauthenticatedErrorEventWhenItsTokenExpires(t *
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			conv := testenv.Name(t, "c")
-			id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+			conv, id := aliceConv(t)
 			u := tt.base + "/v1/conversations/" + conv + "/events"
-			s := mustOpenSSEWith(ctx, t, tt.hc, u, shortToken(t, "alice", 2*time.Second), nil)
-			s.expect("subscribed")
+			s := mustOpenSSEWith(ctx, t, tt.hc, u, shortToken(t, "alice", 2*time.Second), nil).subscribed()
 
 			// A request streams past the token's expiry: one event every
 			// 20 ms until the stream has ended.
@@ -115,8 +105,7 @@ func TestAnEventStreamEndsWithAnUnauthenticatedErrorEventWhenItsTokenExpires(t *
 			checkSeqs(t, got, "r", 1, len(got))
 
 			// The rest comes with a fresh token, from the last id.
-			again := mustOpenSSEWith(ctx, t, tt.hc, u, token(t, auth.DefaultTenant, "alice"), http.Header{"Last-Event-Id": {got[len(got)-1].Cursor}})
-			again.expect("subscribed")
+			again := mustOpenSSEWith(ctx, t, tt.hc, u, token(t, auth.DefaultTenant, "alice"), http.Header{"Last-Event-Id": {got[len(got)-1].Cursor}}).subscribed()
 			checkSeqs(t, again.events(total-len(got)), "r", len(got)+1, total)
 			t.Logf("%d events before the expiry, %d more after the resume", len(got), total-len(got))
 		})
@@ -127,12 +116,9 @@ func TestAnEventStreamEndsWithAnUnauthenticatedErrorEventWhenItsTokenExpires(t *
 // with 1007.
 func TestInvalidUTF8InATextFrameClosesWith1007(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
+	ctx, f := startedFixture(t)
 	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
-	c.send(`{"op":"ping"}`)
-	c.expect(ctx, "pong")
+	c.ping(ctx)
 	c.send("{\"op\":\"subscribe\",\"conversation\":\"c\xff1\"}")
 	if code := c.closeCode(ctx); code != websocket.CloseInvalidFramePayloadData {
 		t.Fatalf("close code %d, want 1007", code)

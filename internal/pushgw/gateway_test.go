@@ -66,6 +66,16 @@ func newFixture(t testing.TB, ctx context.Context) *fixture {
 	return newFixtureOn(t, ctx, testenv.Kafka(t))
 }
 
+// startedFixture is a fixture whose gateway runs on the default
+// configuration, and the test's context (30 s).
+func startedFixture(t *testing.T) (context.Context, *fixture) {
+	t.Helper()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	f.start(ctx, nil, nil)
+	return ctx, f
+}
+
 // newFixtureOn is newFixture on the given brokers.
 func newFixtureOn(t testing.TB, ctx context.Context, brokers []string) *fixture {
 	t.Helper()
@@ -170,6 +180,13 @@ func token(t testing.TB, tenant, user string) string {
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// aliceConv is a fresh conversation and alice's identity in it (default
+// tenant).
+func aliceConv(t testing.TB) (string, events.Identity) {
+	conv := testenv.Name(t, "c")
+	return conv, events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
 }
 
 // event is a token event of a test run: request req, seq n.
@@ -278,6 +295,22 @@ func (c *wsClient) subscribe(conv, since string) {
 	c.send(fmt.Sprintf(`{"op":"subscribe","conversation":%q,"since":%q}`, conv, since))
 }
 
+// subscribed subscribes c to conv from since and expects the subscribed
+// frame; it returns c.
+func (c *wsClient) subscribed(ctx context.Context, conv, since string) *wsClient {
+	c.t.Helper()
+	c.subscribe(conv, since)
+	c.expect(ctx, "subscribed")
+	return c
+}
+
+// ping sends a ping and expects the pong.
+func (c *wsClient) ping(ctx context.Context) {
+	c.t.Helper()
+	c.send(`{"op":"ping"}`)
+	c.expect(ctx, "pong")
+}
+
 // read returns the next frame or the read error. Event frames must decode
 // strictly, cursor included.
 func (c *wsClient) read(ctx context.Context) (frame, error) {
@@ -357,6 +390,15 @@ func (c *wsClient) closeCode(ctx context.Context) int {
 	}
 }
 
+// checkMetric fails t (and goes on) unless the gauge or counter name of
+// reg has the value want.
+func checkMetric(t *testing.T, reg *prometheus.Registry, name string, want float64) {
+	t.Helper()
+	if v := testenv.MetricValue(t, reg, name); v != want {
+		t.Errorf("%s = %v, want %v", name, v, want)
+	}
+}
+
 // checkSeqs fails unless frames are events of req with seqs from..to in order.
 func checkSeqs(t *testing.T, frames []frame, req string, from, to int) {
 	t.Helper()
@@ -370,32 +412,11 @@ func checkSeqs(t *testing.T, frames []frame, req string, from, to int) {
 	}
 }
 
-func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		m := mf.GetMetric()[0]
-		if g := m.GetGauge(); g != nil {
-			return g.GetValue()
-		}
-		return m.GetCounter().GetValue()
-	}
-	t.Fatalf("metric %s not registered", name)
-	return 0
-}
-
 func TestLiveSubscriptionReceivesLaterEventsInOrderWithCursors(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
 	f := newFixture(t, ctx)
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	conv, id := aliceConv(t)
 	f.produce(ctx, id, "old", 1, 3) // before the gateway starts: never delivered live
 	f.start(ctx, nil, nil)
 
@@ -416,7 +437,7 @@ func TestLiveSubscriptionReceivesLaterEventsInOrderWithCursors(t *testing.T) {
 	f.produce(ctx, id, "new", 11, 20)
 	got := c.events(ctx, 20)
 	checkSeqs(t, got, "new", 1, 20)
-	if n := metricValue(t, f.reg, "turnpike_pushgw_bad_records_total"); n < 2 {
+	if n := testenv.MetricValue(t, f.reg, "turnpike_pushgw_bad_records_total"); n < 2 {
 		t.Errorf("bad_records_total = %v, want at least the 2 bad records of this partition", n)
 	}
 	wantPartition := partitionOf(id)
@@ -428,12 +449,10 @@ func TestLiveSubscriptionReceivesLaterEventsInOrderWithCursors(t *testing.T) {
 		}
 		prev = o
 	}
-	if n := metricValue(t, f.reg, "turnpike_pushgw_events_out_total"); n < 20 {
+	if n := testenv.MetricValue(t, f.reg, "turnpike_pushgw_events_out_total"); n < 20 {
 		t.Errorf("events_out_total = %v, want >= 20", n)
 	}
-	if n := metricValue(t, f.reg, "turnpike_pushgw_subscriptions"); n != 1 {
-		t.Errorf("subscriptions = %v, want 1", n)
-	}
+	checkMetric(t, f.reg, "turnpike_pushgw_subscriptions", 1)
 	for _, h := range []string{"turnpike_pushgw_fanout_seconds", "turnpike_pushgw_delivery_lag_seconds"} {
 		if n := histogramCount(t, f.reg, h); n < 20 {
 			t.Errorf("%s counts %d records, want the 20 delivered", h, n)
@@ -460,23 +479,18 @@ func TestSinceEarliestReplaysRetainedEventsThenGoesLive(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
 	f := newFixture(t, ctx)
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	conv, id := aliceConv(t)
 	other := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv + "-other"}
 	f.produce(ctx, id, "r1", 1, 10)
 	f.produce(ctx, other, "x", 1, 5)
 	f.start(ctx, nil, nil)
 	f.produce(ctx, id, "r1", 11, 15) // after start, before subscribing: live or replayed, never both
 
-	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
-	c.subscribe(conv, "earliest")
-	c.expect(ctx, "subscribed")
+	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice")).subscribed(ctx, conv, "earliest")
 	checkSeqs(t, c.events(ctx, 15), "r1", 1, 15)
 	f.produce(ctx, id, "r1", 16, 25)
 	checkSeqs(t, c.events(ctx, 10), "r1", 16, 25)
-	if n := metricValue(t, f.reg, "turnpike_pushgw_replays_total"); n != 1 {
-		t.Errorf("replays_total = %v, want 1", n)
-	}
+	checkMetric(t, f.reg, "turnpike_pushgw_replays_total", 1)
 }
 
 // TestSinceCursorHandsOverWithoutGapOrDuplicate resumes from random cursors
@@ -485,8 +499,7 @@ func TestSinceCursorHandsOverWithoutGapOrDuplicate(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 50*time.Second)
 	f := newFixture(t, ctx)
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	conv, id := aliceConv(t)
 	noise := events.Identity{Tenant: auth.DefaultTenant, User: "bob", Conversation: conv}
 	const before, total, cuts = 50, 250, 6
 	f.produce(ctx, id, "r", 1, before)
@@ -498,9 +511,7 @@ func TestSinceCursorHandsOverWithoutGapOrDuplicate(t *testing.T) {
 	var mu sync.Mutex
 	cursors := []string{""} // cursors[seq]
 	seen := make(chan struct{}, 1)
-	watcher := f.dial(ctx, tok)
-	watcher.subscribe(conv, "earliest")
-	watcher.expect(ctx, "subscribed")
+	watcher := f.dial(ctx, tok).subscribed(ctx, conv, "earliest")
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for n := 1; n <= total; n++ {
@@ -582,9 +593,7 @@ func TestIdentitiesAreIsolated(t *testing.T) {
 	f.produce(ctx, otherTenant, "t2", 1, 5)
 	f.produce(ctx, alice, "alice", 1, 5)
 
-	bc := f.dial(ctx, token(t, "t1", "bob"))
-	bc.subscribe(conv, "earliest")
-	bc.expect(ctx, "subscribed")
+	bc := f.dial(ctx, token(t, "t1", "bob")).subscribed(ctx, conv, "earliest")
 	bobEvents := bc.events(ctx, 5)
 	checkSeqs(t, bobEvents, "bob", 1, 5)
 
@@ -595,15 +604,12 @@ func TestIdentitiesAreIsolated(t *testing.T) {
 			t.Fatalf("subscribing to %q: code %q, want invalid_argument", bad, fr.Code)
 		}
 	}
-	ac.subscribe(conv, "earliest")
-	ac.expect(ctx, "subscribed")
+	ac.subscribed(ctx, conv, "earliest")
 	checkSeqs(t, ac.events(ctx, 5), "alice", 1, 5)
 
 	// Alice resumes from bob's first cursor: a valid position, but only her
 	// own records after it come back.
-	ac2 := f.dial(ctx, token(t, "t1", "alice"))
-	ac2.subscribe(conv, bobEvents[0].Cursor)
-	ac2.expect(ctx, "subscribed")
+	ac2 := f.dial(ctx, token(t, "t1", "alice")).subscribed(ctx, conv, bobEvents[0].Cursor)
 
 	f.produce(ctx, bob, "bob", 6, 10)
 	f.produce(ctx, otherTenant, "t2", 6, 10)
@@ -613,8 +619,7 @@ func TestIdentitiesAreIsolated(t *testing.T) {
 	checkSeqs(t, bc.events(ctx, 5), "bob", 6, 10)
 	// Nothing else arrives: a ping is answered next.
 	for _, c := range []*wsClient{ac, ac2} {
-		c.send(`{"op":"ping"}`)
-		c.expect(ctx, "pong")
+		c.ping(ctx)
 	}
 }
 
@@ -623,15 +628,10 @@ func TestBadFramesGetAnErrorFrameAndTheConnectionStaysOpen(t *testing.T) {
 	ctx := testenv.Context(t, 30*time.Second)
 	f := newFixture(t, ctx)
 	f.start(ctx, func(c *Config) { c.MaxSubscriptions = 2 }, nil)
-	conv := testenv.Name(t, "c")
-	p := partitionOf(events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv})
+	conv, id := aliceConv(t)
+	p := partitionOf(id)
 	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
 
-	ping := func() {
-		t.Helper()
-		c.send(`{"op":"ping"}`)
-		c.expect(ctx, "pong")
-	}
 	tests := []struct {
 		name  string
 		frame string
@@ -656,7 +656,7 @@ func TestBadFramesGetAnErrorFrameAndTheConnectionStaysOpen(t *testing.T) {
 		if fr.Code != tt.code || fr.Message == "" {
 			t.Errorf("%s: got %+v, want code %s with a message", tt.name, fr, tt.code)
 		}
-		ping()
+		c.ping(ctx)
 	}
 
 	if err := c.conn.WriteMessage(websocket.BinaryMessage, []byte(`{"op":"ping"}`)); err != nil {
@@ -668,31 +668,26 @@ func TestBadFramesGetAnErrorFrameAndTheConnectionStaysOpen(t *testing.T) {
 	// Exactly 64 KiB is a frame like any other (here invalid JSON).
 	c.send(strings.Repeat(" ", MaxFrameBytes))
 	c.expect(ctx, "error")
-	ping()
+	c.ping(ctx)
 
-	c.subscribe(conv, "")
-	c.expect(ctx, "subscribed")
+	c.subscribed(ctx, conv, "")
 	c.subscribe(conv, "")
 	if fr := c.expect(ctx, "error"); !strings.Contains(fr.Message, "already subscribed") {
 		t.Errorf("a second subscription to one conversation: got %+v", fr)
 	}
-	c.subscribe(conv+"-2", "earliest")
-	c.expect(ctx, "subscribed")
+	c.subscribed(ctx, conv+"-2", "earliest")
 	c.subscribe(conv+"-3", "")
 	if fr := c.expect(ctx, "error"); !strings.Contains(fr.Message, "too many") {
 		t.Errorf("a third subscription with MaxSubscriptions 2: got %+v", fr)
 	}
 	c.send(`{"op":"unsubscribe","conversation":"` + conv + `"}`)
-	c.subscribe(conv+"-3", "")
-	c.expect(ctx, "subscribed")
-	ping()
+	c.subscribed(ctx, conv+"-3", "")
+	c.ping(ctx)
 }
 
 func TestUpgradeNeedsAValidToken(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
+	ctx, f := startedFixture(t)
 	good := token(t, auth.DefaultTenant, "alice")
 	forged, err := auth.Mint(strings.Repeat("x", 40), auth.DefaultTenant, "alice", time.Hour, time.Now())
 	if err != nil {
@@ -734,8 +729,7 @@ func TestUpgradeNeedsAValidToken(t *testing.T) {
 				}
 				defer conn.Close()
 				c := &wsClient{t: t, conn: conn}
-				c.send(`{"op":"ping"}`)
-				c.expect(ctx, "pong")
+				c.ping(ctx)
 				return
 			}
 			if err == nil {
@@ -796,12 +790,9 @@ func TestServeHTTPAnswers503BeforeRun(t *testing.T) {
 
 func TestAFrameOver64KiBClosesWith1009(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
+	ctx, f := startedFixture(t)
 	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
-	c.send(`{"op":"ping"}`)
-	c.expect(ctx, "pong")
+	c.ping(ctx)
 	c.send(`{"op":"ping","x":"` + strings.Repeat("a", MaxFrameBytes) + `"}`)
 	if code := c.closeCode(ctx); code != websocket.CloseMessageTooBig {
 		t.Fatalf("close code %d, want 1009", code)
@@ -841,8 +832,7 @@ func testSlowClient(t *testing.T, mod func(*Config)) {
 	ctx := testenv.Context(t, 40*time.Second)
 	f := newFixture(t, ctx)
 	f.start(ctx, mod, func(l net.Listener) net.Listener { return smallBuffers{l} })
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
 
 	d := websocket.Dialer{NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -859,9 +849,7 @@ func testSlowClient(t *testing.T, mod func(*Config)) {
 	defer slowConn.Close()
 	slow := &wsClient{t: t, conn: slowConn}
 	slow.subscribe(conv, "")
-	fast := f.dial(ctx, tok)
-	fast.subscribe(conv, "")
-	fast.expect(ctx, "subscribed")
+	fast := f.dial(ctx, tok).subscribed(ctx, conv, "")
 
 	// 300 events of ~2 KiB, one produce call each, so the fast client
 	// never faces a burst bigger than its queue.
@@ -891,25 +879,16 @@ func testSlowClient(t *testing.T, mod func(*Config)) {
 	if n >= total {
 		t.Fatalf("the slow client got all %d events; it should have been shed", n)
 	}
-	if v := metricValue(t, f.reg, "turnpike_pushgw_slow_disconnects_total"); v != 1 {
-		t.Errorf("slow_disconnects_total = %v, want 1", v)
-	}
-	fast.send(`{"op":"ping"}`)
-	fast.expect(ctx, "pong")
+	checkMetric(t, f.reg, "turnpike_pushgw_slow_disconnects_total", 1)
+	fast.ping(ctx)
 }
 
 func TestRunStopClosesClientsWith1001(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
+	ctx, f := startedFixture(t)
 	conv := testenv.Name(t, "c")
-	a := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
-	a.subscribe(conv, "")
-	a.expect(ctx, "subscribed")
-	b := f.dial(ctx, token(t, auth.DefaultTenant, "bob"))
-	b.subscribe(conv, "earliest")
-	b.expect(ctx, "subscribed")
+	a := f.dial(ctx, token(t, auth.DefaultTenant, "alice")).subscribed(ctx, conv, "")
+	b := f.dial(ctx, token(t, auth.DefaultTenant, "bob")).subscribed(ctx, conv, "earliest")
 
 	f.stop()
 	for _, c := range []*wsClient{a, b} {
@@ -926,9 +905,7 @@ func TestRunStopClosesClientsWith1001(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("Run did not return")
 	}
-	if v := metricValue(t, f.reg, "turnpike_pushgw_connections"); v != 0 {
-		t.Errorf("connections = %v after Run returned, want 0", v)
-	}
+	checkMetric(t, f.reg, "turnpike_pushgw_connections", 0) // after Run returned
 	_, resp, err := websocket.DefaultDialer.DialContext(ctx, f.url, http.Header{"Authorization": {"Bearer " + token(t, auth.DefaultTenant, "alice")}})
 	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("dial after Run returned: %v, %v; want HTTP 503", err, resp)
@@ -969,8 +946,7 @@ func TestACursorOlderThanTheRetainedStreamHasExpired(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
 	f := newFixture(t, ctx)
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	conv, id := aliceConv(t)
 	p := partitionOf(id)
 	f.produce(ctx, id, "r", 1, 10) // offsets 0..9 of a fresh partition
 	f.deleteRecordsBefore(ctx, p, 5)
@@ -985,22 +961,15 @@ func TestACursorOlderThanTheRetainedStreamHasExpired(t *testing.T) {
 	c.expect(ctx, "subscribed")
 	checkSeqs(t, c.events(ctx, 5), "r", 6, 10)
 
-	c2 := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
-	c2.subscribe(conv, "earliest")
-	c2.expect(ctx, "subscribed")
+	c2 := f.dial(ctx, token(t, auth.DefaultTenant, "alice")).subscribed(ctx, conv, "earliest")
 	checkSeqs(t, c2.events(ctx, 5), "r", 6, 10)
 }
 
 func TestUnsubscribeStopsEventsAndAResubscriptionResumesCleanly(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
-	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
-	c.subscribe(conv, "")
-	c.expect(ctx, "subscribed")
+	ctx, f := startedFixture(t)
+	conv, id := aliceConv(t)
+	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice")).subscribed(ctx, conv, "")
 	f.produce(ctx, id, "r", 1, 5)
 	got := c.events(ctx, 5)
 	checkSeqs(t, got, "r", 1, 5)
@@ -1009,11 +978,9 @@ func TestUnsubscribeStopsEventsAndAResubscriptionResumesCleanly(t *testing.T) {
 	c.send(`{"op":"ping"}`)
 	c.expect(ctx, "pong") // the unsubscribe is done
 	f.produce(ctx, id, "r", 6, 10)
-	c.send(`{"op":"ping"}`)
-	c.expect(ctx, "pong")
+	c.ping(ctx)
 
-	c.subscribe(conv, got[4].Cursor)
-	c.expect(ctx, "subscribed")
+	c.subscribed(ctx, conv, got[4].Cursor)
 	checkSeqs(t, c.events(ctx, 5), "r", 6, 10)
 	f.produce(ctx, id, "r", 11, 11)
 	checkSeqs(t, c.events(ctx, 1), "r", 11, 11)

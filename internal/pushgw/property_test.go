@@ -215,7 +215,7 @@ func TestResumeIsExactFromAnyDisconnectPoint(t *testing.T) {
 	}
 	var ring, fromKafka float64
 	for i, in := range replicas {
-		r, k := metricValue(t, in.reg, "turnpike_pushgw_ring_replays_total"), metricValue(t, in.reg, "turnpike_pushgw_replays_total")
+		r, k := testenv.MetricValue(t, in.reg, "turnpike_pushgw_ring_replays_total"), testenv.MetricValue(t, in.reg, "turnpike_pushgw_replays_total")
 		t.Logf("replica %d (ring %d bytes): %v resumes from the ring, %v from Kafka", i, ringSizes[i], r, k)
 		ring += r
 		fromKafka += k

@@ -7,26 +7,18 @@ import (
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
-	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
 func TestARecentCursorResumesFromTheRingWithoutReadingKafka(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	ctx, f := startedFixture(t)
+	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
-	w := f.dial(ctx, tok)
-	w.subscribe(conv, "")
-	w.expect(ctx, "subscribed")
+	w := f.dial(ctx, tok).subscribed(ctx, conv, "")
 	f.produce(ctx, id, "r", 1, 20)
 	seen := w.events(ctx, 20)
 
-	c := f.dial(ctx, tok)
-	c.subscribe(conv, seen[4].Cursor)
-	c.expect(ctx, "subscribed")
+	c := f.dial(ctx, tok).subscribed(ctx, conv, seen[4].Cursor)
 	checkSeqs(t, c.events(ctx, 15), "r", 6, 20)
 	f.produce(ctx, id, "r", 21, 25)
 	checkSeqs(t, c.events(ctx, 5), "r", 21, 25)
@@ -36,12 +28,8 @@ func TestARecentCursorResumesFromTheRingWithoutReadingKafka(t *testing.T) {
 	e.expect(ctx, "subscribed")
 	checkSeqs(t, e.events(ctx, 25), "r", 1, 25)
 
-	if n := metricValue(t, f.reg, "turnpike_pushgw_ring_replays_total"); n != 2 {
-		t.Errorf("ring_replays_total = %v, want 2", n)
-	}
-	if n := metricValue(t, f.reg, "turnpike_pushgw_replays_total"); n != 0 {
-		t.Errorf("replays_total (Kafka) = %v, want 0", n)
-	}
+	checkMetric(t, f.reg, "turnpike_pushgw_ring_replays_total", 2)
+	checkMetric(t, f.reg, "turnpike_pushgw_replays_total", 0) // from Kafka
 }
 
 // TestCursorExpiryIsExactAtTheRetentionBoundary deletes the first half of
@@ -51,17 +39,14 @@ func TestCursorExpiryIsExactAtTheRetentionBoundary(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 40*time.Second)
 	f := newFixture(t, ctx)
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	conv, id := aliceConv(t)
 	p := partitionOf(id)
 	tok := token(t, auth.DefaultTenant, "alice")
 	bigRing := f.launch(ctx, nil, nil, nil)
 	noRing := f.launch(ctx, func(c *Config) { c.RingBytes = 1 }, nil, nil)
 	var watchers []*wsClient
 	for _, in := range []*instance{bigRing, noRing} {
-		w := f.dialURL(ctx, in.url, tok)
-		w.subscribe(conv, "")
-		w.expect(ctx, "subscribed")
+		w := f.dialURL(ctx, in.url, tok).subscribed(ctx, conv, "")
 		watchers = append(watchers, w)
 	}
 	f.produce(ctx, id, "r", 1, 10) // offsets 0..9 of a fresh partition: seq n at offset n-1
@@ -104,8 +89,7 @@ func TestACursorFromOneReplicaResumesOnAnotherWithoutGap(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 40*time.Second)
 	f := newFixture(t, ctx)
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
 	a := f.launch(ctx, nil, nil, nil)
 	replicas := []struct {
@@ -115,9 +99,7 @@ func TestACursorFromOneReplicaResumesOnAnotherWithoutGap(t *testing.T) {
 		{"a replica with a ring", f.launch(ctx, nil, nil, nil)},
 		{"a replica without a ring", f.launch(ctx, func(c *Config) { c.RingBytes = 1 }, nil, nil)},
 	}
-	wa := f.dialURL(ctx, a.url, tok)
-	wa.subscribe(conv, "")
-	wa.expect(ctx, "subscribed")
+	wa := f.dialURL(ctx, a.url, tok).subscribed(ctx, conv, "")
 
 	const total = 60
 	var wg sync.WaitGroup
@@ -169,15 +151,12 @@ func TestAReplicaBehindACursorWaitsForItsLiveReader(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
 	f := newFixture(t, ctx)
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
 	a := f.launch(ctx, nil, nil, nil)
 	hook, release := holdBack(t)
 	b := f.launch(ctx, nil, nil, hook)
-	wa := f.dialURL(ctx, a.url, tok)
-	wa.subscribe(conv, "")
-	wa.expect(ctx, "subscribed")
+	wa := f.dialURL(ctx, a.url, tok).subscribed(ctx, conv, "")
 	f.produce(ctx, id, "r", 1, 10)
 	seen := wa.events(ctx, 10)
 
@@ -194,15 +173,12 @@ func TestAReplicaThatDoesNotCatchUpInTimeAnswersUnavailable(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
 	f := newFixture(t, ctx)
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
 	a := f.launch(ctx, nil, nil, nil)
 	hook, _ := holdBack(t)
 	b := f.launch(ctx, func(c *Config) { c.CursorWait = 100 * time.Millisecond }, nil, hook)
-	wa := f.dialURL(ctx, a.url, tok)
-	wa.subscribe(conv, "")
-	wa.expect(ctx, "subscribed")
+	wa := f.dialURL(ctx, a.url, tok).subscribed(ctx, conv, "")
 	f.produce(ctx, id, "r", 1, 3)
 	seen := wa.events(ctx, 3)
 
@@ -221,6 +197,5 @@ func TestAReplicaThatDoesNotCatchUpInTimeAnswersUnavailable(t *testing.T) {
 	if fr := c.expect(ctx, "error"); fr.Code != "invalid_argument" {
 		t.Fatalf("a cursor past the end of the partition: %+v, want invalid_argument", fr)
 	}
-	c.send(`{"op":"ping"}`)
-	c.expect(ctx, "pong")
+	c.ping(ctx)
 }

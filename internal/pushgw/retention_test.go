@@ -10,7 +10,6 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
-	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
 // Retention that deletes records from under a replay already reading from
@@ -22,8 +21,7 @@ func TestAReplayThatRetentionOvertakesMidRangeExpiresTheCursor(t *testing.T) {
 	ctx := testenv.Context(t, 30*time.Second)
 	k := testenv.EmbeddedKafka(t, embedded.KafkaConfig{})
 	f := newFixtureOn(t, ctx, []string{k.Addr()})
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	conv, id := aliceConv(t)
 	p := partitionOf(id)
 	f.produce(ctx, id, "r", 1, 10) // offsets 0..9 of a fresh partition: seq n at offset n-1
 	// No ring: the replay of cursor 2 reads offsets 3..9 from Kafka.
@@ -60,7 +58,6 @@ func TestAReplayThatRetentionOvertakesMidRangeExpiresTheCursor(t *testing.T) {
 		t.Fatal("the replay never fetched offset 3: retention did not overtake it")
 	}
 	// What is left resumes from the earliest retained event.
-	c.subscribe(conv, "earliest")
-	c.expect(ctx, "subscribed")
+	c.subscribed(ctx, conv, "earliest")
 	checkSeqs(t, c.events(ctx, 4), "r", 7, 10)
 }

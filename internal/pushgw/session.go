@@ -101,6 +101,20 @@ func (s *session) send(ctx context.Context, frame []byte) bool {
 	return s.out.push(ctx, s.done, frame)
 }
 
+// dropIfClosed is for a transport's writer, with frame f just taken from
+// the queue: when the session closed while f waited it counts f as sent
+// and dropped, and reports true (the writer drops it too and stops).
+func (s *session) dropIfClosed(f []byte) bool {
+	select {
+	case <-s.done:
+		s.out.sent(len(f))
+		s.metrics.framesDropped.Inc()
+		return true
+	default:
+		return false
+	}
+}
+
 // frameError is an error for the client's eyes with its error frame code.
 type frameError struct {
 	code string

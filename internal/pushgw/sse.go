@@ -342,15 +342,11 @@ func (st *stream) flush() bool {
 		if !ok {
 			break
 		}
-		select {
-		case <-st.done: // closed while this frame waited: drop it too
-			st.out.sent(len(f))
-			st.metrics.framesDropped.Inc()
+		if st.dropIfClosed(f) {
 			if batching {
 				_ = st.wire.end()
 			}
 			return false
-		default:
 		}
 		if !batching && st.out.waiting() > 0 {
 			st.wire.begin()

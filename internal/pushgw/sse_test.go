@@ -183,6 +183,13 @@ func (s *sseStream) expect(typ string) sseMessage {
 	return m
 }
 
+// subscribed expects the stream's subscribed event; it returns s.
+func (s *sseStream) subscribed() *sseStream {
+	s.t.Helper()
+	s.expect("subscribed")
+	return s
+}
+
 // events reads n stream events (with an id) as frames.
 func (s *sseStream) events(n int) []frame {
 	s.t.Helper()
@@ -195,6 +202,20 @@ func (s *sseStream) events(n int) []frame {
 		out = append(out, m.fr)
 	}
 	return out
+}
+
+// heartbeat reads until a heartbeat comment; it fails on the stream's end.
+func (s *sseStream) heartbeat() {
+	s.t.Helper()
+	for {
+		m, err := s.read()
+		if err != nil {
+			s.t.Fatalf("read until a heartbeat: %v", err)
+		}
+		if m.comment && m.data == ": heartbeat" {
+			return
+		}
+	}
 }
 
 // ended reads until the stream ends, skipping comments; it fails on any
@@ -217,16 +238,11 @@ func (s *sseStream) ended() {
 
 func TestEventsStreamEachEventWithItsCursorTypeAndWebSocketFrame(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	ctx, f := startedFixture(t)
+	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
 
-	ws := f.dial(ctx, tok)
-	ws.subscribe(conv, "")
-	ws.expect(ctx, "subscribed")
+	ws := f.dial(ctx, tok).subscribed(ctx, conv, "")
 	s := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, nil)
 	if got := s.expect("subscribed"); got.id != "" || got.fr.Conversation != conv {
 		t.Fatalf("subscribed event %+v, want no id and the conversation", got)
@@ -257,38 +273,30 @@ func TestEventsStreamEachEventWithItsCursorTypeAndWebSocketFrame(t *testing.T) {
 			t.Errorf("event %d: type %q, want %q", i, m.event, want)
 		}
 	}
-	if v := metricValue(t, f.reg, "turnpike_pushgw_sse_connections"); v != 1 {
-		t.Errorf("sse_connections = %v, want 1", v)
-	}
-	if v := metricValue(t, f.reg, "turnpike_pushgw_connections"); v != 2 {
-		t.Errorf("connections = %v, want 2 (one of each)", v)
-	}
+	checkMetric(t, f.reg, "turnpike_pushgw_sse_connections", 1)
+	checkMetric(t, f.reg, "turnpike_pushgw_connections", 2) // one of each
 }
 
 func TestEventsResumeFromLastEventIDOrSinceWithoutGapOrDuplicate(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
 	f := newFixture(t, ctx)
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	conv, id := aliceConv(t)
 	f.produce(ctx, id, "r", 1, 10) // only in Kafka
 	f.start(ctx, func(c *Config) { c.RingBytes = 1 }, nil)
 	tok := token(t, auth.DefaultTenant, "alice")
 
-	s := mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"since": {"earliest"}}), tok, nil)
-	s.expect("subscribed")
+	s := mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"since": {"earliest"}}), tok, nil).subscribed()
 	got := s.events(10)
 	checkSeqs(t, got, "r", 1, 10)
 
 	// Last-Event-ID wins over the URL's since, as when an EventSource
 	// opened with since=earliest reconnects.
 	f.produce(ctx, id, "r", 11, 15)
-	r := mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"since": {"earliest"}}), tok, http.Header{"Last-Event-Id": {got[6].Cursor}})
-	r.expect("subscribed")
+	r := mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"since": {"earliest"}}), tok, http.Header{"Last-Event-Id": {got[6].Cursor}}).subscribed()
 	checkSeqs(t, r.events(8), "r", 8, 15)
 
-	q := mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"since": {got[9].Cursor}}), tok, nil)
-	q.expect("subscribed")
+	q := mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"since": {got[9].Cursor}}), tok, nil).subscribed()
 	checkSeqs(t, q.events(5), "r", 11, 15)
 }
 
@@ -296,8 +304,7 @@ func TestAnExpiredLastEventIDGetsACursorExpiredErrorEventAndTheStreamEnds(t *tes
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
 	f := newFixture(t, ctx)
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	conv, id := aliceConv(t)
 	p := partitionOf(id)
 	f.produce(ctx, id, "r", 1, 10)
 	f.deleteRecordsBefore(ctx, p, 5)
@@ -310,25 +317,20 @@ func TestAnExpiredLastEventIDGetsACursorExpiredErrorEventAndTheStreamEnds(t *tes
 		t.Fatalf("error event %+v, want cursor_expired without id", m)
 	}
 	s.ended()
-	ok := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, http.Header{"Last-Event-Id": {FormatCursor(p, 4)}})
-	ok.expect("subscribed")
+	ok := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, http.Header{"Last-Event-Id": {FormatCursor(p, 4)}}).subscribed()
 	checkSeqs(t, ok.events(5), "r", 6, 10)
 }
 
 func TestFollowStreamsOneRequestAndEndsAfterItsRunCompleted(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 30*time.Second)
-	f := newFixture(t, ctx)
-	f.start(ctx, nil, nil)
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	ctx, f := startedFixture(t)
+	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
 	f.produce(ctx, id, "r1", 1, 3)
 	f.complete(ctx, id, "r1", 4)
 	f.produce(ctx, id, "r2", 1, 2) // r2 began before the stream opens
 
-	s := mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"follow": {"r2"}}), tok, nil)
-	s.expect("subscribed")
+	s := mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"follow": {"r2"}}), tok, nil).subscribed()
 	checkSeqs(t, s.events(2), "r2", 1, 2)
 	f.produce(ctx, id, "r3", 1, 2) // another request meanwhile: not followed
 	f.produce(ctx, id, "r2", 3, 4)
@@ -392,8 +394,7 @@ func TestEventsRefuseBadRequestsBeforeStreaming(t *testing.T) {
 	}
 	// The token may come as ?access_token= (EventSource sets no header),
 	// and an allowed origin gets the CORS header.
-	s := mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"access_token": {alice}}), "", http.Header{"Origin": {"https://app.example.com"}})
-	s.expect("subscribed")
+	s := mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"access_token": {alice}}), "", http.Header{"Origin": {"https://app.example.com"}}).subscribed()
 	if got := s.resp.Header.Get("Access-Control-Allow-Origin"); got != "https://app.example.com" {
 		t.Errorf("Access-Control-Allow-Origin %q, want the origin", got)
 	}
@@ -442,14 +443,12 @@ func TestEventsNeverCrossIdentities(t *testing.T) {
 	f.start(ctx, nil, nil)
 	aliceTok, bobTok := token(t, auth.DefaultTenant, "alice"), token(t, auth.DefaultTenant, "bob")
 
-	a := mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"since": {"earliest"}}), aliceTok, nil)
-	a.expect("subscribed")
+	a := mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"since": {"earliest"}}), aliceTok, nil).subscribed()
 	cursors := a.events(5)
 	// bob names alice's conversation, replays from alice's cursor, follows
 	// alice's request: he sees his own conversation only.
 	for _, q := range []url.Values{{"since": {"earliest"}}, {"since": {cursors[0].Cursor}}, {"follow": {"secret"}}} {
-		b := mustOpenSSE(ctx, t, f.eventsURL(conv, q), bobTok, nil)
-		b.expect("subscribed")
+		b := mustOpenSSE(ctx, t, f.eventsURL(conv, q), bobTok, nil).subscribed()
 		f.produce(ctx, alice, "secret", 6, 6)
 		f.produce(ctx, bob, "mine", 1, 1)
 		if q.Has("follow") {
@@ -473,8 +472,7 @@ func TestASlowEventStreamIsCutOffWhileOthersGetEveryEvent(t *testing.T) {
 	ctx := testenv.Context(t, 40*time.Second)
 	f := newFixture(t, ctx)
 	f.start(ctx, func(c *Config) { c.QueueSize = 16 }, func(l net.Listener) net.Listener { return smallBuffers{l} })
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
 
 	slowClient := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -493,11 +491,8 @@ func TestASlowEventStreamIsCutOffWhileOthersGetEveryEvent(t *testing.T) {
 	defer resp.Body.Close()
 	slow := &sseStream{t: t, resp: resp, br: bufio.NewReaderSize(resp.Body, 16)}
 	slow.expect("subscribed")
-	fast := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, nil)
-	fast.expect("subscribed")
-	ws := f.dial(ctx, tok)
-	ws.subscribe(conv, "")
-	ws.expect(ctx, "subscribed")
+	fast := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, nil).subscribed()
+	ws := f.dial(ctx, tok).subscribed(ctx, conv, "")
 
 	const total = 300
 	var wg sync.WaitGroup
@@ -528,15 +523,12 @@ func TestASlowEventStreamIsCutOffWhileOthersGetEveryEvent(t *testing.T) {
 	if n >= total {
 		t.Fatalf("the slow stream got all %d events; it should have been cut off", n)
 	}
-	if v := metricValue(t, f.reg, "turnpike_pushgw_slow_disconnects_total"); v != 1 {
-		t.Errorf("slow_disconnects_total = %v, want 1", v)
-	}
+	checkMetric(t, f.reg, "turnpike_pushgw_slow_disconnects_total", 1)
 	h, q := http.Header{"Last-Event-Id": {last}}, url.Values(nil)
 	if last == "" { // cut off before its first event
 		h, q = nil, url.Values{"since": {"earliest"}}
 	}
-	again := mustOpenSSE(ctx, t, f.eventsURL(conv, q), tok, h)
-	again.expect("subscribed")
+	again := mustOpenSSE(ctx, t, f.eventsURL(conv, q), tok, h).subscribed()
 	checkSeqs(t, again.events(total-n), "r", n+1, total)
 }
 
@@ -547,26 +539,15 @@ func TestEventStreamsEndWhenTheGatewayStopsAndAnswerUnavailableBeforeRun(t *test
 	f.start(ctx, func(c *Config) { c.SSEHeartbeat = 20 * time.Millisecond }, nil)
 	conv := testenv.Name(t, "c")
 	tok := token(t, auth.DefaultTenant, "alice")
-	s := mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"since": {"earliest"}}), tok, nil)
-	s.expect("subscribed")
-	for {
-		m, err := s.read()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.comment && m.data == ": heartbeat" {
-			break
-		}
-	}
+	s := mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"since": {"earliest"}}), tok, nil).subscribed()
+	s.heartbeat()
 	f.stop()
 	s.ended()
 	if err := <-f.runErr; err != nil {
 		t.Fatalf("Run = %v", err)
 	}
-	f.runErr <- nil // for the cleanup
-	if v := metricValue(t, f.reg, "turnpike_pushgw_sse_connections"); v != 0 {
-		t.Errorf("sse_connections = %v after Run returned, want 0", v)
-	}
+	f.runErr <- nil                                             // for the cleanup
+	checkMetric(t, f.reg, "turnpike_pushgw_sse_connections", 0) // after Run returned
 	// A stopped gateway still answers 200 with an unavailable event, so
 	// that an EventSource keeps reconnecting.
 	u := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, nil)
@@ -585,14 +566,12 @@ func TestTheAccessTokenIsNeverLogged(t *testing.T) {
 	var logs syncBuffer
 	f.launchLogged = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	f.start(ctx, func(c *Config) { c.QueueSize = 1 }, nil)
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
-	s := mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"access_token": {tok}}), "", nil)
-	s.expect("subscribed")
+	mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"access_token": {tok}}), "", nil).subscribed()
 	f.produce(ctx, id, "r", 1, 50) // a queue of one: shed, and logged at info
 	eventually(t, 10*time.Second, "the slow stream is cut off", func() bool {
-		return metricValue(t, f.reg, "turnpike_pushgw_slow_disconnects_total") == 1
+		return testenv.MetricValue(t, f.reg, "turnpike_pushgw_slow_disconnects_total") == 1
 	})
 	eventually(t, 10*time.Second, "the stream's end is logged", func() bool { return strings.Contains(logs.String(), "client closed") })
 	if strings.Contains(logs.String(), tok) || strings.Contains(logs.String(), "access_token") {
@@ -641,8 +620,7 @@ func TestEventsOverHTTP2StreamThroughTheResponseWriter(t *testing.T) {
 	f := newFixture(t, ctx)
 	f.start(ctx, func(c *Config) { c.SSEHeartbeat = 20 * time.Millisecond }, nil)
 	hc, base := f.http2Events(t)
-	conv := testenv.Name(t, "c")
-	id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
 	u := base + "/v1/conversations/" + conv + "/events"
 
@@ -657,15 +635,7 @@ func TestEventsOverHTTP2StreamThroughTheResponseWriter(t *testing.T) {
 	f.produce(ctx, id, "r", 1, 5)
 	got := s.events(5)
 	checkSeqs(t, got, "r", 1, 5)
-	for {
-		m, err := s.read()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.comment {
-			break
-		}
-	}
+	s.heartbeat()
 	f.produce(ctx, id, "r", 6, 8)
 	again, err := openSSEWith(ctx, t, hc, u, tok, http.Header{"Last-Event-Id": {got[2].Cursor}})
 	if err != nil {
@@ -700,8 +670,7 @@ func TestEventStreamsCountAgainstTheUsersConnectAndSubscribeRates(t *testing.T) 
 			conv := testenv.Name(t, "c")
 			alice := token(t, auth.DefaultTenant, "alice")
 			ws := f.dial(ctx, alice) // a WebSocket connect and subscribe take from the same buckets
-			ws.subscribe(conv+"-ws", "")
-			ws.expect(ctx, "subscribed")
+			ws.subscribed(ctx, conv+"-ws", "")
 			mustOpenSSE(ctx, t, f.eventsURL(conv, nil), alice, nil).expect("subscribed")
 			s, err := openSSE(ctx, t, f.eventsURL(conv, nil), alice, nil)
 			if err != nil {

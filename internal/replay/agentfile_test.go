@@ -39,15 +39,7 @@ func TestAShadowReplayRunsAnAgentConfigurationFile(t *testing.T) {
 		t.Fatalf("a bad file: %v, want its problem", err)
 	}
 
-	deps, closeDeps, err := Connect(ctx, cfg, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeDeps()
-	sum, err := Run(ctx, cfg, deps)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sum, _ := connectAndRun(t, ctx, cfg)
 	if sum.Completed != int64(len(ids)*2) {
 		t.Fatalf("completed %d, want %d", sum.Completed, len(ids)*2)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -220,6 +221,22 @@ func (e *env) startWorker(t *testing.T, ctx context.Context, store history.Store
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// connectAndRun runs the replay of cfg with the dependencies Connect makes
+// of it, as the command does; they stay open until the test ends.
+func connectAndRun(t *testing.T, ctx context.Context, cfg Config) (*Summary, Deps) {
+	t.Helper()
+	deps, closeDeps, err := Connect(ctx, cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeDeps)
+	sum, err := Run(ctx, cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum, deps
 }
 
 // waitTurns waits until every conversation in want has exactly that many

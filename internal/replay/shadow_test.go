@@ -114,15 +114,7 @@ func TestShadowRebuildsHistoriesInOrderAndNeverTouchesLiveHistoryOrTheStreamTopi
 		t.Fatalf("a shadow database named like the live one: %v, want a refusal", err)
 	}
 	cfg.ShadowMongoDB = testenv.Name(t, "shadow")
-	deps, closeDeps, err := Connect(ctx, cfg, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeDeps()
-	sum, err := Run(ctx, cfg, deps)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sum, deps := connectAndRun(t, ctx, cfg)
 	if sum.Completed != 12 || sum.Failed != 1 || sum.Statuses[StatusInvalid] != 1 || sum.Latency == nil {
 		t.Fatalf("summary: completed %d, failed %d, statuses %v, latency %v; want 12 complete, 1 invalid", sum.Completed, sum.Failed, sum.Statuses, sum.Latency)
 	}

@@ -150,7 +150,7 @@ func TestBrowserEventSourceResumesAcrossAGatewayRestart(t *testing.T) {
 	}
 	// The restarted gateway served the resume from a cursor: its replay
 	// (its ring is younger than the cursor, so from Kafka).
-	if n := gatherValue(t, gw.reg, "turnpike_pushgw_replays_total"); n < 1 {
+	if n := testenv.MetricValue(t, gw.reg, "turnpike_pushgw_replays_total"); n < 1 {
 		t.Errorf("replays_total of the restarted gateway = %v, want the resume from Last-Event-ID", n)
 	}
 	run(t, ctx, "close the stream", chromedp.Evaluate[chromedp.Void](`window.__sse.stream.close()`))
@@ -224,23 +224,4 @@ func checkWords(t *testing.T, ctx context.Context, state, requestID string, n in
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("the page got the words\n%q\nwant each of w1..w%d once, in order", got, n)
 	}
-}
-
-func gatherValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
-			m := mf.GetMetric()[0]
-			if c := m.GetCounter(); c != nil {
-				return c.GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("metric %s not found", name)
-	return 0
 }

@@ -37,6 +37,31 @@ func (s *stack) produceAt(t *testing.T, ctx context.Context, partition int, key 
 	}
 }
 
+// movingConversation returns the first conversation of ann named
+// prefix-N whose home partition is another with 3 partitions than with 2,
+// and keep accepts its home with 3.
+func movingConversation(prefix string, keep func(after int) bool) events.Identity {
+	for i := 0; ; i++ {
+		id := events.Identity{Tenant: "acme", User: "ann", Conversation: fmt.Sprintf("%s-%d", prefix, i)}
+		before, after := topic.Home([]byte(id.Key()), 2), topic.Home([]byte(id.Key()), 3)
+		if before != after && keep(after) {
+			return id
+		}
+	}
+}
+
+// growRequests adds partitions to the requests topic, up to n; it returns
+// the admin client it used.
+func (s *stack) growRequests(t *testing.T, ctx context.Context, n int32) *kafka.Client {
+	t.Helper()
+	cl := &kafka.Client{Addr: kafka.TCP(s.brokers...)}
+	resp, err := cl.CreatePartitions(ctx, &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{{Name: s.topics.Requests, Count: n}}})
+	if err != nil || resp.Errors[s.topics.Requests] != nil {
+		t.Fatalf("add partitions up to %d: %v %v", n, err, resp)
+	}
+	return cl
+}
+
 // readPartition returns the first n records of one partition of the
 // requests topic.
 func (s *stack) readPartition(t *testing.T, ctx context.Context, partition, n int) []kafka.Message {
@@ -50,28 +75,6 @@ func (s *stack) readPartition(t *testing.T, ctx context.Context, partition, n in
 			t.Fatalf("read partition %d after %d records: %v", partition, len(out), err)
 		}
 		out = append(out, m)
-	}
-	return out
-}
-
-// events reads stream events until n run.completed arrived, in stream
-// order.
-func (s *streamReader) events(t *testing.T, ctx context.Context, n int) []events.Event {
-	t.Helper()
-	var out []events.Event
-	for done := 0; done < n; {
-		m, err := s.r.ReadMessage(ctx)
-		if err != nil {
-			t.Fatalf("read stream after %d completions: %v", done, err)
-		}
-		e, err := events.DecodeEvent(m.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, e)
-		if e.Type() == events.TypeRunCompleted {
-			done++
-		}
 	}
 	return out
 }
@@ -121,9 +124,7 @@ func TestAMisplacedRecordMovedTwiceRunsOnce(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 60*time.Second)
 	s := newStack(t, history.NewMemoryStore())
-	if err := topic.Ensure(ctx, s.brokers, 3, s.topics.All()...); err != nil {
-		t.Fatal(err)
-	}
+	s.ensureTopics(t, ctx, 3)
 	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "moved-twice"}
 	home := topic.Home([]byte(id.Key()), 3)
 	away := (home + 1) % 3
@@ -166,9 +167,7 @@ func TestACancelCoversAMisplacedRecordMovedAfterIt(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 60*time.Second)
 	s := newStack(t, history.NewMemoryStore())
-	if err := topic.Ensure(ctx, s.brokers, 3, s.topics.All()...); err != nil {
-		t.Fatal(err)
-	}
+	s.ensureTopics(t, ctx, 3)
 	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "cancel-before-move"}
 	home := topic.Home([]byte(id.Key()), 3)
 	away := (home + 2) % 3
@@ -223,17 +222,8 @@ func TestAddingPartitionsMovesQueuedRecordsToTheNewHome(t *testing.T) {
 			s := newStack(t, history.NewMemoryStore())
 			s.cfg.Partitions = 2
 			s.cfg.PartitionWatchInterval = 100 * time.Millisecond
-			if err := topic.Ensure(ctx, s.brokers, 2, s.topics.All()...); err != nil {
-				t.Fatal(err)
-			}
-			var id events.Identity
-			for i := 0; ; i++ {
-				id = events.Identity{Tenant: "acme", User: "ann", Conversation: fmt.Sprintf("grow-%d", i)}
-				before, after := topic.Home([]byte(id.Key()), 2), topic.Home([]byte(id.Key()), 3)
-				if before != after && (after == 2) == tt.newHomeAdded {
-					break
-				}
-			}
+			s.ensureTopics(t, ctx, 2)
+			id := movingConversation("grow", func(after int) bool { return (after == 2) == tt.newHomeAdded })
 			oldHome, newHome := topic.Home([]byte(id.Key()), 2), topic.Home([]byte(id.Key()), 3)
 			m := &probeModel{hold: make(chan struct{})}
 			content := func(i int) string { return fmt.Sprintf("%s m%d", id.Conversation, i) }
@@ -242,11 +232,7 @@ func TestAddingPartitionsMovesQueuedRecordsToTheNewHome(t *testing.T) {
 			s.start(t, ctx, worker.Deps{Model: m, Registerer: reg})
 			waitFor(t, ctx, "the first run", func() bool { return m.inFlight() == 1 })
 
-			cl := &kafka.Client{Addr: kafka.TCP(s.brokers...)}
-			resp, err := cl.CreatePartitions(ctx, &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{{Name: s.topics.Requests, Count: 3}}})
-			if err != nil || resp.Errors[s.topics.Requests] != nil {
-				t.Fatalf("add a partition: %v %v", err, resp)
-			}
+			cl := s.growRequests(t, ctx, 3)
 			s.produceAt(t, ctx, newHome, id.Key(), request(id, "r4", content(4)), request(id, "r5", content(5)))
 			close(m.hold)
 
@@ -266,7 +252,7 @@ func TestAddingPartitionsMovesQueuedRecordsToTheNewHome(t *testing.T) {
 			}
 			// Only r2 and r3 (and in the second case r4 and r5, twice) were
 			// copied.
-			if n := counterValue(t, reg, "turnpike_worker_moved_total"); n > tt.maxMoves {
+			if n := testenv.MetricValue(t, reg, "turnpike_worker_moved_total"); n > tt.maxMoves {
 				t.Fatalf("%v records moved, want at most %v", n, tt.maxMoves)
 			}
 			if !tt.newHomeAdded {
@@ -280,20 +266,6 @@ func TestAddingPartitionsMovesQueuedRecordsToTheNewHome(t *testing.T) {
 	}
 }
 
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	return 0
-}
-
 // A worker whose count read after the group's assignment differs from the
 // one it read before joining (partitions were added around the rebalance,
 // so another worker may have read the other count) starts no partition:
@@ -302,9 +274,7 @@ func TestAPartitionCountChangedAroundARebalanceRejoinsBeforeRunning(t *testing.T
 	t.Parallel()
 	ctx := testenv.Context(t, 60*time.Second)
 	s := newStack(t, history.NewMemoryStore())
-	if err := topic.Ensure(ctx, s.brokers, 3, s.topics.All()...); err != nil {
-		t.Fatal(err)
-	}
+	s.ensureTopics(t, ctx, 3)
 	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "rejoin"}
 	s.produce(t, ctx, id.Key(), request(id, "r1", "after the rejoin"))
 	m, err := echo.New(echo.Config{})
@@ -347,16 +317,8 @@ func TestACancelDuringAPartitionChangeReachesARunInTheOldHome(t *testing.T) {
 	s := newStack(t, history.NewMemoryStore())
 	s.cfg.Partitions = 2
 	s.cfg.PartitionWatchInterval = time.Hour // the worker does not notice during the test
-	if err := topic.Ensure(ctx, s.brokers, 2, s.topics.All()...); err != nil {
-		t.Fatal(err)
-	}
-	var id events.Identity
-	for i := 0; ; i++ {
-		id = events.Identity{Tenant: "acme", User: "ann", Conversation: fmt.Sprintf("cancel-grow-%d", i)}
-		if topic.Home([]byte(id.Key()), 2) != topic.Home([]byte(id.Key()), 3) {
-			break
-		}
-	}
+	s.ensureTopics(t, ctx, 2)
+	id := movingConversation("cancel-grow", func(int) bool { return true })
 	m := &probeModel{hold: make(chan struct{})}
 	defer close(m.hold)
 	s.produceAt(t, ctx, topic.Home([]byte(id.Key()), 2), id.Key(), request(id, "r1", id.Conversation+" m1"))
@@ -364,10 +326,7 @@ func TestACancelDuringAPartitionChangeReachesARunInTheOldHome(t *testing.T) {
 	st := s.stream(t)
 	waitFor(t, ctx, "the run", func() bool { return m.inFlight() == 1 })
 
-	cl := &kafka.Client{Addr: kafka.TCP(s.brokers...)}
-	if resp, err := cl.CreatePartitions(ctx, &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{{Name: s.topics.Requests, Count: 3}}}); err != nil || resp.Errors[s.topics.Requests] != nil {
-		t.Fatalf("add a partition: %v %v", err, resp)
-	}
+	s.growRequests(t, ctx, 3)
 	pos := s.recordCancelAll(t, ctx, id)
 	if pos.Partition != topic.Home([]byte(id.Key()), 3) {
 		t.Fatalf("ingest's home %d, want the new one", pos.Partition)

@@ -87,25 +87,6 @@ func (m *gatedModel) ran() map[string]int {
 	return n
 }
 
-// metricValue is the value of an unlabelled gauge or counter of reg.
-func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			m := mf.GetMetric()[0]
-			if g := m.GetGauge(); g != nil {
-				return g.GetValue()
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
-}
-
 // waitQueued waits until c1 m1 (offset 0 of produceAll(…, 2, 3)) is
 // running and c2 is done: c2 m3, at offset 5, was fetched after c1 m2 and
 // c1 m3, so those two are queued behind c1 m1.
@@ -251,7 +232,7 @@ func TestAZombieCommitIsFencedPersistsNothingAndIsDropped(t *testing.T) {
 	s.start(t, ctx, worker.Deps{Model: newGatedModel(), Registerer: reg})
 	s.waitCommitted(t, ctx)
 
-	if n := metricValue(t, reg, "turnpike_worker_fenced_total"); n != 1 {
+	if n := testenv.MetricValue(t, reg, "turnpike_worker_fenced_total"); n != 1 {
 		t.Fatalf("fenced %v times, want 1", n)
 	}
 	page, err := store.List(ctx, id, 0, 10)
@@ -261,7 +242,7 @@ func TestAZombieCommitIsFencedPersistsNothingAndIsDropped(t *testing.T) {
 	if c, found, err := store.Lookup(ctx, id, "c1-m1"); err != nil || found {
 		t.Fatalf("outcome of the fenced request: %+v %v %v, want none (not failed)", c, found, err)
 	}
-	if n := metricValue(t, reg, "turnpike_worker_dlq_total"); n != 0 {
+	if n := testenv.MetricValue(t, reg, "turnpike_worker_dlq_total"); n != 0 {
 		t.Fatalf("%v records dead-lettered", n)
 	}
 	conn, err := kafka.DialLeader(ctx, "tcp", s.brokers[0], s.topics.DLQ, 0)

@@ -81,11 +81,18 @@ func (s *stack) start(t *testing.T, ctx context.Context, d worker.Deps) (stop fu
 	return stop
 }
 
-func (s *stack) produce(t *testing.T, ctx context.Context, key string, value []byte) {
+// ensureTopics creates the stack's topics with partitions partitions, if
+// they are not there yet.
+func (s *stack) ensureTopics(t *testing.T, ctx context.Context, partitions int) {
 	t.Helper()
-	if err := topic.Ensure(ctx, s.brokers, 3, s.topics.All()...); err != nil {
+	if err := topic.Ensure(ctx, s.brokers, partitions, s.topics.All()...); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func (s *stack) produce(t *testing.T, ctx context.Context, key string, value []byte) {
+	t.Helper()
+	s.ensureTopics(t, ctx, 3)
 	w := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topics.Requests, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	defer w.Close()
 	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte(key), Value: value}); err != nil {
@@ -112,11 +119,11 @@ func (s *stack) stream(t *testing.T) *streamReader {
 	return &streamReader{r: r}
 }
 
-// untilCompleted reads events until n run.completed events arrived, and
-// returns all events read, grouped by request id.
-func (s *streamReader) untilCompleted(t *testing.T, ctx context.Context, n int) map[string][]events.Event {
+// events reads stream events until n run.completed arrived, in stream
+// order. Each must decode and be keyed by its conversation.
+func (s *streamReader) events(t *testing.T, ctx context.Context, n int) []events.Event {
 	t.Helper()
-	byReq := map[string][]events.Event{}
+	var out []events.Event
 	for done := 0; done < n; {
 		m, err := s.r.ReadMessage(ctx)
 		if err != nil {
@@ -130,10 +137,20 @@ func (s *streamReader) untilCompleted(t *testing.T, ctx context.Context, n int) 
 		if err != nil || id.Conversation != e.Header().Conversation {
 			t.Fatalf("stream key %q does not match event %+v", m.Key, e.Header())
 		}
-		byReq[e.Header().RequestID] = append(byReq[e.Header().RequestID], e)
+		out = append(out, e)
 		if e.Type() == events.TypeRunCompleted {
 			done++
 		}
+	}
+	return out
+}
+
+// untilCompleted is events grouped by request id.
+func (s *streamReader) untilCompleted(t *testing.T, ctx context.Context, n int) map[string][]events.Event {
+	t.Helper()
+	byReq := map[string][]events.Event{}
+	for _, e := range s.events(t, ctx, n) {
+		byReq[e.Header().RequestID] = append(byReq[e.Header().RequestID], e)
 	}
 	return byReq
 }
