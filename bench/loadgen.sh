@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One load-harness run against a fresh devstack, with the broker floor in
+# the same run and the devstack's CPU sampled from /proc every 0.25 s.
+#
+#   bench/loadgen.sh DEVSTACK LOADGEN CONVERSATIONS MESSAGES OUTDIR
+#
+# DEVSTACK and LOADGEN are binaries (go build -o … ./cmd/devstack,
+# ./cmd/loadgen), so that two builds (before and after a change) can be
+# compared in one session. Writes OUTDIR/loadgen-N.txt (the harness's
+# summary), result-N.json and cpu-N.txt ("unix-time utime+stime-ticks").
+# Fixed loopback ports (39180, 39181, 39192, 39117): one run at a time.
+set -u
+devstack=$1 loadgen=$2 n=$3 msgs=$4 out=$5
+mkdir -p "$out"
+data=$(mktemp -d)
+export TURNPIKE_AUTH_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+export TURNPIKE_ECHO_DELAY=0 TURNPIKE_RATE_PER_SECOND=-1 TURNPIKE_LOG_LEVEL=error
+export TURNPIKE_MAX_QUEUED_PER_CONVERSATION=-1 TURNPIKE_MAX_QUEUED_PER_TENANT=-1
+export TURNPIKE_INGEST_ADDR=127.0.0.1:39180 TURNPIKE_PUSHGW_ADDR=127.0.0.1:39181
+export TURNPIKE_KAFKA_ADDR=127.0.0.1:39192 TURNPIKE_MONGO_ADDR=127.0.0.1:39117 TURNPIKE_DATA_DIR=$data
+"$devstack" > "$out/devstack-$n.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do curl -sf http://127.0.0.1:39180/readyz > /dev/null && break; sleep 0.2; done
+while kill -0 $pid 2> /dev/null; do
+  echo "$(date +%s.%N) $(awk '{print $14+$15}' /proc/$pid/stat 2> /dev/null)"
+  sleep 0.25
+done > "$out/cpu-$n.txt" &
+"$loadgen" -ingest http://127.0.0.1:39180 -stream ws://127.0.0.1:39181/v1/stream \
+  -kafka-brokers 127.0.0.1:39192 -users 50 -conversations "$n" -messages "$msgs" \
+  -out "$out/result-$n.json" > "$out/loadgen-$n.txt" 2>&1
+status=$?
+kill $pid
+wait $pid 2> /dev/null
+rm -rf "$data"
+exit $status
