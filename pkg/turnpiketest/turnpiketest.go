@@ -49,8 +49,10 @@ type Stack struct {
 	MongoURI string
 	// RequestsTopic and DLQTopic are the requests topic and its dead
 	// letters, for tests that produce records themselves
-	// (client.Producer) or read what was dead-lettered.
-	RequestsTopic, DLQTopic string
+	// (client.Producer) or read what was dead-lettered; StreamTopic is
+	// the stream events' topic, for tests that read their records (their
+	// headers: the trace context).
+	RequestsTopic, DLQTopic, StreamTopic string
 	// Tenant is the tenant of the Clients' tokens: "default".
 	Tenant string
 	secret string
@@ -131,7 +133,7 @@ func StartConfig(t testing.TB, cfg worker.Config, opts ...worker.Option) *Stack 
 			t.Fatalf("turnpiketest: topics: %v", err)
 		}
 		return &Stack{t: t, IngestURL: st.IngestURL(), StreamURL: st.StreamURL(), Brokers: st.Brokers, MongoURI: st.MongoURI,
-			RequestsTopic: names.Requests, DLQTopic: names.DLQ, Tenant: auth.DefaultTenant, secret: st.AuthSecret}
+			RequestsTopic: names.Requests, DLQTopic: names.DLQ, StreamTopic: names.Stream, Tenant: auth.DefaultTenant, secret: st.AuthSecret}
 	case err := <-errc:
 		errc <- err // for the cleanup
 		t.Fatalf("turnpiketest: start: %v", err)
