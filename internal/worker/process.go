@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"time"
 
@@ -33,7 +34,7 @@ func (w *Worker) handle(genCtx context.Context, e *entry) error {
 	w.metrics.records.Inc()
 	m, req := e.m, e.req
 	if e.err != nil {
-		return w.deadLetter(genCtx, m, nil, e.err, 1)
+		return w.deadLetter(genCtx, genCtx, m, nil, e.err, 1)
 	}
 	ctx, span := w.tracing.Start(w.tracing.FromKafka(context.WithoutCancel(genCtx), m.Headers), "worker.request",
 		attribute.String("turnpike.tenant", req.Tenant), attribute.String("turnpike.conversation", req.Conversation),
@@ -55,10 +56,10 @@ func (w *Worker) handle(genCtx context.Context, e *entry) error {
 				identityAttr(req.Identity()), slog.String("request_id", req.RequestID), slog.Int("partition", m.Partition), slog.Int64("offset", m.Offset))
 			return nil
 		case classPermanent:
-			return w.deadLetter(genCtx, m, &req, err, recordAttempts)
+			return w.deadLetter(genCtx, ctx, m, &req, err, recordAttempts)
 		case classRetryRecord:
 			if recordAttempts >= w.cfg.MaxAttempts {
-				return w.deadLetter(genCtx, m, &req, err, recordAttempts)
+				return w.deadLetter(genCtx, ctx, m, &req, err, recordAttempts)
 			}
 			recordAttempts++
 		}
@@ -86,7 +87,8 @@ func (w *Worker) complete(genCtx context.Context, e *entry, status events.Status
 			return fmt.Errorf("record %s: %w", status, err)
 		}
 		w.metrics.runs.WithLabelValues(string(c.Status)).Inc()
-		return w.completed(ctx, id, e.req.RequestID, c.Status)
+		// Its run.completed continues the record's trace.
+		return w.completed(w.tracing.FromKafka(ctx, e.m.Headers), id, e.req.RequestID, c.Status)
 	})
 }
 
@@ -108,8 +110,9 @@ func (w *Worker) completed(ctx context.Context, id events.Identity, requestID st
 // its outcome as failed and completes it failed on the stream. A DLQ write
 // that fails is retried like any infrastructure failure; a crash before the
 // outcome is recorded re-delivers the record, which may then be
-// dead-lettered twice (at least once, never lost).
-func (w *Worker) deadLetter(genCtx context.Context, m kafka.Message, req *events.Request, cause error, attempts int) error {
+// dead-lettered twice (at least once, never lost). The run.completed
+// continues traced's trace (the request's span).
+func (w *Worker) deadLetter(genCtx, traced context.Context, m kafka.Message, req *events.Request, cause error, attempts int) error {
 	w.metrics.deadLettered.Inc()
 	log := w.log
 	if req != nil {
@@ -129,7 +132,7 @@ func (w *Worker) deadLetter(genCtx context.Context, m kafka.Message, req *events
 		if err != nil {
 			return fmt.Errorf("record outcome: %w", err)
 		}
-		return w.completed(ctx, id, req.RequestID, c.Status)
+		return w.completed(trace.ContextWithSpanContext(ctx, trace.SpanContextFromContext(traced)), id, req.RequestID, c.Status)
 	})
 }
 

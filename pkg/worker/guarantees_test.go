@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,6 +113,7 @@ func neverStarted(t *testing.T, built *sync.Map, r turnpiketest.Run, status even
 	for _, e := range r.Events {
 		if e.Type() == events.TypeRunStarted || e.Type() == events.TypeToken {
 			t.Errorf("%v: want %s without running", r, status)
+			break
 		}
 	}
 	if r.Status != status || ranAgent(built, r.RequestID) != 0 {
@@ -121,7 +123,8 @@ func neverStarted(t *testing.T, built *sync.Map, r turnpiketest.Run, status even
 
 // The send strategies apply to a Go agent's conversation: reject
 // completes a request sent while another runs without running it (and
-// runs one sent when nothing runs); interrupt stops the running request's
+// runs one sent when nothing runs), its run.completed in the request's
+// trace; interrupt stops the running request's
 // model, cancels the one queued behind it, then runs.
 func TestSendStrategiesOfACustomAgent(t *testing.T) {
 	g := &gates{}
@@ -129,11 +132,29 @@ func TestSendStrategiesOfACustomAgent(t *testing.T) {
 	stack := startGated(t, g, &built)
 	c := stack.Client("ivan")
 
+	// The first request of each case holds its run until the test lets it
+	// go: a strategy that is not applied leaves the next request queued
+	// behind it, and the test fails when Follower.Run times out.
 	t.Run("reject", func(t *testing.T) {
 		f := c.Follow("r")
 		first := c.Send("r", "hold")
 		wait(t, g.of(first).started, "the first run to start")
-		neverStarted(t, &built, f.Run(sendWith(t, c, "r", "not now", "reject")), events.StatusRejected)
+		// The rejected request comes with a trace, which its run.completed
+		// continues.
+		traced := stack.Client("ivan")
+		traced.API.HTTP = &http.Client{Transport: traceHeader("00-" + testTraceID + "-00f067aa0ba902b7-01"), Timeout: 30 * time.Second}
+		rejected := sendWith(t, traced, "r", "not now", "reject")
+		neverStarted(t, &built, f.Run(rejected), events.StatusRejected)
+		readTopic(t, stack.Brokers, stack.StreamTopic, func(m kafka.Message) bool {
+			e, err := events.DecodeEvent(m.Value)
+			if err != nil || e.Header().RequestID != rejected {
+				return true
+			}
+			if tp := headers(m)["traceparent"]; !strings.HasPrefix(tp, "00-"+testTraceID+"-") {
+				t.Errorf("the rejected request's %s with traceparent %q, not of its trace", e.Type(), tp)
+			}
+			return e.Type() != events.TypeRunCompleted
+		})
 		close(g.of(first).release)
 		if r := f.Run(first); r.Status != events.StatusComplete || r.Text != "partial done" {
 			t.Errorf("the running request: %v", r)
@@ -255,6 +276,9 @@ func TestDeadLettersOfACustomAgent(t *testing.T) {
 	})
 }
 
+// testTraceID is the trace of the requests the tests send with one.
+const testTraceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+
 // traceHeader adds a traceparent to every request it carries.
 type traceHeader string
 
@@ -266,9 +290,10 @@ func (tp traceHeader) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // A request's trace reaches a Go agent: its factory, model and tools run
 // in a context of the caller's trace, and every stream event of the
-// request carries it in its traceparent header.
+// request carries it in its traceparent header, the run.completed of a
+// request dead-lettered (the factory's Permanent error) included.
 func TestTraceOfACustomAgentsRun(t *testing.T) {
-	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	const traceID = testTraceID
 	var traced sync.Map // where the trace was seen: "factory", "tool"
 	see := func(where string, ctx context.Context) {
 		if sc := trace.SpanContextFromContext(ctx); sc.TraceID().String() == traceID {
@@ -276,8 +301,11 @@ func TestTraceOfACustomAgentsRun(t *testing.T) {
 		}
 	}
 	tl := tracedTool{lookupTool(t, &sync.Map{}), see}
-	stack := turnpiketest.Start(t, worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+	stack := turnpiketest.Start(t, worker.WithAgentFactory(func(ctx context.Context, r worker.Request) (adk.Agent, error) {
 		see("factory", ctx)
+		if r.Conversation == "bad" {
+			return nil, worker.Permanent(errors.New("no agent for this tenant"))
+		}
 		return newLookupAgent(ctx, lookupModel{}, tl)
 	}))
 	c := stack.Client("kim")
@@ -287,20 +315,24 @@ func TestTraceOfACustomAgentsRun(t *testing.T) {
 	if r := f.Run(id); r.Status != events.StatusComplete || r.Text != "found: k for "+id {
 		t.Fatalf("%v", r)
 	}
-	var seen []events.Type
+	bad := c.Send("bad", "k")
+	if r := c.Follow("bad").Run(bad); r.Status != events.StatusFailed {
+		t.Fatalf("%v, want failed", r)
+	}
+	seen := map[string][]events.Type{}
 	readTopic(t, stack.Brokers, stack.StreamTopic, func(m kafka.Message) bool {
 		e, err := events.DecodeEvent(m.Value)
-		if err != nil || e.Header().RequestID != id {
+		if rid := e.Header().RequestID; err != nil || (rid != id && rid != bad) {
 			return true
 		}
-		seen = append(seen, e.Type())
+		seen[e.Header().RequestID] = append(seen[e.Header().RequestID], e.Type())
 		if tp := headers(m)["traceparent"]; !strings.HasPrefix(tp, "00-"+traceID+"-") {
-			t.Errorf("%s event with traceparent %q, not of the request's trace", e.Type(), tp)
+			t.Errorf("%s event of %s with traceparent %q, not of the request's trace", e.Type(), e.Header().Conversation, tp)
 		}
-		return e.Type() != events.TypeRunCompleted
+		return !slices.Contains(seen[id], events.TypeRunCompleted) || !slices.Contains(seen[bad], events.TypeRunCompleted)
 	})
-	if len(seen) < 3 {
-		t.Errorf("read only %v of the request's events", seen)
+	if len(seen[id]) < 3 {
+		t.Errorf("read only %v of the request's events", seen[id])
 	}
 	for _, where := range []string{"factory", "tool"} {
 		if _, ok := traced.Load(where); !ok {
