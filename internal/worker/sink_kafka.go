@@ -73,8 +73,8 @@ type runSink struct {
 	headers []kafka.Header
 	// The record key of the run's identity, built once: kafka-go only
 	// reads a message's Key, so every event of the run shares it.
-	keyOf events.Identity
-	key   []byte
+	keyOf   events.Identity
+	key     []byte
 	window  chan struct{} // one token per event written and not yet acknowledged
 	pending sync.WaitGroup
 
