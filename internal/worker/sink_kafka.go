@@ -67,10 +67,14 @@ func (s *streamWriter) Close() error { return s.w.Close() }
 
 // runSink is a bridge.Sink for one run. Emit returns once the event is
 // handed to the writer; Flush waits for every acknowledgement and reports
-// the first failure.
+// the first failure. Emit is called from one goroutine (the run's).
 type runSink struct {
 	w       *kafka.Writer
 	headers []kafka.Header
+	// The record key of the run's identity, built once: kafka-go only
+	// reads a message's Key, so every event of the run shares it.
+	keyOf   events.Identity
+	key     []byte
 	window  chan struct{} // one token per event written and not yet acknowledged
 	pending sync.WaitGroup
 
@@ -94,7 +98,10 @@ func (rs *runSink) Emit(ctx context.Context, id events.Identity, e events.Event)
 	rs.pending.Add(1)
 	// The writer keeps the value until it is written: a fresh buffer each.
 	v := events.AppendEvent(make([]byte, 0, 256), e)
-	m := kafka.Message{Key: []byte(id.Key()), Value: v, Headers: rs.headers, WriterData: &pendingEvent{rs: rs, at: time.Now()}}
+	if rs.key == nil || id != rs.keyOf {
+		rs.keyOf, rs.key = id, []byte(id.Key())
+	}
+	m := kafka.Message{Key: rs.key, Value: v, Headers: rs.headers, WriterData: &pendingEvent{rs: rs, at: time.Now()}}
 	if err := rs.w.WriteMessages(ctx, m); err != nil {
 		rs.acked(err) // the message never reached the writer
 		return fmt.Errorf("write stream event: %w", err)

@@ -255,7 +255,7 @@ func (b *Bridge) Start(ctx context.Context, run Run, iter *adk.AsyncIterator[*ad
 		run:   run,
 		h:     h,
 		ctx:   context.WithoutCancel(ctx),
-		items: make(chan item, b.cfg.BufferSize),
+		items: newItemQueue(b.cfg.BufferSize),
 		quit:  make(chan struct{}),
 	}
 	sink := run.Sink
@@ -282,13 +282,9 @@ func (b *Bridge) Start(ctx context.Context, run Run, iter *adk.AsyncIterator[*ad
 	}()
 	go func() {
 		res, err := r.coordinate()
-		// The reader exits once the iterator ends or it sees quit; drain
-		// what it still sends so it never blocks on a full buffer.
+		// The reader exits once the iterator ends or it sees quit: a push
+		// to a full buffer returns once quit is closed.
 		close(r.quit)
-		go func() {
-			for range r.items {
-			}
-		}()
 		wg.Wait()
 		h.res, h.err = res, err
 		close(h.done)
@@ -327,14 +323,14 @@ type runner struct {
 	h     *Handle
 	ctx   context.Context
 	emit  *Emitter
-	items chan item
+	items *itemQueue
 	quit  chan struct{} // closed when the coordinator has finished
 }
 
 // read walks the agent's events and hands selected content to the
 // coordinator. It is the only goroutine that calls Next and Recv.
 func (r *runner) read(iter *adk.AsyncIterator[*adk.AgentEvent]) {
-	defer close(r.items)
+	defer r.items.close()
 	msg := 0
 	for {
 		ev, ok := iter.Next()
@@ -497,12 +493,7 @@ func (r *runner) message(src Source, base item, m *schema.Message, whole bool) b
 }
 
 func (r *runner) send(it item) bool {
-	select {
-	case r.items <- it:
-		return true
-	case <-r.quit:
-		return false
-	}
+	return r.items.push(it, r.quit)
 }
 
 // coordinate streams and concatenates what the reader hands over, then
@@ -532,10 +523,20 @@ func (r *runner) coordinate() (Result, error) {
 	emit(func() error { return r.emit.Started(ctx) })
 loop:
 	for {
-		var it item
-		var ok bool
+		// Take everything buffered, so deltas that piled up while the sink
+		// was busy leave as one token event.
+		batch, closed := r.items.take(pending)
+		if len(batch) == 0 && closed {
+			break
+		}
+		// With nothing taken, wait for the reader; otherwise go on at once
+		// (closedChan), unless abort or cancel is there too.
+		next := closedChan
+		if len(batch) == 0 {
+			next = r.items.ready
+		}
 		select {
-		case it, ok = <-r.items:
+		case <-next:
 		case <-r.h.abort:
 			r.run.Turn.Discard()
 			res.Events = int(r.emit.Seq())
@@ -544,24 +545,10 @@ loop:
 			cancelled = true
 			break loop
 		}
-		if !ok {
-			break
+		if len(batch) == 0 {
+			continue
 		}
-		// Take what else is already buffered, so deltas that piled up while
-		// the sink was busy leave as one token event.
-		pending = append(pending[:0], it)
-	drain:
-		for len(pending) < cap(r.items) {
-			select {
-			case it, ok := <-r.items:
-				if !ok {
-					break drain
-				}
-				pending = append(pending, it)
-			default:
-				break drain
-			}
-		}
+		pending = batch
 		var delta []byte
 		var deltaAgent string
 		flush := func() {
