@@ -20,7 +20,11 @@ export TURNPIKE_INGEST_ADDR=127.0.0.1:39180 TURNPIKE_PUSHGW_ADDR=127.0.0.1:39181
 export TURNPIKE_KAFKA_ADDR=127.0.0.1:39192 TURNPIKE_MONGO_ADDR=127.0.0.1:39117 TURNPIKE_DATA_DIR=$data
 "$devstack" > "$out/devstack-$n.log" 2>&1 &
 pid=$!
-for _ in $(seq 100); do curl -sf http://127.0.0.1:39180/readyz > /dev/null && break; sleep 0.2; done
+# Ready once both the ingest API and the push gateway say so.
+for _ in $(seq 100); do
+  curl -sf http://127.0.0.1:39180/readyz > /dev/null && curl -sf http://127.0.0.1:39181/readyz > /dev/null && break
+  sleep 0.2
+done
 while kill -0 $pid 2> /dev/null; do
   echo "$(date +%s.%N) $(awk '{print $14+$15}' /proc/$pid/stat 2> /dev/null)"
   sleep 0.25
