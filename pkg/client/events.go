@@ -148,13 +148,14 @@ func (s *EventStream) Next(ctx context.Context) (Frame, error) {
 
 // read returns the data of the next event, per the event stream format:
 // lines up to a blank one, "data" lines joined with "\n", comments and
-// other fields skipped (the id is the data's cursor already).
+// other fields skipped (the id is the data's cursor already). What it
+// holds, the data so far and the line, stays within maxEventBytes.
 func (s *EventStream) read() ([]byte, error) {
 	var data []byte
-	has, size := false, 0
+	has := false
 	for {
 		line, err := s.br.ReadSlice('\n')
-		size += len(line)
+		size := len(data) + len(line)
 		if errors.Is(err, bufio.ErrBufferFull) {
 			// A long line: gather it whole, within the bound.
 			long := append([]byte(nil), line...)

@@ -245,3 +245,23 @@ func TestEventStreamNextReturnsWhenItsContextEnds(t *testing.T) {
 		t.Fatalf("Next = %v, want context.Canceled", err)
 	}
 }
+
+func TestEventStreamBoundIsPerEventNotPerIdleStretch(t *testing.T) {
+	t.Parallel()
+	// More heartbeats between two events than maxEventBytes holds: a quiet
+	// stream (15 s heartbeats for about two weeks), not one big event.
+	beats := strings.Repeat(": heartbeat\n\n", maxEventBytes/len(": heartbeat\n\n")+1)
+	c := sseServer(t, func(w http.ResponseWriter, r *http.Request) {
+		streamHead(w)
+		fmt.Fprintf(w, "%sevent: token\ndata: %s\n\n", beats, sseFrame(1))
+	})
+	s, err := c.Events(context.Background(), "c1", EventsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f, err := s.Next(context.Background())
+	if err != nil || f.Event == nil || f.Event.Header().Seq != 1 {
+		t.Fatalf("Next after %d bytes of heartbeats = %+v, %v; want the event", len(beats), f, err)
+	}
+}
