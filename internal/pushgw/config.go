@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
+	"github.com/turnpike-dev/turnpike/internal/server"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 )
 
@@ -205,7 +206,7 @@ func (c Config) Validate() error {
 	if c.PingInterval > 0 && c.PongWait > 0 && c.PingInterval >= c.PongWait {
 		errs = append(errs, fmt.Errorf("ping interval %v: must be shorter than pong wait %v", c.PingInterval, c.PongWait))
 	}
-	if _, err := newOriginPolicy(c.AllowedOrigins); err != nil {
+	if _, err := server.NewOriginPolicy(c.AllowedOrigins); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -42,7 +42,7 @@ type Gateway struct {
 	transport      *kafka.Transport
 	kafka          *kafka.Client
 	upgrader       websocket.Upgrader
-	origins        originPolicy
+	origins        server.OriginPolicy
 	connectLimit   *limiter      // nil: no limit
 	subscribeLimit *limiter      // nil: no limit
 	replaySlots    chan struct{} // ReplayConcurrency tokens
@@ -76,7 +76,7 @@ func New(cfg Config, v *auth.Verifier, reg prometheus.Registerer, log *slog.Logg
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	origins, err := newOriginPolicy(cfg.AllowedOrigins)
+	origins, err := server.NewOriginPolicy(cfg.AllowedOrigins)
 	if err != nil { // Validate has reported it already
 		return nil, fmt.Errorf("push gateway config: %w", err)
 	}

@@ -3,6 +3,8 @@ package pushgw
 import (
 	"net/http/httptest"
 	"testing"
+
+	"github.com/turnpike-dev/turnpike/internal/server"
 )
 
 func TestOriginPolicy(t *testing.T) {
@@ -33,7 +35,7 @@ func TestOriginPolicy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p, err := newOriginPolicy(tt.list)
+			p, err := server.NewOriginPolicy(tt.list)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -42,7 +44,7 @@ func TestOriginPolicy(t *testing.T) {
 			if tt.origin != "" {
 				r.Header.Set("Origin", tt.origin)
 			}
-			if got := p.allowed(r); got != tt.ok {
+			if got := p.Allowed(r); got != tt.ok {
 				t.Fatalf("allowed = %v, want %v", got, tt.ok)
 			}
 		})
@@ -52,7 +54,7 @@ func TestOriginPolicy(t *testing.T) {
 func TestOriginPolicyRefusesMalformedEntries(t *testing.T) {
 	t.Parallel()
 	for _, entry := range []string{"example.com", "https://", "https://a.example.com/path", "https://a.*.example.com", "https://*.", "https://example.com?x=1"} {
-		if _, err := newOriginPolicy([]string{entry}); err == nil {
+		if _, err := server.NewOriginPolicy([]string{entry}); err == nil {
 			t.Errorf("entry %q was accepted", entry)
 		}
 	}

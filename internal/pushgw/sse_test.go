@@ -23,7 +23,7 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
-// sseEvent is one parsed Server-Sent Event (or comment) of a test stream.
+// sseMessage is one parsed Server-Sent Event (or comment) of a test stream.
 type sseMessage struct {
 	id, event, data string
 	comment         bool
