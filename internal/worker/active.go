@@ -21,6 +21,7 @@ type activeRuns struct {
 type activeRun struct {
 	requestID string
 	src       history.Source
+	origin    *history.Source // where src's record was first written, if it was moved home
 	owner     *activeRuns
 
 	handle    *bridge.Handle
@@ -29,9 +30,10 @@ type activeRun struct {
 
 func newActiveRuns() *activeRuns { return &activeRuns{runs: make(map[string]*activeRun)} }
 
-// register records the run of requestID for conversation key.
-func (a *activeRuns) register(key, requestID string, src history.Source) *activeRun {
-	r := &activeRun{requestID: requestID, src: src, owner: a}
+// register records the run of requestID for conversation key, from the
+// record at src (first written at origin when it was moved home, else nil).
+func (a *activeRuns) register(key, requestID string, src history.Source, origin *history.Source) *activeRun {
+	r := &activeRun{requestID: requestID, src: src, origin: origin, owner: a}
 	a.mu.Lock()
 	a.runs[key] = r
 	a.mu.Unlock()

@@ -199,36 +199,51 @@ func derivedRequestID(m kafka.Message) string {
 	return events.DerivedRequestID(p, o, m.Time)
 }
 
-// originCancelled reports whether a recorded cancel covers a record moved
-// home where it was first written: ingest records every cancel in every
-// partition with that partition's end offset, so a record written to
-// another partition before a cancel is cancelled even when it was moved
-// home after it. Where it runs is checked by Pending.Start; this second
-// point read is made only for moved records.
-func (w *Worker) originCancelled(ctx context.Context, id events.Identity, requestID string, m kafka.Message) (bool, error) {
+// origin returns where m was first written when the worker moved it home
+// (its turnpike-source-* headers), or nil.
+func origin(m kafka.Message) *history.Source {
 	t, p, o, moved := topic.Origin(m)
 	if !moved {
-		return false, nil
+		return nil
 	}
-	return w.store.Cancelled(ctx, id, requestID, history.Source{Topic: t, Partition: p, Offset: o, Time: m.Time})
+	return &history.Source{Topic: t, Partition: p, Offset: o, Time: m.Time}
 }
 
-// cancelElsewhere cancels the conversation's run when it is in another
-// partition than the cancel of everything names, and the cancel recorded
-// for the run's partition covers it. Ingest names the home partition by
-// the count it sees; while partitions are being added, a run placed by the
-// old count is in another one. Ingest records the cancel in every
-// partition before it publishes it, so the store decides. The read is made
-// on the control topic's reader, only in that case, and bounded.
+// originCancelled reports whether a recorded cancel covers a record moved
+// home where it was first written (false for one never moved): ingest
+// records every cancel in every partition with that partition's end
+// offset, so a record written to another partition before a cancel is
+// cancelled even when it was moved home after it. Where it runs is checked
+// by Pending.Start before the run and by the control topic's match during
+// it; this second point read is made only for moved records.
+func (w *Worker) originCancelled(ctx context.Context, id events.Identity, requestID string, origin *history.Source) (bool, error) {
+	if origin == nil {
+		return false, nil
+	}
+	return w.store.Cancelled(ctx, id, requestID, *origin)
+}
+
+// cancelElsewhere cancels the conversation's run when the cancel of
+// everything does not name where it runs, and a recorded cancel covers it.
+// Ingest names the home partition by the count it sees; while partitions
+// are being added, a run placed by the old count is in another one. And a
+// moved record runs at an offset of its home past the end ingest read
+// there, while the cancel covers it where it was first written. Ingest
+// records the cancel in every partition before it publishes it, so the
+// store decides. The read is made on the control topic's reader, only in
+// those cases, and bounded.
 func (w *Worker) cancelElsewhere(ctl events.Control) bool {
 	id := ctl.Identity()
 	r := w.active.get(id.Key())
-	if r == nil || r.src.Partition == ctl.Partition {
+	if r == nil || (r.src.Partition == ctl.Partition && r.origin == nil) {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cancelReadTimeout)
 	defer cancel()
 	covered, err := w.store.Cancelled(ctx, id, r.requestID, r.src)
+	if err == nil && !covered {
+		covered, err = w.originCancelled(ctx, id, r.requestID, r.origin)
+	}
 	if err != nil {
 		w.log.Warn("read cancels for a run in another partition", slog.String("request_id", r.requestID), slog.Any("error", err))
 		return false

@@ -96,6 +96,23 @@ func (s *stack) recordCancelAll(t *testing.T, ctx context.Context, id events.Ide
 	return pos
 }
 
+// publishCancelAll publishes on the control topic, as ingest does after
+// recording it, a cancel of everything in the conversation below offset
+// before of partition.
+func (s *stack) publishCancelAll(t *testing.T, ctx context.Context, id events.Identity, partition int, before int64) {
+	t.Helper()
+	v, err := events.EncodeControl(events.Control{V: events.Version, Type: events.ControlCancel, Tenant: id.Tenant, User: id.User,
+		Conversation: id.Conversation, Partition: partition, Before: before, At: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cw := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topics.Control, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	defer cw.Close()
+	if err := cw.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func header(m kafka.Message, key string) string {
 	for _, h := range m.Headers {
 		if h.Key == key {
@@ -331,17 +348,42 @@ func TestACancelDuringAPartitionChangeReachesARunInTheOldHome(t *testing.T) {
 	if pos.Partition != topic.Home([]byte(id.Key()), 3) {
 		t.Fatalf("ingest's home %d, want the new one", pos.Partition)
 	}
-	v, err := events.EncodeControl(events.Control{V: events.Version, Type: events.ControlCancel, Tenant: id.Tenant, User: id.User,
-		Conversation: id.Conversation, Partition: pos.Partition, Before: pos.Ends[pos.Partition], At: time.Now().UTC()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cw := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topics.Control, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
-	defer cw.Close()
-	if err := cw.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v}); err != nil {
-		t.Fatal(err)
-	}
+	s.publishCancelAll(t, ctx, id, pos.Partition, pos.Ends[pos.Partition])
 	if _, status := text(st.events(t, ctx, 1)); status != events.StatusCancelled {
 		t.Fatalf("the run in the old home completed %s, want cancelled", status)
+	}
+}
+
+// A record a direct producer wrote to another partition, moved home and
+// running when a cancel of everything arrives over the control topic, is
+// cancelled when the cancel covers it where it was first written: ingest
+// read the end offsets before the move, so the home partition's does not
+// cover the copy, but the origin partition's covers the original.
+func TestACancelReachesARunningMovedRecordThroughItsOrigin(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	s := newStack(t, history.NewMemoryStore())
+	s.ensureTopics(t, ctx, 3)
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "cancel-running-moved"}
+	home := topic.Home([]byte(id.Key()), 3)
+	away := (home + 1) % 3
+	m := &probeModel{hold: make(chan struct{})}
+	defer close(m.hold)
+	s.produceAt(t, ctx, away, id.Key(), request(id, "r1", "moved, then cancelled while it runs"))
+	s.start(t, ctx, worker.Deps{Model: m})
+	st := s.stream(t)
+	waitFor(t, ctx, "the moved record's run", func() bool { return m.inFlight() == 1 })
+
+	// The cancel as ingest records and publishes it had it read the end
+	// offsets before the move: the original (offset 0 of away) below its
+	// partition's end, the copy (offset 0 of home) not below home's.
+	for p, before := range map[int]int64{away: 1, home: 0} {
+		if err := s.store.RecordCancel(ctx, id, history.Cancel{Topic: s.topics.Requests, Partition: p, Before: before, At: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.publishCancelAll(t, ctx, id, home, 0)
+	if _, status := text(st.events(t, ctx, 1)); status != events.StatusCancelled {
+		t.Fatalf("the moved record's run completed %s, want cancelled", status)
 	}
 }

@@ -198,7 +198,7 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 	// cancel before it publishes it, so a cancel is either in the store
 	// now or reaches this registration through the control topic.
 	src := history.Source{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Time: m.Time}
-	ar := w.active.register(id.Key(), req.RequestID, src)
+	ar := w.active.register(id.Key(), req.RequestID, src, origin(m))
 	defer w.active.unregister(id.Key(), ar)
 	pending := history.Begin(w.store, id, req.RequestID, req.Content, req.CreatedAt)
 	pending.SetSource(src)
@@ -219,7 +219,7 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 		return w.completed(ctx, id, req.RequestID, st.Committed.Status)
 	}
 	if !st.Cancelled {
-		if st.Cancelled, err = w.originCancelled(ctx, id, req.RequestID, m); err != nil {
+		if st.Cancelled, err = w.originCancelled(ctx, id, req.RequestID, ar.origin); err != nil {
 			return fmt.Errorf("read cancels: %w", err)
 		}
 	}

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -79,8 +80,7 @@ func (m gateModel) Stream(ctx context.Context, in []*schema.Message, _ ...model.
 // the factory's calls by request id.
 func startGated(t *testing.T, g *gates, built *sync.Map) *turnpiketest.Stack {
 	return turnpiketest.Start(t, worker.WithAgentFactory(func(ctx context.Context, r worker.Request) (adk.Agent, error) {
-		n, _ := built.LoadOrStore(r.RequestID, new(atomic.Int32))
-		n.(*atomic.Int32).Add(1)
+		countBuild(built, r.RequestID)
 		return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "gated", Description: "waits", Model: gateModel{g}})
 	}))
 }
@@ -96,6 +96,12 @@ func sendWith(t *testing.T, c *turnpiketest.Client, conversation, content, strat
 		t.Fatal(err)
 	}
 	return a.RequestID
+}
+
+// countBuild counts one of the factory's calls for id.
+func countBuild(built *sync.Map, id string) {
+	n, _ := built.LoadOrStore(id, new(atomic.Int32))
+	n.(*atomic.Int32).Add(1)
 }
 
 // ranAgent reports how many times the factory built an agent for id.
@@ -125,7 +131,8 @@ func neverStarted(t *testing.T, built *sync.Map, r turnpiketest.Run, status even
 // completes a request sent while another runs without running it (and
 // runs one sent when nothing runs), its run.completed in the request's
 // trace; interrupt stops the running request's
-// model, cancels the one queued behind it, then runs.
+// model, cancels the one queued behind it, then runs; and a cancel stops
+// the running request's model.
 func TestSendStrategiesOfACustomAgent(t *testing.T) {
 	g := &gates{}
 	var built sync.Map
@@ -187,6 +194,23 @@ func TestSendStrategiesOfACustomAgent(t *testing.T) {
 			t.Errorf("history %+v: want the cancelled turn and the interrupting one", h)
 		}
 	})
+
+	// A cancel stops a Go agent's model (its context ends) and persists
+	// the partial answer as cancelled.
+	t.Run("cancel", func(t *testing.T) {
+		f := c.Follow("c")
+		id := c.Send("c", "hold")
+		wait(t, g.of(id).started, "the model to start")
+		c.Cancel("c", id)
+		r := f.Run(id)
+		wait(t, g.of(id).stopped, "the model's context to end")
+		if r.Status != events.StatusCancelled || r.Text != "partial " {
+			t.Errorf("%v, want cancelled after %q", r, "partial ")
+		}
+		if h := c.History("c"); len(h) != 2 || h[1].Content != "partial " || h[1].Status != string(events.StatusCancelled) {
+			t.Errorf("history %+v", h)
+		}
+	})
 }
 
 // readTopic reads topic from its start, handing each record to keep until
@@ -217,11 +241,12 @@ func headers(m kafka.Message) map[string]string {
 	return h
 }
 
-// A Go agent's request that cannot succeed is dead-lettered: its record,
-// byte for byte, goes to the DLQ topic with the reason, the attempts and
-// where it came from, at once for the factory's Permanent error, after
-// Config.MaxAttempts runs for a model error the caller's classifier calls
-// transient.
+// A Go agent's request that cannot succeed is dead-lettered and completes
+// failed: its record, byte for byte, goes to the DLQ topic with the
+// reason, the attempts and where it came from, at once for the factory's
+// Permanent error, after Config.MaxAttempts runs for any other factory
+// error and for a model error the caller's classifier calls transient.
+// The factory's context carries the request, and the conversation goes on.
 func TestDeadLettersOfACustomAgent(t *testing.T) {
 	var modelCalls atomic.Int32
 	flaky := lookupModel{fail: func() error { modelCalls.Add(1); return errFlaky }}
@@ -229,18 +254,27 @@ func TestDeadLettersOfACustomAgent(t *testing.T) {
 	cfg := turnpiketest.Config()
 	cfg.MaxAttempts, cfg.RetryBackoffMin, cfg.RetryBackoffMax = 2, 1, 1
 	stack := turnpiketest.StartConfig(t, cfg, worker.WithAgentFactory(func(ctx context.Context, r worker.Request) (adk.Agent, error) {
-		n, _ := built.LoadOrStore(r.RequestID, new(atomic.Int32))
-		n.(*atomic.Int32).Add(1)
-		if r.Conversation == "bad" {
-			return nil, worker.Permanent(errors.New("no agent for this tenant"))
+		countBuild(&built, r.RequestID)
+		if c, _ := worker.RequestFromContext(ctx); c != r {
+			return nil, fmt.Errorf("the factory's context carries %+v, not %+v", c, r)
 		}
-		return newLookupAgent(ctx, flaky, lookupTool(t, &sync.Map{}))
+		m := lookupModel{}
+		switch r.Conversation {
+		case "bad":
+			return nil, worker.Permanent(errors.New("no agent for this tenant"))
+		case "unreachable":
+			return nil, errors.New("tenant config unreachable")
+		case "flaky":
+			m = flaky
+		}
+		return newLookupAgent(ctx, m, lookupTool(t, &sync.Map{}))
 	}), worker.WithTransientErrors(func(err error) bool { return errors.Is(err, errFlaky) }))
 	c := stack.Client("judy")
 	want := map[string]struct{ reason, attempts string }{}
 	for conv, w := range map[string]struct{ reason, attempts string }{
-		"bad":   {"no agent for this tenant", "1"},
-		"flaky": {errFlaky.Error(), "2"},
+		"bad":         {"no agent for this tenant", "1"},
+		"unreachable": {"tenant config unreachable", "2"},
+		"flaky":       {errFlaky.Error(), "2"},
 	} {
 		f := c.Follow(conv)
 		id := c.Send(conv, "k")
@@ -274,6 +308,10 @@ func TestDeadLettersOfACustomAgent(t *testing.T) {
 		}
 		return len(want) > 0
 	})
+	f := c.Follow("fine")
+	if r := f.Run(c.Send("fine", "k")); r.Status != events.StatusComplete {
+		t.Errorf("after the failures: %v", r)
+	}
 }
 
 // testTraceID is the trace of the requests the tests send with one.
