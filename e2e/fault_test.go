@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -100,7 +99,7 @@ func newFaultStack(t *testing.T) *faultStack {
 		group: testenv.Name(t, "g")}
 	f.kafka = testenv.EmbeddedKafka(t, embedded.KafkaConfig{})
 	f.startMongo()
-	f.proxy = newTCPProxy(t, hostOf(t, f.mongo.URI()))
+	f.proxy = newTCPProxy(t, hostOf(t, f.mongo.URI()), 0)
 	t.Cleanup(func() { f.mongo.Close() })
 	f.env = []string{
 		"TURNPIKE_KAFKA_BROKERS=" + f.kafka.Addr(),
@@ -541,10 +540,7 @@ func TestBrokerFaultsOnProduceFetchAndOffsetCommitLoseAndDuplicateNothing(t *tes
 func (f *faultStack) ingest(t *testing.T, tenant, user string) *client.Client {
 	t.Helper()
 	const secret = "fault-test-secret-that-is-32-bytes-long"
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := loopback(t)
 	var c service.IngestConfig
 	c.Brokers, c.MongoURI, c.MongoDB = []string{f.kafka.Addr()}, f.mongoURI(), f.db
 	c.AuthSecret, c.TopicPrefix, c.Model = secret, f.prefix, "echo"
