@@ -100,7 +100,6 @@ func newFaultStack(t *testing.T) *faultStack {
 	f.kafka = testenv.EmbeddedKafka(t, embedded.KafkaConfig{})
 	f.startMongo()
 	f.proxy = newTCPProxy(t, hostOf(t, f.mongo.URI()), 0)
-	t.Cleanup(func() { f.mongo.Close() })
 	f.env = []string{
 		"TURNPIKE_KAFKA_BROKERS=" + f.kafka.Addr(),
 		"TURNPIKE_MONGO_URI=" + f.mongoURI(),
@@ -135,16 +134,13 @@ func (f *faultStack) mongoURI() string {
 }
 
 // startMongo starts the store on a new random port (on the same files)
-// and points the proxy at it.
+// and points the proxy at it. Each one is stopped at cleanup, if not
+// before.
 func (f *faultStack) startMongo() {
 	f.t.Helper()
-	m, err := embedded.StartMongo(embedded.MongoConfig{DataDir: f.mongoDir})
-	if err != nil {
-		f.t.Fatalf("start mongo: %v", err)
-	}
-	f.mongo = m
+	f.mongo = testenv.EmbeddedMongo(f.t, f.mongoDir)
 	if f.proxy != nil {
-		f.proxy.retarget(hostOf(f.t, m.URI()))
+		f.proxy.retarget(hostOf(f.t, f.mongo.URI()))
 	}
 }
 
