@@ -2,10 +2,7 @@ package e2e
 
 import (
 	"context"
-	"io"
-	"net"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,71 +10,6 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
-
-// cutProxy forwards TCP connections to target until cut closes them all.
-// Each new connection is held delay before it is forwarded, so that events
-// pile up while a client reconnects.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	delay  time.Duration
-
-	mu    sync.Mutex
-	conns []net.Conn
-	wg    sync.WaitGroup
-}
-
-func newCutProxy(t *testing.T, target string, delay time.Duration) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target, delay: delay}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() { ln.Close(); p.cut(); p.wg.Wait() })
-	return p
-}
-
-func (p *cutProxy) accept() {
-	defer p.wg.Done()
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, in)
-		p.mu.Unlock()
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			time.Sleep(p.delay)
-			out, err := net.Dial("tcp", p.target)
-			if err != nil {
-				in.Close()
-				return
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, out)
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); _, _ = io.Copy(out, in); out.Close() }()
-			go func() { defer p.wg.Done(); _, _ = io.Copy(in, out); in.Close() }()
-		}()
-	}
-}
-
-// cut drops every connection, as a network failure would.
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
 
 func TestASubscriptionResumesAcrossDroppedConnectionsWithoutGapOrDuplicate(t *testing.T) {
 	s := startStack(t, "")
@@ -95,11 +27,11 @@ func TestASubscriptionResumesAcrossDroppedConnectionsWithoutGapOrDuplicate(t *te
 func resumeThroughCuts(t *testing.T, s *stack, sse bool) {
 	ctx := testenv.Context(t, 60*time.Second)
 	c := s.client(t, "acme", "ann")
-	proxy := newCutProxy(t, s.PushgwAddr, 100*time.Millisecond) // ten tokens' time: a resume that missed them shows
-	c.StreamURL = "ws://" + proxy.ln.Addr().String() + "/v1/stream"
+	proxy := newTCPProxy(t, s.PushgwAddr, 100*time.Millisecond) // ten tokens' time: a resume that missed them shows
+	c.StreamURL = "ws://" + proxy.addr() + "/v1/stream"
 	conv := "drops"
 	if sse {
-		c.EventsURL, conv = "http://"+proxy.ln.Addr().String(), "drops-sse"
+		c.EventsURL, conv = "http://"+proxy.addr(), "drops-sse"
 	}
 	reconnects := 0
 	sub, err := c.Subscribe(ctx, conv, client.SubscribeOptions{SSE: sse, OnReconnect: func(string) { reconnects++ }})
@@ -112,7 +44,7 @@ func resumeThroughCuts(t *testing.T, s *stack, sse bool) {
 	followAnswer(t, ctx, sub, sent, 60, func(e events.Event) {
 		if e.Type() == events.TypeToken {
 			if tokens++; tokens%15 == 0 {
-				proxy.cut() // the network drops mid-answer
+				proxy.drop() // the network drops mid-answer
 			}
 		}
 	})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -100,8 +99,7 @@ func newFaultStack(t *testing.T) *faultStack {
 		group: testenv.Name(t, "g")}
 	f.kafka = testenv.EmbeddedKafka(t, embedded.KafkaConfig{})
 	f.startMongo()
-	f.proxy = newTCPProxy(t, hostOf(t, f.mongo.URI()))
-	t.Cleanup(func() { f.mongo.Close() })
+	f.proxy = newTCPProxy(t, hostOf(t, f.mongo.URI()), 0)
 	f.env = []string{
 		"TURNPIKE_KAFKA_BROKERS=" + f.kafka.Addr(),
 		"TURNPIKE_MONGO_URI=" + f.mongoURI(),
@@ -136,16 +134,13 @@ func (f *faultStack) mongoURI() string {
 }
 
 // startMongo starts the store on a new random port (on the same files)
-// and points the proxy at it.
+// and points the proxy at it. Each one is stopped at cleanup, if not
+// before.
 func (f *faultStack) startMongo() {
 	f.t.Helper()
-	m, err := embedded.StartMongo(embedded.MongoConfig{DataDir: f.mongoDir})
-	if err != nil {
-		f.t.Fatalf("start mongo: %v", err)
-	}
-	f.mongo = m
+	f.mongo = testenv.EmbeddedMongo(f.t, f.mongoDir)
 	if f.proxy != nil {
-		f.proxy.retarget(hostOf(f.t, m.URI()))
+		f.proxy.retarget(hostOf(f.t, f.mongo.URI()))
 	}
 }
 
@@ -541,10 +536,7 @@ func TestBrokerFaultsOnProduceFetchAndOffsetCommitLoseAndDuplicateNothing(t *tes
 func (f *faultStack) ingest(t *testing.T, tenant, user string) *client.Client {
 	t.Helper()
 	const secret = "fault-test-secret-that-is-32-bytes-long"
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := loopback(t)
 	var c service.IngestConfig
 	c.Brokers, c.MongoURI, c.MongoDB = []string{f.kafka.Addr()}, f.mongoURI(), f.db
 	c.AuthSecret, c.TopicPrefix, c.Model = secret, f.prefix, "echo"

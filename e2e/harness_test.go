@@ -149,10 +149,13 @@ const (
 
 // tcpProxy forwards connections from a listener the test holds for its
 // whole length to a target that may move (a store restarted on a new
-// random port), so clients keep one address across restarts.
+// random port), so clients keep one address across restarts. Each new
+// connection is held delay before it is forwarded (so that events pile up
+// while a client reconnects).
 type tcpProxy struct {
-	ln net.Listener
-	wg sync.WaitGroup
+	ln    net.Listener
+	delay time.Duration
+	wg    sync.WaitGroup
 
 	mu     sync.Mutex // guards target, down and conns
 	target string
@@ -160,14 +163,14 @@ type tcpProxy struct {
 	conns  map[net.Conn]struct{}
 }
 
-func newTCPProxy(t *testing.T, target string) *tcpProxy {
+func newTCPProxy(t *testing.T, target string, delay time.Duration) *tcpProxy {
 	t.Helper()
-	p := &tcpProxy{ln: loopback(t), target: target, conns: map[net.Conn]struct{}{}}
+	p := &tcpProxy{ln: loopback(t), delay: delay, target: target, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(func() {
 		p.ln.Close()
-		p.closeConns()
+		p.drop()
 		p.wg.Wait()
 	})
 	return p
@@ -189,11 +192,12 @@ func (p *tcpProxy) cut() {
 	p.mu.Lock()
 	p.down = true
 	p.mu.Unlock()
-	p.closeConns()
+	p.drop()
 }
 
-// closeConns breaks every forwarded connection.
-func (p *tcpProxy) closeConns() {
+// drop breaks every forwarded connection, as a network failure would; new
+// connections are forwarded again.
+func (p *tcpProxy) drop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c := range p.conns {
@@ -228,6 +232,7 @@ func (p *tcpProxy) accept() {
 
 func (p *tcpProxy) forward(c net.Conn) {
 	defer c.Close()
+	time.Sleep(p.delay)
 	p.mu.Lock()
 	target, down := p.target, p.down
 	p.mu.Unlock()

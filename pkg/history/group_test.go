@@ -159,3 +159,28 @@ func TestBulkErrorsSpreadsACommandErrorToEveryDocument(t *testing.T) {
 		}
 	}
 }
+
+func TestGroupWriterLetsAWaiterGiveUpWhileItsBatchIsStillWritten(t *testing.T) {
+	t.Parallel()
+	f := newFakeBulk()
+	g := newGroupWriter(64, 1, time.Minute, f.write)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = g.do(context.Background(), "first") })
+	<-f.started // the first write holds the only slot
+	wg.Go(func() { _ = g.do(context.Background(), "leader") })
+	until(t, func() bool { return waiting(g) == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() { gaveUp <- g.do(ctx, "impatient") }()
+	until(t, func() bool { return waiting(g) == 2 })
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a waiter whose context ended got %v, want context.Canceled", err)
+	}
+	f.release <- struct{}{}
+	f.release <- struct{}{}
+	wg.Wait()
+	if want := [][]string{{"first"}, {"leader", "impatient"}}; !slices.EqualFunc(f.batches, want, slices.Equal) {
+		t.Fatalf("batches %v, want %v: the batch holds the document of the caller that gave up", f.batches, want)
+	}
+}

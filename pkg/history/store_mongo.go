@@ -21,8 +21,9 @@ type MongoConfig struct {
 	// Turns is the collection of turn documents (one per turn: the atomic
 	// commit point). Default "turns".
 	Turns string
-	// Requests is the collection of request documents (one per committed
-	// request id: the idempotency record). Default "requests".
+	// Requests is the collection of request outcomes without a turn (one
+	// per request id, the first decision winning) and of cancels (one per
+	// conversation and partition). Default "requests".
 	Requests string
 	// Summaries is the collection of conversation summaries (one per
 	// conversation). Default "summaries".
