@@ -8,7 +8,9 @@
 # ./cmd/loadgen), so that two builds (before and after a change) can be
 # compared in one session. Writes OUTDIR/loadgen-N.txt (the harness's
 # summary), result-N.json and cpu-N.txt ("unix-time utime+stime-ticks").
-# Fixed loopback ports (39180, 39181, 39192, 39117): one run at a time.
+# LG_EXTRA, if set, is added to loadgen's flags (e.g. LG_EXTRA="-mode
+# pipeline"). Fixed loopback ports (39180, 39181, 39192, 39117): one run at
+# a time.
 set -u
 devstack=$1 loadgen=$2 n=$3 msgs=$4 out=$5
 mkdir -p "$out"
@@ -31,7 +33,7 @@ while kill -0 $pid 2> /dev/null; do
 done > "$out/cpu-$n.txt" &
 "$loadgen" -ingest http://127.0.0.1:39180 -stream ws://127.0.0.1:39181/v1/stream \
   -kafka-brokers 127.0.0.1:39192 -users 50 -conversations "$n" -messages "$msgs" \
-  -out "$out/result-$n.json" > "$out/loadgen-$n.txt" 2>&1
+  -out "$out/result-$n.json" ${LG_EXTRA:-} > "$out/loadgen-$n.txt" 2>&1
 status=$?
 kill $pid
 wait $pid 2> /dev/null

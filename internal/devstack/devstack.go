@@ -25,6 +25,17 @@ import (
 // ReadyLine is logged once every part serves.
 const ReadyLine = "turnpike devstack ready"
 
+// Defaults of Config's addresses, directory and dev user: every listener on
+// loopback.
+const (
+	DefaultKafkaAddr  = "127.0.0.1:9092"
+	DefaultMongoAddr  = "127.0.0.1:27017"
+	DefaultDataDir    = "./data"
+	DefaultIngestAddr = "127.0.0.1:8080"
+	DefaultPushgwAddr = "127.0.0.1:8081"
+	DefaultDevUser    = "dev"
+)
+
 // Config configures the devstack.
 type Config struct {
 	service.Shared
@@ -58,14 +69,14 @@ type Config struct {
 // services' own settings.
 func (c *Config) Bind(set *flagenv.Set) {
 	c.Shared.BindLogFormat(set, "text")
-	set.String(&c.KafkaAddr, "kafka-addr", "TURNPIKE_KAFKA_ADDR", "127.0.0.1:9092", "address of the embedded Kafka-protocol broker")
-	set.String(&c.MongoAddr, "mongo-addr", "TURNPIKE_MONGO_ADDR", "127.0.0.1:27017", "address of the embedded MongoDB-compatible store")
-	set.String(&c.DataDir, "data-dir", "TURNPIKE_DATA_DIR", "./data", "directory of the embedded broker's and store's files")
-	set.String(&c.IngestAddr, "ingest-addr", "TURNPIKE_INGEST_ADDR", "127.0.0.1:8080", "listen address of the ingest API (loopback unless exposed deliberately)")
-	set.String(&c.PushgwAddr, "pushgw-addr", "TURNPIKE_PUSHGW_ADDR", "127.0.0.1:8081", "listen address of the push gateway (loopback unless exposed deliberately)")
+	set.String(&c.KafkaAddr, "kafka-addr", "TURNPIKE_KAFKA_ADDR", DefaultKafkaAddr, "address of the embedded Kafka-protocol broker")
+	set.String(&c.MongoAddr, "mongo-addr", "TURNPIKE_MONGO_ADDR", DefaultMongoAddr, "address of the embedded MongoDB-compatible store")
+	set.String(&c.DataDir, "data-dir", "TURNPIKE_DATA_DIR", DefaultDataDir, "directory of the embedded broker's and store's files")
+	set.String(&c.IngestAddr, "ingest-addr", "TURNPIKE_INGEST_ADDR", DefaultIngestAddr, "listen address of the ingest API (loopback unless exposed deliberately)")
+	set.String(&c.PushgwAddr, "pushgw-addr", "TURNPIKE_PUSHGW_ADDR", DefaultPushgwAddr, "listen address of the push gateway (loopback unless exposed deliberately)")
 	set.Bool(&c.DevTokensRemote, "dev-tokens-remote", "TURNPIKE_DEV_TOKENS_REMOTE", false,
 		"serve POST /v1/dev/token beyond loopback: anyone who reaches the ingest port can mint tokens")
-	set.String(&c.DevUser, "dev-user", "TURNPIKE_DEV_USER", "dev", "user of the printed dev token")
+	set.String(&c.DevUser, "dev-user", "TURNPIKE_DEV_USER", DefaultDevUser, "user of the printed dev token")
 	set.String(&c.PublicStreamURL, "public-stream-url", "TURNPIKE_PUBLIC_STREAM_URL", "",
 		"push gateway WebSocket URL for the demo page; {host} is the page's host name (default: the gateway's listener)")
 	c.Worker.Worker.BindFlags(set)
@@ -180,10 +191,10 @@ func displayAddr(addr string) string {
 // calls ready, if set, with where they are, then logs ReadyLine.
 func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready func(Stack)) error {
 	if c.DataDir == "" {
-		c.DataDir = "./data"
+		c.DataDir = DefaultDataDir
 	}
 	if c.DevUser == "" {
-		c.DevUser = "dev"
+		c.DevUser = DefaultDevUser
 	}
 	var st Stack
 	// Every port first, so that all conflicts are reported at once.

@@ -6,7 +6,9 @@
 //
 // Its ingest serves the demo chat page at / with dev tokens on: POST
 // /v1/dev/token mints a token for any user, so the page can offer a user
-// picker. Nothing but the devstack turns that route on.
+// picker, to loopback clients only (unless Config.DevTokensRemote) and
+// from the push gateway's allowed origins. Nothing but the devstack turns
+// that route on. Every listener is on loopback unless configured otherwise.
 //
 // Without a configured auth secret it generates one once and keeps it in
 // the data directory (SecretFile, mode 0600), so the tokens it minted stay

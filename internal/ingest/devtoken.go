@@ -1,9 +1,9 @@
 package ingest
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net"
 	"net/http"
@@ -13,11 +13,6 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/server"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
-
-// devTokenRequest is the body of POST /v1/dev/token.
-type devTokenRequest struct {
-	User string `json:"user"`
-}
 
 // devTokenJSON is the 200 body of POST /v1/dev/token.
 type devTokenJSON struct {
@@ -54,31 +49,27 @@ func (s *Service) devToken(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, err)
 		return
 	}
-	var req devTokenRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, devTokenBodyBytes))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok || isTimeout(err) {
-			server.WriteBodyError(w, err)
-			return
-		}
-		badRequest(w, fmt.Errorf("%w body: want {\"user\":\"<id>\"}: %w", events.ErrInvalid, err))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, devTokenBodyBytes))
+	if err != nil {
+		server.WriteBodyError(w, err)
 		return
 	}
-	if dec.More() {
-		badRequest(w, fmt.Errorf("%w body: trailing data after the object", events.ErrInvalid))
-		return
-	}
-	if err := events.ValidateID("user", req.User); err != nil {
+	f, err := decodeStringFields(body, []string{"user"}, nil)
+	if err != nil {
 		badRequest(w, err)
 		return
 	}
-	tok, err := s.mint(req.User)
-	if err != nil {
-		s.internal(w, r, events.Identity{Tenant: auth.DefaultTenant, User: req.User}, "", fmt.Errorf("mint dev token: %w", err))
+	user := f["user"]
+	if err := events.ValidateID("user", user); err != nil {
+		badRequest(w, err)
 		return
 	}
-	server.WriteJSON(w, http.StatusOK, devTokenJSON{Token: tok, Tenant: auth.DefaultTenant, User: req.User})
+	tok, err := s.mint(user)
+	if err != nil {
+		s.internal(w, r, events.Identity{Tenant: auth.DefaultTenant, User: user}, "", fmt.Errorf("mint dev token: %w", err))
+		return
+	}
+	server.WriteJSON(w, http.StatusOK, devTokenJSON{Token: tok, Tenant: auth.DefaultTenant, User: user})
 }
 
 // loopbackPeer reports whether r comes from a loopback address.
@@ -89,10 +80,4 @@ func loopbackPeer(r *http.Request) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.Unmap().IsLoopback()
-}
-
-// isTimeout reports whether err is a read deadline passing.
-func isTimeout(err error) bool {
-	ne, ok := errors.AsType[net.Error](err)
-	return ok && ne.Timeout()
 }

@@ -2,7 +2,7 @@
 // a graceful shutdown and the hardening of every server (timeouts, net/http's
 // own errors in the JSON shape, no path redirects, early answers that do not
 // wait for the body), the unauthenticated /healthz, /readyz and /metrics
-// endpoints, the JSON error shape of API.md with a code per status, and the
+// endpoints, the JSON error shape of docs/api.md with a code per status, and the
 // browser origin policy (OriginPolicy).
 //
 // All functions are safe for concurrent use.

@@ -16,7 +16,8 @@ import (
 	"time"
 )
 
-// Error codes beyond API.md's first list: each status has its own.
+// Error codes of the other statuses (docs/api.md, "Errors over HTTP"): each
+// status has its own.
 const (
 	CodePermissionDenied = "permission_denied"     // 403
 	CodeMethodNotAllowed = "method_not_allowed"    // 405

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Error codes of API.md.
+// Error codes of docs/api.md.
 const (
 	CodeInvalidArgument = "invalid_argument"
 	CodeUnauthenticated = "unauthenticated"

@@ -68,7 +68,7 @@ func TestWriteError(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Exactly the API.md shape: one "error" object with code and message.
+			// Exactly the docs/api.md shape: one "error" object with code and message.
 			var shape map[string]map[string]string
 			dec := json.NewDecoder(strings.NewReader(string(body)))
 			dec.DisallowUnknownFields()

@@ -158,12 +158,11 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a, ok := p.assets[r.URL.Path]
 	if !ok {
-		server.WriteError(w, http.StatusNotFound, server.CodeNotFound, "no such route", 0)
+		server.NotFound(w, r)
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		server.WriteError(w, http.StatusMethodNotAllowed, server.CodeInvalidArgument, "method "+r.Method+" not allowed; allowed: GET, HEAD", 0)
+		server.MethodNotAllowed("GET, HEAD").ServeHTTP(w, r)
 		return
 	}
 	h := w.Header()

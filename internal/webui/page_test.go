@@ -118,7 +118,7 @@ func TestUnknownPathsAndMethodsGetTheAPIErrorShape(t *testing.T) {
 		{"The directory of the assets is a JSON 404.", http.MethodGet, "/ui/", 404, "not_found"},
 		{"index.html by name is a JSON 404.", http.MethodGet, "/index.html", 404, "not_found"},
 		{"An embedded path is not served as such.", http.MethodGet, "/static/app.js", 404, "not_found"},
-		{"POST is a JSON 405.", http.MethodPost, "/", 405, "invalid_argument"},
+		{"POST is a JSON 405.", http.MethodPost, "/", 405, "method_not_allowed"},
 	}
 	for _, tt := range tests {
 		w := get(t, p, tt.method, tt.path, nil)
@@ -127,6 +127,9 @@ func TestUnknownPathsAndMethodsGetTheAPIErrorShape(t *testing.T) {
 		}
 		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != tt.status || body.Error.Code != tt.code {
 			t.Errorf("%s %s %s: %d %s, want %d %s", tt.name, tt.method, tt.path, w.Code, w.Body, tt.status, tt.code)
+		}
+		if tt.status == http.StatusMethodNotAllowed && w.Header().Get("Allow") != "GET, HEAD" {
+			t.Errorf("%s Allow: %q, want GET, HEAD", tt.name, w.Header().Get("Allow"))
 		}
 	}
 }

@@ -32,7 +32,8 @@ type Config struct {
 	// picks a free one.
 	KafkaAddr, MongoAddr string
 	// IngestAddr and PushgwAddr are the ingest API's and the push
-	// gateway's listen addresses. Defaults ":8080" and ":8081".
+	// gateway's listen addresses. Defaults "127.0.0.1:8080" and
+	// "127.0.0.1:8081": loopback only, as cmd/devstack.
 	IngestAddr, PushgwAddr string
 	// DevUser is the user of the dev token Ready receives. Default "dev".
 	DevUser string
@@ -62,8 +63,8 @@ type Stack struct {
 func DefaultConfig() Config {
 	w := worker.DefaultConfig()
 	w.LogFormat = "text"
-	return Config{DataDir: "./data", KafkaAddr: "127.0.0.1:9092", MongoAddr: "127.0.0.1:27017",
-		IngestAddr: ":8080", PushgwAddr: ":8081", DevUser: "dev", Worker: w}
+	return Config{DataDir: devstack.DefaultDataDir, KafkaAddr: devstack.DefaultKafkaAddr, MongoAddr: devstack.DefaultMongoAddr,
+		IngestAddr: devstack.DefaultIngestAddr, PushgwAddr: devstack.DefaultPushgwAddr, DevUser: devstack.DefaultDevUser, Worker: w}
 }
 
 // Run runs the devstack with the worker's agent and hooks of opts until

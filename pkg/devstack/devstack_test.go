@@ -2,11 +2,16 @@ package devstack_test
 
 import (
 	"context"
+	"io"
+	"net"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/cloudwego/eino/adk"
 
+	internaldevstack "github.com/turnpike-dev/turnpike/internal/devstack"
+	"github.com/turnpike-dev/turnpike/internal/flagenv"
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/devstack"
 	"github.com/turnpike-dev/turnpike/pkg/events"
@@ -70,5 +75,24 @@ func TestRunServesAGoAgent(t *testing.T) {
 	stop()
 	if err := <-done; err != nil {
 		t.Errorf("Run after stop: %v", err)
+	}
+}
+
+// The defaults are cmd/devstack's: every listener on loopback.
+func TestDefaultConfigIsCmdDevstacks(t *testing.T) {
+	var cmd internaldevstack.Config
+	if _, ok := flagenv.ParseCommand("devstack", nil, func(string) (string, bool) { return "", false }, io.Discard, cmd.Bind); !ok {
+		t.Fatal("parse")
+	}
+	c := devstack.DefaultConfig()
+	got := []string{c.IngestAddr, c.PushgwAddr, c.KafkaAddr, c.MongoAddr, c.DataDir, c.DevUser}
+	want := []string{cmd.IngestAddr, cmd.PushgwAddr, cmd.KafkaAddr, cmd.MongoAddr, cmd.DataDir, cmd.DevUser}
+	if !slices.Equal(got, want) {
+		t.Errorf("DefaultConfig: %q, cmd/devstack: %q", got, want)
+	}
+	for _, a := range got[:4] {
+		if host, _, err := net.SplitHostPort(a); err != nil || !net.ParseIP(host).IsLoopback() {
+			t.Errorf("default address %q is not on loopback", a)
+		}
 	}
 }

@@ -29,11 +29,11 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
-// Main is the body of a replay binary running the agent of opts (which
-// must include worker.WithAgent or worker.WithAgentFactory) in shadow
-// mode; redrive mode needs no agent. It exits 0 when done, 1 when the
-// replay failed, 2 for bad flags, settings or options, 130 when
-// interrupted (continue with -resume).
+// Main is the body of a replay binary running the agent of opts in
+// shadow mode (redrive mode does not run it, but opts must include
+// worker.WithAgent or worker.WithAgentFactory whatever the mode). It exits
+// 0 when done, 1 when the replay failed, 2 for bad flags, settings or
+// options, 130 when interrupted (continue with -resume).
 func Main(opts ...worker.Option) {
 	os.Exit(MainArgs(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr, opts...))
 }
