@@ -1,4 +1,4 @@
-// Package ingest is Turnpike's ingest HTTP API (API.md, "Ingest HTTP API"):
+// Package ingest is Turnpike's ingest HTTP API (docs/api.md, "Ingest HTTP API"):
 // it accepts user messages, answering 202 only once the request record is
 // durably in the requests topic, and it serves a conversation's history and
 // the caller's list of conversations (GET /v1/conversations, an extension

@@ -44,7 +44,7 @@ type messageJSON struct {
 	Status     *events.Status `json:"status,omitempty"`
 	Incomplete *bool          `json:"incomplete,omitempty"`
 	// Usage (the run's token usage, when the model reported it) and
-	// Interrupt (what an interrupted answer asks) extend API.md (issue #9).
+	// Interrupt (what an interrupted answer asks) extend the contract (docs/api.md).
 	Usage     *events.Usage     `json:"usage,omitempty"`
 	Interrupt *events.Interrupt `json:"interrupt,omitempty"`
 }

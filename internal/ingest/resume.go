@@ -11,7 +11,7 @@ import (
 )
 
 // resumePath is the pattern of the resume resource (an extension of
-// API.md, issue #9).
+// docs/api.md, issue #9).
 const resumePath = "/v1/conversations/{conversation}/resume"
 
 // resumeKeyPrefix puts the Idempotency-Keys of resumes in a space of

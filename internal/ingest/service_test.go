@@ -250,7 +250,7 @@ func (s *testService) doFrom(remote, method, path, tok string, body string, head
 	return w
 }
 
-// checkError asserts the exact API.md error shape:
+// checkError asserts the exact docs/api.md error shape:
 // {"error":{"code":"<code>","message":"<non-empty>"}} and nothing else.
 func checkError(t *testing.T, w *httptest.ResponseRecorder, status int, code string) string {
 	t.Helper()

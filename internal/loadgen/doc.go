@@ -8,7 +8,7 @@
 // latency (receive time − the event's ts, in a log-linear histogram),
 // tokens/s, token events/s, turns/s, errors, and the stack's RSS from its
 // metrics endpoint. It is also the correctness oracle under load: every
-// event is checked against API.md as it arrives (seqs, run.started first,
+// event is checked against docs/api.md as it arrives (seqs, run.started first,
 // no foreign event, exact text, status, order) and every conversation's
 // history is read back and compared with what was sent and streamed.
 //

@@ -22,7 +22,7 @@ type turn struct {
 
 // convCheck is the oracle of one conversation, a closed loop of turns: it
 // is told what is sent (begin, accepted) and checks every event received
-// for the conversation against API.md. It is safe for concurrent use: the
+// for the conversation against docs/api.md. It is safe for concurrent use: the
 // conversation's sender and its connection's reader both call it.
 type convCheck struct {
 	name       string

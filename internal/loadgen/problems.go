@@ -6,7 +6,7 @@ import (
 )
 
 // Violation kinds: what the oracle checks under load. Each is a broken
-// promise of API.md, never a slow answer.
+// promise of docs/api.md, never a slow answer.
 const (
 	// KindBadFrame: a frame that is not a JSON object.
 	KindBadFrame = "bad_frame"

@@ -23,7 +23,7 @@ type Result struct {
 	// both ran.
 	Ratios *Ratios `json:"ratios,omitempty"`
 	RSS    RSS     `json:"rss"`
-	// Violations are broken promises of API.md; Errors are failed calls,
+	// Violations are broken promises of docs/api.md; Errors are failed calls,
 	// closed connections and timeouts.
 	Violations Problems `json:"violations"`
 	Errors     Problems `json:"errors"`

@@ -1,4 +1,4 @@
-// Package pushgw is the push gateway of API.md: clients subscribe to their
+// Package pushgw is the push gateway of docs/api.md: clients subscribe to their
 // conversations on the WebSocket GET /v1/stream, or follow one as
 // Server-Sent Events on GET /v1/conversations/{c}/events, and receive the
 // stream topic's events, live or resumed from a cursor, without gap or

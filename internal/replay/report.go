@@ -20,7 +20,7 @@ const (
 	ActionSkipped = "skipped"
 )
 
-// Statuses of a report line besides the run statuses of API.md.
+// Statuses of a report line besides the run statuses of docs/api.md.
 const (
 	// StatusInvalid: the record does not decode as a request.
 	StatusInvalid = "invalid"

@@ -12,7 +12,7 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
-// Header names. The DLQ ones are the worker's (API.md); the replay ones are
+// Header names. The DLQ ones are the worker's (docs/api.md); the replay ones are
 // added to every redriven record.
 const (
 	HeaderDLQReason       = "turnpike-dlq-reason"

@@ -26,7 +26,7 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/history"
 )
 
-// Shared holds the settings of API.md's "Configuration" section, read by
+// Shared holds the settings of docs/api.md's "Configuration" section, read by
 // every service.
 type Shared struct {
 	Brokers     []string // TURNPIKE_KAFKA_BROKERS

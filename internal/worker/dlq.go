@@ -11,7 +11,7 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/topic"
 )
 
-// DLQ header names of API.md.
+// DLQ header names of docs/api.md.
 const (
 	HeaderDLQReason       = "turnpike-dlq-reason"
 	HeaderSourceTopic     = topic.HeaderSourceTopic

@@ -11,13 +11,13 @@ import (
 // Type names a stream event.
 type Type string
 
-// The stream event types of API.md.
+// The stream event types of docs/api.md.
 const (
 	TypeRunStarted   Type = "run.started"
 	TypeToken        Type = "token"
 	TypeNotice       Type = "notice"
 	TypeRunCompleted Type = "run.completed"
-	// TypeAgentTransfer and TypeRunInterrupted extend API.md (issue #9):
+	// TypeAgentTransfer and TypeRunInterrupted extend the contract (docs/api.md):
 	// one agent handed the conversation to another; a run stopped to ask
 	// the user something.
 	TypeAgentTransfer  Type = "agent.transfer"
@@ -28,7 +28,7 @@ const (
 // messages in history.
 type Status string
 
-// The statuses of API.md.
+// The statuses of docs/api.md.
 const (
 	StatusComplete   Status = "complete"
 	StatusIncomplete Status = "incomplete"
@@ -36,7 +36,7 @@ const (
 	StatusDiscarded  Status = "discarded"
 	StatusRejected   Status = "rejected"
 	StatusFailed     Status = "failed"
-	// StatusInterrupted extends API.md (issue #9): the run stopped to ask
+	// StatusInterrupted extends docs/api.md (issue #9): the run stopped to ask
 	// the user something (run.interrupted says what); its partial answer
 	// and the question are persisted, and POST …/resume continues it.
 	StatusInterrupted Status = "interrupted"
@@ -121,7 +121,7 @@ type RunCompletedEvent struct {
 	Meta
 	Status Status
 	// Usage is the run's token usage, when the model reported any
-	// ("usage" is absent otherwise): an extension of API.md (issue #9).
+	// ("usage" is absent otherwise): an extension of docs/api.md (issue #9).
 	Usage *Usage
 }
 

@@ -42,7 +42,7 @@ func maxRecordBytes(maxContent int) int {
 // the same conversation is running or queued.
 type Strategy string
 
-// The strategies of API.md.
+// The strategies of docs/api.md.
 const (
 	StrategyEnqueue   Strategy = "enqueue"
 	StrategyReject    Strategy = "reject"
@@ -71,7 +71,7 @@ type Request struct {
 	Strategy     Strategy  `json:"strategy,omitempty"`
 	CreatedAt    time.Time `json:"created_at,omitzero"`
 	// ResumeOf, when set, makes the record a resume (an extension of
-	// API.md, issue #9): Content is the user's answer to the question of
+	// docs/api.md, issue #9): Content is the user's answer to the question of
 	// request ResumeOf, whose run was interrupted, and the worker continues
 	// that run from its checkpoint instead of starting a new one. It runs in
 	// the conversation's order like any request; it is rejected when
