@@ -242,7 +242,9 @@ func runWorker(ctx context.Context, c WorkerConfig, env Env, ln net.Listener, st
 	}
 	defer tr.Shutdown(context.WithoutCancel(ctx))
 	w, err := worker.New(wc, worker.Deps{Store: store, Model: m, ModelName: c.ModelName(), Agent: agent, Models: models,
-		Registerer: env.Registry, Logger: env.Logger, Tracing: tr, Custom: c.Custom})
+		Registerer: env.Registry, Logger: env.Logger, Tracing: tr, Custom: c.Custom,
+		// Ready once the topics exist: ingest's produce needs them.
+		Ready: env.ready})
 	if err != nil {
 		return err
 	}
@@ -259,7 +261,6 @@ func runWorker(ctx context.Context, c WorkerConfig, env Env, ln net.Listener, st
 		server.HandleOps(mux, env.Registry, kafkaCheck(c.Brokers), server.Check{Name: "mongo", Fn: pingMongo})
 		g.Go(func() error { return server.Serve(gctx, ln, mux, shutdownGrace) })
 	}
-	env.ready()
 	return g.Wait()
 }
 

@@ -54,6 +54,9 @@ type Deps struct {
 	// (Agent and Models must then be unset); Model is then only the
 	// compaction summarizer's default and may be nil.
 	Custom *Custom
+	// Ready, if set, is called once by Run when the worker's topics exist
+	// and its writers are open, before it joins the consumer group.
+	Ready func()
 }
 
 // Worker runs requests from the requests topic.
@@ -62,6 +65,7 @@ type Worker struct {
 	store   history.Store
 	agents  *agents
 	custom  *Custom // nil: the agent configuration's agent
+	ready   func()  // Deps.Ready
 	log     *slog.Logger
 	now     func() time.Time
 	tracing *tracing.Tracing
@@ -136,6 +140,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		store:    d.Store,
 		agents:   ag,
 		custom:   d.Custom,
+		ready:    d.Ready,
 		log:      d.Logger,
 		now:      d.Now,
 		tracing:  d.Tracing,
@@ -223,6 +228,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 
+	if w.ready != nil {
+		w.ready()
+	}
 	if n, err := w.requestPartitions(ctx); err == nil && w.countBeforeJoin.Load() == 0 {
 		w.countBeforeJoin.Store(int64(n)) // else the first generation rejoins once
 	}

@@ -1,0 +1,62 @@
+package service_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/turnpike-dev/turnpike/internal/embedded"
+	"github.com/turnpike-dev/turnpike/internal/service"
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
+)
+
+// The worker says it is ready only once its topics exist: the devstack
+// reports ready when every service has, and ingest's first produce fails
+// with "unknown topic" if the worker is still creating the requests topic.
+// The broker holds CreateTopics back, so a worker that reports ready
+// before its topics exist is seen doing so.
+func TestTheWorkerIsReadyOnlyOnceItsTopicsExist(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	k := testenv.EmbeddedKafka(t, embedded.KafkaConfig{})
+	var held, created atomic.Bool
+	k.Cluster().ControlKey(int16(kmsg.CreateTopics), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster().KeepControl()
+		if !held.Swap(true) {
+			time.Sleep(300 * time.Millisecond)
+		}
+		created.Store(true) // the broker creates them right after this returns
+		return nil, nil, false
+	})
+	prefix := testenv.Name(t, "ready") + "."
+	c := service.WorkerConfig{Shared: service.Shared{Brokers: []string{k.Addr()}, MongoURI: testenv.MongoURI(t),
+		MongoDB: testenv.Name(t, "ready"), AuthSecret: strings.Repeat("s", 32), TopicPrefix: prefix, Model: "echo", Partitions: 2}}
+	runCtx, stop := context.WithCancel(ctx)
+	ready := make(chan bool, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- service.RunWorker(runCtx, c, service.Env{Ready: func() { ready <- created.Load() }}, nil)
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Error("the worker reported ready before the broker had created its topics")
+		}
+	case err := <-done:
+		t.Fatalf("RunWorker: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the worker never reported ready")
+	}
+	if _, err := topic.Partitions(ctx, []string{k.Addr()}, prefix+"requests"); err != nil {
+		t.Errorf("the requests topic after ready: %v", err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("RunWorker: %v", err)
+	}
+}
