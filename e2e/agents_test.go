@@ -21,8 +21,8 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
-// storedMessage is a message of GET …/messages with the fields issue #9
-// added.
+// storedMessage is a message of GET …/messages with the fields of the
+// contract's extensions (status, agent, usage).
 type storedMessage struct {
 	Seq       int64             `json:"seq"`
 	Role      string            `json:"role"`

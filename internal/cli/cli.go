@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
+	"github.com/turnpike-dev/turnpike/internal/streamurl"
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
@@ -94,7 +95,7 @@ func Run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	rest := fs.Args()
 	var err error
 	if c.StreamURL == "" && cmd != "history" {
-		if c.StreamURL, err = streamOf(ctx, cmp.Or(c.HTTP, http.DefaultClient), c.BaseURL); err != nil {
+		if c.StreamURL, err = streamurl.Discover(ctx, cmp.Or(c.HTTP, http.DefaultClient), c.BaseURL); err != nil {
 			fmt.Fprintln(stderr, "turnpike:", err)
 			return 2
 		}

@@ -10,8 +10,8 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
-// resumePath is the pattern of the resume resource (an extension of
-// docs/api.md, issue #9).
+// resumePath is the pattern of the resume resource (an extension, in
+// docs/api.md).
 const resumePath = "/v1/conversations/{conversation}/resume"
 
 // resumeKeyPrefix puts the Idempotency-Keys of resumes in a space of

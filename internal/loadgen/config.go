@@ -58,8 +58,9 @@ type Config struct {
 
 	// IngestURL is the ingest API. Default http://localhost:8080.
 	IngestURL string `json:"ingest_url"`
-	// StreamURL is the push gateway's WebSocket. Default
-	// ws://localhost:8081/v1/stream.
+	// StreamURL is the push gateway's WebSocket. Default: the one the
+	// ingest API names (its demo page's stream URL), else the ingest
+	// host's port 8081, as cmd/turnpike finds it.
 	StreamURL string `json:"stream_url"`
 	// Token runs everything as its identity. Either Token or AuthSecret is
 	// needed in pipeline mode; Token wins.
@@ -126,7 +127,7 @@ type Config struct {
 func (c *Config) Bind(set *flagenv.Set) {
 	set.String(&c.Mode, "mode", "", ModeBoth, "what to measure: floor (raw Kafka), pipeline (the stack), or both (floor first)")
 	set.String(&c.IngestURL, "ingest", "TURNPIKE_INGEST_URL", "http://localhost:8080", "ingest API base URL")
-	set.String(&c.StreamURL, "stream", "TURNPIKE_STREAM_URL", "ws://localhost:8081/v1/stream", "push gateway WebSocket URL")
+	set.String(&c.StreamURL, "stream", "TURNPIKE_STREAM_URL", "", "push gateway WebSocket URL (default: the one the ingest API names)")
 	set.String(&c.Token, "token", "TURNPIKE_TOKEN", "", "bearer token: run every conversation as its identity")
 	set.String(&c.AuthSecret, "auth-secret", "TURNPIKE_AUTH_SECRET", "", "HS256 secret: mint tokens for -users users instead")
 	set.Int(&c.Users, "users", "", DefaultUsers, "distinct users with -auth-secret")

@@ -9,16 +9,24 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/turnpike-dev/turnpike/internal/streamurl"
 )
 
 // rssInterval is how often RSS is sampled under load.
 const rssInterval = time.Second
 
-// Run validates cfg, then runs the floor and/or the pipeline (floor first)
+// Run fills in the stream URL when it is unset, validates cfg, then runs the floor and/or the pipeline (floor first)
 // and returns what they measured and found. A run that could not start
 // returns a nil Result. When ctx ends or a phase cannot set up, Run
 // returns the Result so far with the error.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) (*Result, error) {
+	if cfg.StreamURL == "" && cfg.Mode != ModeFloor {
+		// An ingest URL Discover cannot use is Validate's to report.
+		if s, err := streamurl.Discover(ctx, http.DefaultClient, cfg.IngestURL); err == nil {
+			cfg.StreamURL = s
+		}
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("loadgen config: %w", err)
 	}

@@ -92,14 +92,18 @@ func TestRunAgainstTheDevstack(t *testing.T) {
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	t.Run("A clean run of both modes reports plausible figures and no problem.", func(t *testing.T) {
+	t.Run("A clean run of both modes, given only the ingest URL, reports plausible figures and no problem.", func(t *testing.T) {
 		ctx := testenv.Context(t, 60*time.Second)
 		progressOut := &syncWriter{b: &strings.Builder{}}
 		cfg := base
+		cfg.StreamURL = "" // found from the ingest API
 		cfg.Progress, cfg.ProgressInterval = progressOut, 100*time.Millisecond
 		res, err := Run(ctx, cfg, log)
 		if err != nil {
 			t.Fatalf("Run: %v", err)
+		}
+		if res.Config.StreamURL != st.StreamURL() {
+			t.Errorf("stream URL %q; want the devstack's %q, which its ingest API names", res.Config.StreamURL, st.StreamURL())
 		}
 		var summary strings.Builder
 		if err := res.WriteSummary(&summary); err != nil {

@@ -18,7 +18,7 @@ import (
 )
 
 // BenchmarkOrdering compares key-ordered concurrency with one record at a
-// time per partition, as issue #4 asks: echo replies of 10 tokens 200 ms
+// time per partition: echo replies of 10 tokens 200 ms
 // apart, 8 partitions, 2,000 conversations with one request each.
 //
 //	go test -run '^$' -bench Ordering -benchtime 1x -timeout 30m ./internal/worker/

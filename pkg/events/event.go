@@ -36,7 +36,7 @@ const (
 	StatusDiscarded  Status = "discarded"
 	StatusRejected   Status = "rejected"
 	StatusFailed     Status = "failed"
-	// StatusInterrupted extends docs/api.md (issue #9): the run stopped to ask
+	// StatusInterrupted is an extension (docs/api.md): the run stopped to ask
 	// the user something (run.interrupted says what); its partial answer
 	// and the question are persisted, and POST …/resume continues it.
 	StatusInterrupted Status = "interrupted"
@@ -121,7 +121,7 @@ type RunCompletedEvent struct {
 	Meta
 	Status Status
 	// Usage is the run's token usage, when the model reported any
-	// ("usage" is absent otherwise): an extension of docs/api.md (issue #9).
+	// ("usage" is absent otherwise): an extension, in docs/api.md.
 	Usage *Usage
 }
 

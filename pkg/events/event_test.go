@@ -25,7 +25,7 @@ var (
 	noticeJSON       = `{"type":"notice","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":3,"ts":1700000000123456789,"message":"model failed: injected failure"}`
 	runCompletedJSON = `{"type":"run.completed","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":4,"ts":1700000000123456789,"status":"incomplete"}`
 	tokenCursorJSON  = `{"type":"token","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":2,"ts":1700000000123456789,"delta":"echo ","agent":"echo","role":"assistant","cursor":"0-17"}`
-	// Extensions of issue #9.
+	// Extensions of the contract (docs/api.md).
 	transferJSON    = `{"type":"agent.transfer","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":2,"ts":1700000000123456789,"from":"supervisor","to":"researcher"}`
 	interruptedJSON = `{"type":"run.interrupted","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":3,"ts":1700000000123456789,"interrupt":{"agent":"assistant","tool":"ask_user","question":"Which city?"}}`
 	usageJSON       = `{"type":"run.completed","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":4,"ts":1700000000123456789,"status":"complete","usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}`

@@ -70,8 +70,8 @@ type Request struct {
 	Content      string    `json:"content"`
 	Strategy     Strategy  `json:"strategy,omitempty"`
 	CreatedAt    time.Time `json:"created_at,omitzero"`
-	// ResumeOf, when set, makes the record a resume (an extension of
-	// docs/api.md, issue #9): Content is the user's answer to the question of
+	// ResumeOf, when set, makes the record a resume (an extension, in
+	// docs/api.md): Content is the user's answer to the question of
 	// request ResumeOf, whose run was interrupted, and the worker continues
 	// that run from its checkpoint instead of starting a new one. It runs in
 	// the conversation's order like any request; it is rejected when

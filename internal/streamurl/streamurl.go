@@ -1,4 +1,6 @@
-package cli
+// Package streamurl finds the push gateway of an ingest API, for the
+// clients (cmd/turnpike, cmd/loadgen) given only the ingest URL.
+package streamurl
 
 import (
 	"context"
@@ -18,11 +20,11 @@ const streamMeta = `<meta name="turnpike-stream-url" content="`
 // pageBytes bounds how much of the ingest API's page is read.
 const pageBytes = 64 << 10
 
-// streamOf finds the push gateway of the ingest API at ingestURL: the
+// Discover finds the push gateway of the ingest API at ingestURL: the
 // WebSocket URL its demo page names (the devstack's gateway, or ingest's
 // TURNPIKE_PUBLIC_STREAM_URL), with "{host}" standing for ingestURL's host;
 // when the page cannot be read, the same host on port 8081.
-func streamOf(ctx context.Context, hc *http.Client, ingestURL string) (string, error) {
+func Discover(ctx context.Context, hc *http.Client, ingestURL string) (string, error) {
 	u, err := url.Parse(ingestURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "", fmt.Errorf("ingest URL %q: want http:// or https:// and a host", ingestURL)
@@ -74,14 +76,4 @@ func pageStream(ctx context.Context, hc *http.Client, ingest *url.URL) (string, 
 		return "", false
 	}
 	return s, true
-}
-
-// message is err's text without the "turnpike: " its parts put in front,
-// which the command's own prefix already says.
-func message(err error) string {
-	s := strings.ReplaceAll(err.Error(), ": turnpike: ", ": ")
-	for strings.HasPrefix(s, "turnpike: ") {
-		s = strings.TrimPrefix(s, "turnpike: ")
-	}
-	return s
 }
