@@ -146,8 +146,9 @@ func RunIngest(ctx context.Context, c IngestConfig, env Env, ln net.Listener) er
 			return fmt.Errorf("ingest: %w", err)
 		}
 	}
-	// The control topic must exist for the completions reader.
-	if err := topic.Ensure(ctx, c.Brokers, c.partitions(), c.Topics().Control); err != nil {
+	// The requests topic must exist for the first POST, whether or not a
+	// worker has started yet; the control topic for the completions reader.
+	if err := topic.Ensure(ctx, c.Brokers, c.partitions(), c.Topics().Requests, c.Topics().Control); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	g, gctx := errgroup.WithContext(ctx)
