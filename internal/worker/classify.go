@@ -46,7 +46,7 @@ func classify(err error) class {
 		return classFenced
 	case errors.Is(err, events.ErrInvalid):
 		return classPermanent
-	case errors.Is(err, bridge.ErrModelRetry):
+	case errors.Is(err, bridge.ErrModelRetry), errors.As(err, new(retryRecord)):
 		return classRetryRecord
 	}
 	return classRetry

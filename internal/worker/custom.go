@@ -102,7 +102,7 @@ func customAgents(c *Custom, d Deps) (*agents, error) {
 		if err != nil {
 			// Retried like a model error; classify dead-letters one that
 			// wraps events.ErrInvalid at once.
-			return nil, fmt.Errorf("%w: %w", bridge.ErrModelRetry, err)
+			return nil, retryRecord{err}
 		}
 		return adk.NewRunner(ctx, adk.RunnerConfig{Agent: ag, EnableStreaming: true, CheckPointStore: checkpoints{d.Store}}), nil
 	}
@@ -127,10 +127,18 @@ func (w *Worker) resumeValue(ctx context.Context, r ResumeInfo) (any, error) {
 	case errors.Is(err, events.ErrInvalid):
 		return nil, fmt.Errorf("%w: %w", errBadAnswer, err)
 	case err != nil:
-		return nil, fmt.Errorf("%w: %w", bridge.ErrModelRetry, err)
+		return nil, retryRecord{err}
 	}
 	return v, nil
 }
+
+// retryRecord marks an error of a custom agent's NewAgent or ResumeValue:
+// the record is retried as after a model error before any content. It
+// adds nothing to the error's text, so that a dead-letter reason is the
+// caller's own error, not a model's.
+type retryRecord struct{ error }
+
+func (e retryRecord) Unwrap() error { return e.error }
 
 // errBadAnswer means a custom agent's ResumeValue refused the answer; the
 // resume completes rejected and the interrupt stays pending.
