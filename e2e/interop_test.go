@@ -333,17 +333,21 @@ func checkRealProducer(t *testing.T, ctx context.Context, s *stack, requests str
 	}
 
 	// The worker moved exactly the records placed elsewhere, each once.
-	// A record runs only once it is home, so every move happened before
-	// the answers above; the metric is counted just after the copy is
-	// written, so wait for it to catch up.
+	// A record runs only once it is home, so every copy was written
+	// before the answers above; the metric is counted just after a copy
+	// is written, so once the copies are all there, wait for it to catch
+	// up.
+	if len(copies) != len(elsewhere) {
+		t.Fatalf("%s: the requests topic holds %d copies of its records, want %d (those placed elsewhere)", p.name, len(copies), len(elsewhere))
+	}
 	want := float64(len(elsewhere))
 	var moved float64
 	poll(t, ctx, "the move count", func() (bool, string) {
 		moved = movedTotal(t, ctx, s) - before
 		return moved >= want, fmt.Sprintf("%v moves, want %v", moved, want)
 	})
-	if moved != want || len(copies) != len(elsewhere) {
-		t.Errorf("%s: the worker moved %v records and the topic holds %d copies, want %d (the records placed elsewhere)", p.name, moved, len(copies), len(elsewhere))
+	if moved != want {
+		t.Errorf("%s: the worker moved %v records, want %v (those placed elsewhere)", p.name, moved, want)
 	}
 	t.Logf("%s: %d of %d records landed outside their home partition; the worker moved %v", p.name, len(elsewhere), len(recs), moved)
 	for _, c := range copies {

@@ -120,7 +120,10 @@ var settings = []setting{
 	{name: "sarama-NewReferenceHashPartitioner", open: saramaWith(sarama.NewReferenceHashPartitioner), placement: func(k []byte, n int) int {
 		return int(fnv1a32(k)&0x7fffffff) % n
 	}},
-	{name: "sarama-NewMurmur2Partitioner", home: true, open: saramaWith(sarama.NewMurmur2Partitioner)},
+	// The example's own configuration: NewMurmur2Partitioner.
+	{name: "sarama-NewMurmur2Partitioner", home: true, open: func(b []string, t string) (producer, error) {
+		return newSaramaProducer(b, t, saramaConfig())
+	}},
 	{name: "sarama-custom-murmur2", home: true, open: saramaWith(saramaCustomMurmur2)},
 	{name: "sarama-manual-home", home: true, open: func(b []string, t string) (producer, error) { return newSaramaManualProducer(b, t) }},
 	{name: "franz-go-default", home: true, open: franzWith()},
@@ -240,16 +243,20 @@ func checkSetting(t *testing.T, ctx context.Context, stack *turnpiketest.Stack, 
 	}
 
 	// The worker moved exactly the records placed elsewhere. A record runs
-	// only at home, so every move preceded the answers above; the count
-	// is updated just after the copy is written: wait for it to catch up.
+	// only at home, so every copy was written before the answers above;
+	// the count is updated just after a copy is written: once the copies
+	// are all there, wait for it to catch up.
+	if len(copies) != len(elsewhere) {
+		t.Fatalf("%s: the requests topic holds %d copies of its records, want %d (those placed elsewhere)", s.name, len(copies), len(elsewhere))
+	}
 	want := float64(len(elsewhere))
 	n := moved(t, ctx, stack) - before
 	for n < want && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 		n = moved(t, ctx, stack) - before
 	}
-	if n != want || len(copies) != len(elsewhere) {
-		t.Errorf("%s: the worker moved %v records and the topic holds %d copies, want %d (those placed elsewhere)", s.name, n, len(copies), len(elsewhere))
+	if n != want {
+		t.Errorf("%s: the worker moved %v records, want %v (those placed elsewhere)", s.name, n, want)
 	}
 	t.Logf("%s: %d of %d records landed outside their home partition; the worker moved %v", s.name, len(elsewhere), len(reqs), n)
 
