@@ -55,6 +55,32 @@ func TestMurmur2IsKafkas(t *testing.T) {
 	}
 }
 
+// The sarama partitioners of the home partition place every key where
+// homePartition does, for many more keys than the pipeline test sends:
+// the custom partitioner's WithAbsFirst matters only for keys whose hash
+// is negative, and then not for all of them.
+func TestSaramaMurmur2PartitionersPlaceOnTheHome(t *testing.T) {
+	t.Parallel()
+	for name, pc := range map[string]sarama.PartitionerConstructor{
+		"saramaConfig":        saramaConfig().Producer.Partitioner,
+		"saramaCustomMurmur2": saramaCustomMurmur2,
+	} {
+		p := pc("turnpike.requests")
+		for i := range 2000 {
+			key := []byte(fmt.Sprintf("default/dev/c%d", i))
+			for _, n := range []int{3, 12, 24} {
+				got, err := p.Partition(&sarama.ProducerMessage{Key: sarama.ByteEncoder(key)}, int32(n))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := homePartition(key, n); int(got) != want {
+					t.Fatalf("%s places %q in partition %d of %d, want its home %d", name, key, got, n, want)
+				}
+			}
+		}
+	}
+}
+
 // partitions is the requests topic's partition count in the test:
 // Turnpike's default, so that a client placing by another hash misses
 // the home partition for most keys (11 in 12).
