@@ -103,7 +103,9 @@ func needKafkajs(t *testing.T) {
 }
 
 // kcatProduce writes recs with kcat -P, in one run, with the librdkafka
-// settings given (-X name=value each) and acks=all.
+// settings given (-X name=value each), acks=all and one request in flight,
+// so that a retried batch cannot overtake the next one (the test checks
+// the order of a conversation's records).
 func kcatProduce(settings ...string) func(*testing.T, context.Context, []string, string, []keyedRequest) {
 	return func(t *testing.T, ctx context.Context, brokers []string, topic string, recs []keyedRequest) {
 		t.Helper()
@@ -111,7 +113,8 @@ func kcatProduce(settings ...string) func(*testing.T, context.Context, []string,
 		for _, r := range recs {
 			fmt.Fprintf(&in, "%s\t%s\n", r.key(), r.value)
 		}
-		args := []string{"-P", "-b", strings.Join(brokers, ","), "-t", topic, "-K", "\t", "-X", "request.required.acks=-1"}
+		args := []string{"-P", "-b", strings.Join(brokers, ","), "-t", topic, "-K", "\t", "-X", "request.required.acks=-1",
+			"-X", "max.in.flight.requests.per.connection=1"}
 		for _, s := range settings {
 			args = append(args, "-X", s)
 		}
