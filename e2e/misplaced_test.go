@@ -21,7 +21,8 @@ import (
 
 // The default partitioners of the clients whose placement differs from
 // ingest's Murmur2. The placements are implemented here (no sarama or
-// librdkafka in the module): librdkafka's consistent_random, kcat's
+// librdkafka in the module; interop_test.go and examples/producers run the
+// real clients and check these placements): librdkafka's consistent_random, kcat's
 // default, is CRC32 (IEEE) of the key modulo the partition count, which is
 // kafka-go's CRC32Balancer with Consistent set; sarama's HashPartitioner is
 // FNV-1a 32 of the key, as an int32 modulo the count, negated when negative.
