@@ -1,0 +1,467 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// The Node client test runs e2e/interop/node/stream.js, a client of the
+// push gateway written from docs/api.md alone, on the npm ws package (strict
+// about RFC 6455 framing, UTF-8 and close codes) and on Node's own fetch for
+// the event streams, against the devstack. The script acts and prints one
+// JSON line per observation; the assertions are here.
+
+func needNodeWS(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("node"); err != nil {
+		missing(t, "no node on PATH (install Debian's nodejs and npm packages, e.g. with .ci/interop)")
+	}
+	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", "ws", "package.json")); err != nil {
+		missing(t, "ws is not installed in e2e/"+nodeDir+" (run npm ci there, e.g. with .ci/interop)")
+	}
+}
+
+// nodeFrame is a server-to-client frame or event as the script received it.
+type nodeFrame struct {
+	Type         string `json:"type"`
+	Conversation string `json:"conversation"`
+	RequestID    string `json:"request_id"`
+	RunID        string `json:"run_id"`
+	Seq          int    `json:"seq"`
+	Cursor       string `json:"cursor"`
+	Delta        string `json:"delta"`
+	Status       string `json:"status"`
+	Code         string `json:"code"`
+	Message      string `json:"message"`
+	Unparsed     string `json:"unparsed"`
+}
+
+// sseFields is one event of a text/event-stream as the script parsed it.
+type sseFields struct {
+	ID     string   `json:"id"`
+	HasID  bool     `json:"has_id"`
+	Event  string   `json:"event"`
+	Data   string   `json:"data"`
+	Retry  *string  `json:"retry"`
+	Fields []string `json:"fields"`
+}
+
+// nodeObs is one line of the script's output.
+type nodeObs struct {
+	Obs            string     `json:"obs"`
+	Conn           string     `json:"conn"`
+	Frame          *nodeFrame `json:"frame"`
+	Step           string     `json:"step"`
+	Code           int        `json:"code"`
+	Reason         string     `json:"reason"`
+	Errors         []string   `json:"errors"`
+	HTTPStatus     int        `json:"http_status"`
+	ContentType    string     `json:"content_type"`
+	CacheControl   string     `json:"cache_control"`
+	RequestID      string     `json:"request_id"`
+	Cursor         string     `json:"cursor"`
+	Since          string     `json:"since"`
+	ObserverTokens int        `json:"observer_tokens"`
+	Event          *sseFields `json:"event"`
+	JSON           *nodeFrame `json:"json"`
+	Sent           string     `json:"sent"`
+	Received       string     `json:"received"`
+	TextFrame      bool       `json:"text_frame"`
+	line           string
+}
+
+// nodeRun is what one run of stream.js observed.
+type nodeRun []nodeObs
+
+// runNode runs stream.js's scenario with cfg and returns its observations;
+// each, if set, sees every one as it is printed. The script failing to run
+// its scenario fails t, with everything it printed.
+func runNode(t *testing.T, ctx context.Context, scenario string, cfg map[string]any, each func(nodeObs)) nodeRun {
+	t.Helper()
+	arg, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, "node", "stream.js", scenario, string(arg))
+	cmd.Dir = nodeDir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var run nodeRun
+	var text strings.Builder
+	sc := bufio.NewScanner(out)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		text.WriteString(sc.Text() + "\n")
+		var o nodeObs
+		if err := json.Unmarshal(sc.Bytes(), &o); err != nil {
+			t.Errorf("stream.js %s printed a line that is not an observation: %q", scenario, sc.Text())
+			continue
+		}
+		o.line = sc.Text()
+		run = append(run, o)
+		if each != nil {
+			each(o)
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("node stream.js %s: %v\nstdout:\n%sstderr:\n%s", scenario, err, text.String(), stderr.Bytes())
+	}
+	return run
+}
+
+// frames returns the frames conn received, in order.
+func (r nodeRun) frames(conn string) []nodeFrame {
+	var out []nodeFrame
+	for _, o := range r {
+		if o.Obs == "frame" && o.Conn == conn && o.Frame != nil {
+			out = append(out, *o.Frame)
+		}
+	}
+	return out
+}
+
+// sse returns the events of event stream conn, in order.
+func (r nodeRun) sse(conn string) []nodeObs {
+	var out []nodeObs
+	for _, o := range r {
+		if o.Obs == "sse" && o.Conn == conn {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// one returns the only observation of kind obs on conn ("" for any).
+func (r nodeRun) one(t *testing.T, obs, conn string) nodeObs {
+	t.Helper()
+	var got []nodeObs
+	for _, o := range r {
+		if o.Obs == obs && (conn == "" || o.Conn == conn) {
+			got = append(got, o)
+		}
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d %q observations of %q, want 1; the run:\n%s", len(got), obs, conn, r)
+	}
+	return got[0]
+}
+
+func (r nodeRun) String() string {
+	var b strings.Builder
+	for _, o := range r {
+		b.WriteString(o.line + "\n")
+	}
+	return b.String()
+}
+
+// checkClose asserts that ws saw conn closed with code and, if reason is
+// not empty, that reason, and found nothing wrong with the close frame.
+func (r nodeRun) checkClose(t *testing.T, conn string, code int, reason string) {
+	t.Helper()
+	c := r.one(t, "close", conn)
+	if c.Code != code || (reason != "" && c.Reason != reason) {
+		t.Errorf("%s closed with %d %q, want %d %q", conn, c.Code, c.Reason, code, reason)
+	}
+	if len(c.Errors) > 0 {
+		t.Errorf("ws found the gateway's frames of %s wrong: %q", conn, c.Errors)
+	}
+}
+
+// answerText folds the token deltas of request id in frames.
+func answerText(frames []nodeFrame, id string) (text, status string) {
+	for _, f := range frames {
+		if f.RequestID != id {
+			continue
+		}
+		switch f.Type {
+		case string(events.TypeToken):
+			text += f.Delta
+		case string(events.TypeRunCompleted):
+			status = f.Status
+		}
+	}
+	return text, status
+}
+
+// words is the echo model's answer to [[tokens:n]].
+func words(n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		if i > 1 {
+			b.WriteByte(' ')
+		}
+		b.WriteString("w" + strconv.Itoa(i))
+	}
+	return b.String()
+}
+
+func cursors(frames []nodeFrame) []string {
+	out := make([]string, 0, len(frames))
+	for _, f := range frames {
+		out = append(out, f.Cursor)
+	}
+	return out
+}
+
+// afterCursor returns the frames of all strictly after cursor c.
+func afterCursor(t *testing.T, all []nodeFrame, c string) []nodeFrame {
+	t.Helper()
+	for i, f := range all {
+		if f.Cursor == c {
+			return all[i+1:]
+		}
+	}
+	t.Fatalf("cursor %q is not one the observer received", c)
+	return nil
+}
+
+// sameEvents fails unless got and want are the same events, by cursor, in
+// the same order: every event once, no gap, no duplicate.
+func sameEvents(t *testing.T, what string, got, want []nodeFrame) {
+	t.Helper()
+	g, w := cursors(got), cursors(want)
+	if strings.Join(g, " ") != strings.Join(w, " ") {
+		t.Errorf("%s: events %v, want %v (every event after the cursor once, in order)", what, g, w)
+	}
+}
+
+func TestNodeClientFollowsTheDocumentedProtocol(t *testing.T) {
+	needNodeWS(t)
+	s := startStack(t, "")
+	token := func(user string, ttl time.Duration) string {
+		tok, err := auth.Mint(s.AuthSecret, "acme", user, ttl, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	base := map[string]any{"ws": "ws://" + s.PushgwAddr, "http": "http://" + s.PushgwAddr, "ingest": "http://" + s.IngestAddr}
+	cfg := func(kv ...any) map[string]any {
+		m := map[string]any{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	}
+	ann := token("ann", time.Hour)
+
+	t.Run("a subscription receives the answer it was subscribed before, to its run.completed", func(t *testing.T) {
+		ctx := testenv.Context(t, 30*time.Second)
+		run := runNode(t, ctx, "answer", cfg("token", ann, "conversation", "node-answer", "content", "hello from node"), nil)
+		id := run.one(t, "posted", "").RequestID
+		fr := run.frames("ws")
+		if len(fr) == 0 || fr[0].Type != "subscribed" || fr[0].Conversation != "node-answer" {
+			t.Fatalf("first frame %+v, want subscribed to node-answer; the run:\n%s", fr, run)
+		}
+		if text, status := answerText(fr, id); text != "echo #1: hello from node" || status != string(events.StatusComplete) {
+			t.Errorf("answer %q (%s), want %q complete", text, status, "echo #1: hello from node")
+		}
+		for i, f := range fr[1:] {
+			if f.Cursor == "" || f.RequestID != id || f.Seq != i+1 {
+				t.Errorf("event %d %+v: want a cursor, request %s and seq %d", i, f, id, i+1)
+			}
+		}
+		run.checkClose(t, "ws", 1000, "")
+	})
+
+	t.Run("a cut WebSocket and a cut event stream resume from their last cursor with every event once", func(t *testing.T) {
+		ctx := testenv.Context(t, 30*time.Second)
+		const n, cut, gap = 60, 8, 4
+		run := runNode(t, ctx, "resume", cfg("token", ann, "conversation", "node-resume",
+			"content", "[[tokens:"+strconv.Itoa(n)+"]][[delay:20ms]]", "cut", cut, "gap", gap), nil)
+		id := run.one(t, "posted", "").RequestID
+		all := run.frames("observer")
+		if len(all) == 0 || all[0].Type != "subscribed" {
+			t.Fatalf("observer's first frame is not subscribed; the run:\n%s", run)
+		}
+		all = all[1:]
+		if text, status := answerText(all, id); text != words(n) || status != string(events.StatusComplete) {
+			t.Fatalf("observer folded %q (%s), want the whole answer", text, status)
+		}
+
+		// The WebSocket: ws1 up to the cut, ws2 strictly after its cursor.
+		ws1 := run.frames("ws1")[1:]
+		cutWS := run.one(t, "cut", "ws1")
+		if len(ws1) == 0 || ws1[len(ws1)-1].Cursor != cutWS.Cursor {
+			t.Fatalf("ws1 cut at %q, after %d events", cutWS.Cursor, len(ws1))
+		}
+		sameEvents(t, "ws1 before the cut", ws1, all[:len(ws1)])
+		if r := run.one(t, "resuming", "ws2"); r.ObserverTokens <= cutWS.ObserverTokens {
+			t.Fatalf("ws2 resumed when the observer had %d tokens, %d at the cut: no gap to fill", r.ObserverTokens, cutWS.ObserverTokens)
+		}
+		ws2 := run.frames("ws2")
+		if len(ws2) == 0 || ws2[0].Type != "subscribed" {
+			t.Fatalf("ws2's first frame is not subscribed: %+v", ws2)
+		}
+		sameEvents(t, "ws2, resumed with since", ws2[1:], afterCursor(t, all, cutWS.Cursor))
+
+		// The event stream: sse1 up to the cut, sse2 with Last-Event-ID.
+		checkStream := func(conn string) []nodeFrame {
+			t.Helper()
+			open := run.one(t, "sse-open", conn)
+			if open.HTTPStatus != 200 || open.ContentType != "text/event-stream; charset=utf-8" || open.CacheControl != "no-store" {
+				t.Errorf("%s: status %d, Content-Type %q, Cache-Control %q", conn, open.HTTPStatus, open.ContentType, open.CacheControl)
+			}
+			evs := run.sse(conn)
+			if len(evs) < 2 || evs[0].Event.Retry == nil || *evs[0].Event.Retry != "2000" {
+				t.Fatalf("%s does not begin with retry: 2000; the run:\n%s", conn, run)
+			}
+			sub := evs[1]
+			if sub.Event.Event != "subscribed" || sub.Event.HasID || sub.JSON.Type != "subscribed" || sub.JSON.Conversation != "node-resume" {
+				t.Fatalf("%s's first event is %+v %+v, want event: subscribed without an id", conn, sub.Event, sub.JSON)
+			}
+			var out []nodeFrame
+			for _, e := range evs[2:] {
+				if !e.Event.HasID || e.Event.ID != e.JSON.Cursor || e.JSON.Cursor == "" {
+					t.Errorf("%s: event with id %q (has id %v), data's cursor %q: want the cursor as id", conn, e.Event.ID, e.Event.HasID, e.JSON.Cursor)
+				}
+				if e.Event.Event != e.JSON.Type {
+					t.Errorf("%s: event: %q, data's type %q", conn, e.Event.Event, e.JSON.Type)
+				}
+				if strings.Count(e.Event.Data, "\n") != 0 || strings.Count(strings.Join(e.Event.Fields, " "), "data") != 1 {
+					t.Errorf("%s: data over several lines: %q", conn, e.Event.Fields)
+				}
+				out = append(out, *e.JSON)
+			}
+			return out
+		}
+		sse1 := checkStream("sse1")
+		cutSSE := run.one(t, "cut", "sse1")
+		if len(sse1) == 0 || sse1[len(sse1)-1].Cursor != cutSSE.Cursor {
+			t.Fatalf("sse1 cut at %q, after %d events", cutSSE.Cursor, len(sse1))
+		}
+		sameEvents(t, "sse1 before the cut", sse1, all[:len(sse1)])
+		if r := run.one(t, "resuming", "sse2"); r.ObserverTokens <= cutSSE.ObserverTokens {
+			t.Fatalf("sse2 resumed when the observer had %d tokens, %d at the cut: no gap to fill", r.ObserverTokens, cutSSE.ObserverTokens)
+		}
+		sameEvents(t, "sse2, resumed with Last-Event-ID", checkStream("sse2"), afterCursor(t, all, cutSSE.Cursor))
+		for _, c := range []string{"observer", "ws2"} {
+			run.checkClose(t, c, 1000, "")
+		}
+		run.checkClose(t, "ws1", 1006, "") // terminated: no close frame, as when the network drops
+	})
+
+	t.Run("bad frames get error frames, and an oversized or non-UTF-8 frame the documented close code", func(t *testing.T) {
+		ctx := testenv.Context(t, 30*time.Second)
+		run := runNode(t, ctx, "errors", cfg("token", ann), nil)
+		steps := map[string]nodeFrame{}
+		for _, o := range run {
+			if o.Obs == "step" && o.Frame != nil {
+				steps[o.Step] = *o.Frame
+			}
+		}
+		for _, step := range []string{"unknown op", "bad json", "not an object", "unknown member", "missing member", "bad conversation", "bad cursor"} {
+			f, ok := steps[step]
+			if !ok || f.Type != "error" || f.Code != "invalid_argument" || f.Message == "" {
+				t.Errorf("%s: answered %+v, want an error frame of code invalid_argument with a message", step, f)
+			}
+		}
+		if f := steps["ping"]; f.Type != "pong" {
+			t.Errorf("a ping after the bad frames got %+v, want pong on the same connection", f)
+		}
+		run.checkClose(t, "frames", 1000, "")
+		run.checkClose(t, "big", 1009, "")
+		sc := run.one(t, "self-check", "")
+		if !sc.TextFrame || sc.Sent != sc.Received {
+			t.Fatalf("ws sent %s as a text frame %v, a server received %s: the bytes are not what the test means to send", sc.Sent, sc.TextFrame, sc.Received)
+		}
+		run.checkClose(t, "utf8", 1007, "")
+	})
+
+	t.Run("another user's conversation of the same name is another conversation", func(t *testing.T) {
+		ctx := testenv.Context(t, 30*time.Second)
+		const conv = "node-shared"
+		run := runNode(t, ctx, "isolation", cfg("token", ann, "other", token("bob", time.Hour), "conversation", conv, "content", "only mine"), nil)
+		var ids []string
+		for _, o := range run {
+			if o.Obs == "posted" {
+				ids = append(ids, o.RequestID)
+			}
+		}
+		if len(ids) != 2 {
+			t.Fatalf("posted %v, want two requests; the run:\n%s", ids, run)
+		}
+		if text, _ := answerText(run.frames("owner"), ids[0]); text != "echo #1: only mine" {
+			t.Errorf("the owner's answer %q", text)
+		}
+		other := run.frames("other")
+		if len(other) == 0 || other[0].Type != "subscribed" {
+			t.Fatalf("the other user's subscription from earliest: %+v", other)
+		}
+		for _, f := range other[1:] {
+			if f.RequestID != ids[1] {
+				t.Errorf("the other user received %+v, of a request not theirs", f)
+			}
+		}
+		// One turn of the owner's in "the same" conversation, yet the
+		// other user's history has only its own message.
+		if text, status := answerText(other, ids[1]); text != "echo #1: only mine" || status != string(events.StatusComplete) {
+			t.Errorf("the other user's answer %q (%s), want echo #1: its own history only", text, status)
+		}
+		// The owner's cursor: from another partition it is refused; from the
+		// same one it resumes the other user's conversation, never the owner's.
+		byCursor := run.frames("other-cursor")
+		samePartition := topic.Home([]byte("acme/ann/"+conv), 4) == topic.Home([]byte("acme/bob/"+conv), 4)
+		switch {
+		case len(byCursor) == 0:
+			t.Fatalf("no answer to a subscribe with the owner's cursor")
+		case !samePartition:
+			if f := byCursor[0]; f.Type != "error" || f.Code != "invalid_argument" {
+				t.Errorf("another conversation's cursor was answered %+v, want invalid_argument", f)
+			}
+		default:
+			for _, f := range byCursor[1:] {
+				if f.RequestID != ids[1] {
+					t.Errorf("resumed from the owner's cursor, the other user received %+v", f)
+				}
+			}
+		}
+	})
+
+	t.Run("an expired token closes with 4401, its reconnection is refused 401, a fresh one subscribes", func(t *testing.T) {
+		ctx := testenv.Context(t, 30*time.Second)
+		run := runNode(t, ctx, "expiry", cfg("token", token("eve", 1500*time.Millisecond), "fresh", token("eve", time.Hour), "conversation", "node-expiry"), nil)
+		run.checkClose(t, "expiring", 4401, "token expired")
+		if f := run.one(t, "upgrade-failed", "same-token"); f.HTTPStatus != 401 {
+			t.Errorf("reconnecting with the expired token: status %d, want 401", f.HTTPStatus)
+		}
+		if fr := run.frames("fresh-token"); len(fr) == 0 || fr[0].Type != "subscribed" {
+			t.Errorf("with a fresh token: %+v, want subscribed", fr)
+		}
+	})
+
+	// Last: it stops the stack.
+	t.Run("the gateway shutting down closes with 1001", func(t *testing.T) {
+		ctx := testenv.Context(t, 30*time.Second)
+		run := runNode(t, ctx, "shutdown", cfg("token", ann, "conversation", "node-shutdown"), func(o nodeObs) {
+			if o.Obs == "ready" {
+				s.stop()
+			}
+		})
+		run.checkClose(t, "stopping", 1001, "")
+	})
+}
