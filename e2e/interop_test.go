@@ -89,7 +89,8 @@ func needKcat(t *testing.T) {
 	}
 }
 
-// nodeDir is the kafkajs producer's directory.
+// nodeDir holds the Node.js clients: the kafkajs producer and the push
+// gateway client (node_client_test.go).
 const nodeDir = "interop/node"
 
 func needKafkajs(t *testing.T) {

@@ -80,6 +80,7 @@ class Conn {
     this.ws.on('message', (data, isBinary) => {
       const text = data.toString('utf8');
       const frame = isBinary ? { binary: text } : tryJSON(text);
+      raw.set(frame, text);
       this.frames.push(frame);
       this.wake();
     });
@@ -120,6 +121,9 @@ class Conn {
   send(obj) { this.ws.send(JSON.stringify(obj)); }
 }
 
+// raw holds the text of each frame received, for the reports.
+const raw = new WeakMap();
+
 function tryJSON(s) {
   try {
     return JSON.parse(s);
@@ -157,7 +161,7 @@ async function follow(c, requestID, each) {
   for (;;) {
     const f = await c.next();
     if (f === null) throw new Error(`${c.name} closed before run.completed`);
-    emit('frame', { conn: c.name, frame: f });
+    emit('frame', { conn: c.name, frame: f, raw: raw.get(f) });
     if (each && each(f)) return f;
     if (f.type === 'run.completed' && f.request_id === requestID) return f;
   }
