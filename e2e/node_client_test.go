@@ -64,15 +64,18 @@ type sseFields struct {
 
 // nodeObs is one line of the script's output.
 type nodeObs struct {
-	Obs            string     `json:"obs"`
-	Conn           string     `json:"conn"`
-	Frame          *nodeFrame `json:"frame"`
-	Raw            string     `json:"raw"`
-	Step           string     `json:"step"`
-	Code           int        `json:"code"`
-	Reason         string     `json:"reason"`
-	Errors         []string   `json:"errors"`
-	HTTPStatus     int        `json:"http_status"`
+	Obs        string     `json:"obs"`
+	Conn       string     `json:"conn"`
+	Frame      *nodeFrame `json:"frame"`
+	Raw        string     `json:"raw"`
+	Step       string     `json:"step"`
+	Code       int        `json:"code"`
+	Reason     string     `json:"reason"`
+	Errors     []string   `json:"errors"`
+	HTTPStatus int        `json:"http_status"`
+	Body       *struct {
+		Error struct{ Code, Message string }
+	} `json:"body"`
 	ContentType    string     `json:"content_type"`
 	CacheControl   string     `json:"cache_control"`
 	RequestID      string     `json:"request_id"`
@@ -409,6 +412,15 @@ func TestNodeClientFollowsTheDocumentedProtocol(t *testing.T) {
 	t.Run("bad frames get error frames, and an oversized or non-UTF-8 frame the documented close code", func(t *testing.T) {
 		ctx := testenv.Context(t, 30*time.Second)
 		run := runNode(t, ctx, "errors", cfg("token", ann), nil)
+		for _, conn := range []string{"no-token", "bad-token"} {
+			f, r := run.one(t, "upgrade-failed", conn), run.one(t, "refused", conn)
+			if f.HTTPStatus != 401 || r.Body == nil || r.Body.Error.Code != "unauthenticated" {
+				t.Errorf("upgrade %s: %s, want 401 with the error shape, code unauthenticated", conn, r.line)
+			}
+		}
+		if fr := run.frames("query-token"); len(fr) == 0 || fr[0].Type != "subscribed" {
+			t.Errorf("with ?access_token=: %+v, want subscribed", fr)
+		}
 		steps := map[string]nodeFrame{}
 		for _, o := range run {
 			if o.Obs == "step" && o.Frame != nil {
@@ -434,50 +446,67 @@ func TestNodeClientFollowsTheDocumentedProtocol(t *testing.T) {
 	})
 
 	t.Run("another user's conversation of the same name is another conversation", func(t *testing.T) {
-		ctx := testenv.Context(t, 30*time.Second)
-		const conv = "node-shared"
-		run := runNode(t, ctx, "isolation", cfg("token", ann, "other", token("bob", time.Hour), "conversation", conv, "content", "only mine"), nil)
-		var ids []string
-		for _, o := range run {
-			if o.Obs == "posted" {
-				ids = append(ids, o.RequestID)
+		bob := token("bob", time.Hour)
+		// One name whose two conversations share a partition, one whose do
+		// not: the owner's cursor is refused from another partition and
+		// positions the other user's own conversation in the same one.
+		names := map[bool]string{}
+		for i := 0; len(names) < 2; i++ {
+			conv := "node-shared-" + strconv.Itoa(i)
+			same := topic.Home([]byte("acme/ann/"+conv), stackPartitions) == topic.Home([]byte("acme/bob/"+conv), stackPartitions)
+			if _, ok := names[same]; !ok {
+				names[same] = conv
 			}
 		}
-		if len(ids) != 2 {
-			t.Fatalf("posted %v, want two requests; the run:\n%s", ids, run)
-		}
-		if text, _ := answerText(run.frames("owner"), ids[0]); text != "echo #1: only mine" {
-			t.Errorf("the owner's answer %q", text)
-		}
-		other := run.frames("other")
-		if len(other) == 0 || other[0].Type != "subscribed" {
-			t.Fatalf("the other user's subscription from earliest: %+v", other)
-		}
-		for _, f := range other[1:] {
-			if f.RequestID != ids[1] {
-				t.Errorf("the other user received %+v, of a request not theirs", f)
+		for _, samePartition := range []bool{false, true} {
+			conv := names[samePartition]
+			ctx := testenv.Context(t, 30*time.Second)
+			run := runNode(t, ctx, "isolation", cfg("token", ann, "other", bob, "conversation", conv, "content", "only mine"), nil)
+			var ids []string
+			for _, o := range run {
+				if o.Obs == "posted" {
+					ids = append(ids, o.RequestID)
+				}
 			}
-		}
-		// One turn of the owner's in "the same" conversation, yet the
-		// other user's history has only its own message.
-		if text, status := answerText(other, ids[1]); text != "echo #1: only mine" || status != string(events.StatusComplete) {
-			t.Errorf("the other user's answer %q (%s), want echo #1: its own history only", text, status)
-		}
-		// The owner's cursor: from another partition it is refused; from the
-		// same one it resumes the other user's conversation, never the owner's.
-		byCursor := run.frames("other-cursor")
-		samePartition := topic.Home([]byte("acme/ann/"+conv), 4) == topic.Home([]byte("acme/bob/"+conv), 4)
-		switch {
-		case len(byCursor) == 0:
-			t.Fatalf("no answer to a subscribe with the owner's cursor")
-		case !samePartition:
-			if f := byCursor[0]; f.Type != "error" || f.Code != "invalid_argument" {
-				t.Errorf("another conversation's cursor was answered %+v, want invalid_argument", f)
+			if len(ids) != 2 {
+				t.Fatalf("%s: posted %v, want two requests; the run:\n%s", conv, ids, run)
 			}
-		default:
-			for _, f := range byCursor[1:] {
+			if text, _ := answerText(run.frames("owner"), ids[0]); text != "echo #1: only mine" {
+				t.Errorf("%s: the owner's answer %q", conv, text)
+			}
+			other := run.frames("other")
+			if len(other) == 0 || other[0].Type != "subscribed" {
+				t.Fatalf("%s: the other user's subscription from earliest: %+v", conv, other)
+			}
+			for _, f := range other[1:] {
 				if f.RequestID != ids[1] {
-					t.Errorf("resumed from the owner's cursor, the other user received %+v", f)
+					t.Errorf("%s: the other user received %+v, of a request not theirs", conv, f)
+				}
+			}
+			// One turn of the owner's in "the same" conversation, yet the
+			// other user's history has only its own message.
+			if text, status := answerText(other, ids[1]); text != "echo #1: only mine" || status != string(events.StatusComplete) {
+				t.Errorf("%s: the other user's answer %q (%s), want echo #1: its own history only", conv, text, status)
+			}
+			byCursor := run.frames("other-cursor")
+			switch {
+			case len(byCursor) == 0:
+				t.Fatalf("%s: no answer to a subscribe with the owner's cursor", conv)
+			case !samePartition:
+				if f := byCursor[0]; f.Type != "error" || f.Code != "invalid_argument" {
+					t.Errorf("%s: a cursor of another conversation's partition was answered %+v, want invalid_argument", conv, f)
+				}
+			default:
+				if byCursor[0].Type != "subscribed" {
+					t.Fatalf("%s: a cursor of the same partition was answered %+v, want subscribed", conv, byCursor[0])
+				}
+				if text, _ := answerText(byCursor, ids[1]); text != "echo #1: only mine" {
+					t.Errorf("%s: resumed from the owner's cursor, the other user folded %q", conv, text)
+				}
+				for _, f := range byCursor[1:] {
+					if f.RequestID != ids[1] {
+						t.Errorf("%s: resumed from the owner's cursor, the other user received %+v", conv, f)
+					}
 				}
 			}
 		}

@@ -24,6 +24,9 @@ type stack struct {
 
 type stackOption func(*devstack.Config)
 
+// stackPartitions is the partition count of a started stack's topics.
+const stackPartitions = 4
+
 // startStack runs the devstack on random ports with its data in dir (a
 // fresh temp dir when empty) and returns once it is ready.
 func startStack(t *testing.T, dir string, opts ...stackOption) *stack {
@@ -42,7 +45,7 @@ func startStack(t *testing.T, dir string, opts ...stackOption) *stack {
 	if v := os.Getenv("TURNPIKE_MONGO_URI"); v != "" {
 		cfg.MongoURI, cfg.MongoDB = v, testenv.Name(t, "e2e")
 	}
-	cfg.Partitions = 4
+	cfg.Partitions = stackPartitions
 	cfg.Worker.Worker.RetryBackoffMin = 10 * time.Millisecond
 	cfg.Worker.Worker.RetryBackoffMax = 200 * time.Millisecond
 	cfg.Worker.Worker.SessionTimeout = 6 * time.Second

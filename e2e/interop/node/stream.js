@@ -53,16 +53,21 @@ function deadline(ms) {
 }
 
 // Conn is one WebSocket to /v1/stream, authenticated with a bearer header
-// (a Node backend can set headers; browsers use ?access_token=). Frames are
-// queued so that a scenario awaits them in order.
+// (a Node backend can set headers; browsers use ?access_token=, which
+// query: true does instead), or with no token when token is empty. Frames
+// are queued so that a scenario awaits them in order.
 class Conn {
-  constructor(name, url, token) {
+  constructor(name, url, token, { query = false } = {}) {
     this.name = name;
     this.frames = [];
     this.waiters = [];
     this.closed = null;
     this.errors = [];
-    this.ws = new WebSocket(url + '/v1/stream', { headers: { Authorization: 'Bearer ' + token } });
+    let target = url + '/v1/stream';
+    const headers = {};
+    if (token && query) target += '?access_token=' + encodeURIComponent(token);
+    else if (token) headers.Authorization = 'Bearer ' + token;
+    this.ws = new WebSocket(target, { headers });
     this.opened = new Promise((resolve, reject) => {
       this.ws.once('open', resolve);
       this.ws.once('unexpected-response', (req, res) => {
@@ -356,6 +361,24 @@ const scenarios = {
   },
 
   async errors(cfg) {
+    // Upgrades: without a token, with a bad one (refused with the HTTP
+    // error shape before any WebSocket exists), with the query token.
+    for (const [name, token] of [['no-token', ''], ['bad-token', cfg.token.slice(0, -2) + 'xx']]) {
+      const r = new Conn(name, cfg.ws, token);
+      try {
+        await r.opened;
+        emit('opened', { conn: name });
+        r.ws.close(1000);
+      } catch (err) {
+        emit('upgrade-failed', { conn: name, http_status: err.status || 0 });
+      }
+    }
+    const q = new Conn('query-token', cfg.ws, cfg.token, { query: true });
+    await q.opened;
+    await subscribe(q, 'c1');
+    q.ws.close(1000);
+    await q.closedWith();
+
     const c = new Conn('frames', cfg.ws, cfg.token);
     await c.opened;
     const steps = [
