@@ -327,21 +327,28 @@ func TestNodeClientFollowsTheDocumentedProtocol(t *testing.T) {
 			t.Fatalf("observer folded %q (%s), want the whole answer", text, status)
 		}
 
+		// resumed checks that cut received the observer's events up to its
+		// cut, that events were emitted while it was away, and that resumed
+		// received every one after the cut's cursor, once.
+		resumed := func(cut, resumed string, before, after []nodeFrame, how string) {
+			t.Helper()
+			c := run.one(t, "cut", cut)
+			if len(before) == 0 || before[len(before)-1].Cursor != c.Cursor {
+				t.Fatalf("%s cut at %q, after %d events", cut, c.Cursor, len(before))
+			}
+			sameEvents(t, cut+" before the cut", before, all[:len(before)])
+			if r := run.one(t, "resuming", resumed); r.ObserverTokens <= c.ObserverTokens {
+				t.Fatalf("%s resumed when the observer had %d tokens, %d at the cut: no gap to fill", resumed, r.ObserverTokens, c.ObserverTokens)
+			}
+			sameEvents(t, resumed+", resumed with "+how, after, afterCursor(t, all, c.Cursor))
+		}
+
 		// The WebSocket: ws1 up to the cut, ws2 strictly after its cursor.
-		ws1 := run.frames("ws1")[1:]
-		cutWS := run.one(t, "cut", "ws1")
-		if len(ws1) == 0 || ws1[len(ws1)-1].Cursor != cutWS.Cursor {
-			t.Fatalf("ws1 cut at %q, after %d events", cutWS.Cursor, len(ws1))
-		}
-		sameEvents(t, "ws1 before the cut", ws1, all[:len(ws1)])
-		if r := run.one(t, "resuming", "ws2"); r.ObserverTokens <= cutWS.ObserverTokens {
-			t.Fatalf("ws2 resumed when the observer had %d tokens, %d at the cut: no gap to fill", r.ObserverTokens, cutWS.ObserverTokens)
-		}
 		ws2 := run.frames("ws2")
 		if len(ws2) == 0 || ws2[0].Type != "subscribed" {
 			t.Fatalf("ws2's first frame is not subscribed: %+v", ws2)
 		}
-		sameEvents(t, "ws2, resumed with since", ws2[1:], afterCursor(t, all, cutWS.Cursor))
+		resumed("ws1", "ws2", run.frames("ws1")[1:], ws2[1:], "since")
 
 		// The event stream: sse1 up to the cut, sse2 with Last-Event-ID.
 		checkStream := func(conn string) []nodeFrame {
@@ -377,16 +384,7 @@ func TestNodeClientFollowsTheDocumentedProtocol(t *testing.T) {
 			}
 			return out
 		}
-		sse1 := checkStream("sse1")
-		cutSSE := run.one(t, "cut", "sse1")
-		if len(sse1) == 0 || sse1[len(sse1)-1].Cursor != cutSSE.Cursor {
-			t.Fatalf("sse1 cut at %q, after %d events", cutSSE.Cursor, len(sse1))
-		}
-		sameEvents(t, "sse1 before the cut", sse1, all[:len(sse1)])
-		if r := run.one(t, "resuming", "sse2"); r.ObserverTokens <= cutSSE.ObserverTokens {
-			t.Fatalf("sse2 resumed when the observer had %d tokens, %d at the cut: no gap to fill", r.ObserverTokens, cutSSE.ObserverTokens)
-		}
-		sameEvents(t, "sse2, resumed with Last-Event-ID", checkStream("sse2"), afterCursor(t, all, cutSSE.Cursor))
+		resumed("sse1", "sse2", checkStream("sse1"), checkStream("sse2"), "Last-Event-ID")
 
 		// An event stream's data is the very text a WebSocket receives. (Not
 		// what JSON.parse makes of it: ts, in nanoseconds, is above 2^53.)

@@ -124,6 +124,12 @@ class Conn {
   }
 
   send(obj) { this.ws.send(JSON.stringify(obj)); }
+
+  // end closes the connection normally and resolves once it is closed.
+  end() {
+    this.ws.close(1000);
+    return this.closedWith();
+  }
 }
 
 // raw holds the text of each frame received, for the reports.
@@ -284,8 +290,7 @@ const scenarios = {
     await subscribe(c, cfg.conversation);
     const id = await post(cfg.ingest, cfg.token, cfg.conversation, cfg.content);
     await follow(c, id);
-    c.ws.close(1000);
-    await c.closedWith();
+    await c.end();
   },
 
   async resume(cfg) {
@@ -333,8 +338,7 @@ const scenarios = {
       emit('resuming', { conn: 'ws2', since: last, observer_tokens: seen });
       await subscribe(ws2, cfg.conversation, last);
       await follow(ws2, id);
-      ws2.ws.close(1000);
-      await ws2.closedWith();
+      await ws2.end();
     })();
 
     const sseSide = (async () => {
@@ -356,28 +360,18 @@ const scenarios = {
     })();
 
     await Promise.all([observed, wsSide, sseSide]);
-    observer.ws.close(1000);
-    await observer.closedWith();
+    await observer.end();
   },
 
   async errors(cfg) {
     // Upgrades: without a token, with a bad one (refused with the HTTP
     // error shape before any WebSocket exists), with the query token.
-    for (const [name, token] of [['no-token', ''], ['bad-token', cfg.token.slice(0, -2) + 'xx']]) {
-      const r = new Conn(name, cfg.ws, token);
-      try {
-        await r.opened;
-        emit('opened', { conn: name });
-        r.ws.close(1000);
-      } catch (err) {
-        emit('upgrade-failed', { conn: name, http_status: err.status || 0 });
-      }
-    }
+    await tryOpen('no-token', cfg.ws, '');
+    await tryOpen('bad-token', cfg.ws, cfg.token.slice(0, -2) + 'xx');
     const q = new Conn('query-token', cfg.ws, cfg.token, { query: true });
     await q.opened;
     await subscribe(q, 'c1');
-    q.ws.close(1000);
-    await q.closedWith();
+    await q.end();
 
     const c = new Conn('frames', cfg.ws, cfg.token);
     await c.opened;
@@ -395,8 +389,7 @@ const scenarios = {
       c.ws.send(text);
       emit('step', { step, frame: await c.next() });
     }
-    c.ws.close(1000);
-    await c.closedWith();
+    await c.end();
 
     // A frame over 64 KiB.
     const big = new Conn('big', cfg.ws, cfg.token);
@@ -436,8 +429,7 @@ const scenarios = {
     await follow(b, bid);
     if (got && got.type === 'subscribed') await follow(b2, bid);
     for (const c of [a, b, b2]) {
-      c.ws.close(1000);
-      await c.closedWith();
+      await c.end();
     }
   },
 
@@ -446,18 +438,11 @@ const scenarios = {
     await c.opened;
     await subscribe(c, cfg.conversation);
     await c.closedWith();
-    const again = new Conn('same-token', cfg.ws, cfg.token);
-    try {
-      await again.opened;
-      emit('opened', { conn: 'same-token' });
-    } catch (err) {
-      emit('upgrade-failed', { conn: 'same-token', http_status: err.status || 0 });
-    }
+    await tryOpen('same-token', cfg.ws, cfg.token);
     const fresh = new Conn('fresh-token', cfg.ws, cfg.fresh);
     await fresh.opened;
     await subscribe(fresh, cfg.conversation);
-    fresh.ws.close(1000);
-    await fresh.closedWith();
+    await fresh.end();
   },
 
   async shutdown(cfg) {
@@ -468,6 +453,19 @@ const scenarios = {
     await c.closedWith();
   },
 };
+
+// tryOpen opens a connection and reports whether the upgrade succeeded
+// (then closes it) or what status refused it.
+async function tryOpen(name, url, token) {
+  const c = new Conn(name, url, token);
+  try {
+    await c.opened;
+    emit('opened', { conn: name });
+    c.ws.close(1000);
+  } catch (err) {
+    emit('upgrade-failed', { conn: name, http_status: err.status || 0 });
+  }
+}
 
 // selfCheck sends b as a text frame to a loopback ws server that does not
 // validate UTF-8, and reports the opcode and the bytes it received.
