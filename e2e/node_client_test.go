@@ -78,6 +78,8 @@ type nodeObs struct {
 	} `json:"body"`
 	ContentType    string     `json:"content_type"`
 	CacheControl   string     `json:"cache_control"`
+	XAccel         string     `json:"x_accel_buffering"`
+	WWWAuth        string     `json:"www_authenticate"`
 	RequestID      string     `json:"request_id"`
 	Cursor         string     `json:"cursor"`
 	Since          string     `json:"since"`
@@ -354,8 +356,8 @@ func TestNodeClientFollowsTheDocumentedProtocol(t *testing.T) {
 		checkStream := func(conn string) []nodeFrame {
 			t.Helper()
 			open := run.one(t, "sse-open", conn)
-			if open.HTTPStatus != 200 || open.ContentType != "text/event-stream; charset=utf-8" || open.CacheControl != "no-store" {
-				t.Errorf("%s: status %d, Content-Type %q, Cache-Control %q", conn, open.HTTPStatus, open.ContentType, open.CacheControl)
+			if open.HTTPStatus != 200 || open.ContentType != "text/event-stream; charset=utf-8" || open.CacheControl != "no-store" || open.XAccel != "no" {
+				t.Errorf("%s: %s, want 200 with the documented headers", conn, open.line)
 			}
 			evs := run.sse(conn)
 			if len(evs) < 2 || evs[0].Event.Retry == nil || *evs[0].Event.Retry != "2000" {
@@ -412,8 +414,9 @@ func TestNodeClientFollowsTheDocumentedProtocol(t *testing.T) {
 		run := runNode(t, ctx, "errors", cfg("token", ann), nil)
 		for _, conn := range []string{"no-token", "bad-token"} {
 			f, r := run.one(t, "upgrade-failed", conn), run.one(t, "refused", conn)
-			if f.HTTPStatus != 401 || r.Body == nil || r.Body.Error.Code != "unauthenticated" {
-				t.Errorf("upgrade %s: %s, want 401 with the error shape, code unauthenticated", conn, r.line)
+			if f.HTTPStatus != 401 || r.Body == nil || r.Body.Error.Code != "unauthenticated" ||
+				!strings.HasPrefix(r.ContentType, "application/json") || !strings.HasPrefix(r.WWWAuth, "Bearer") {
+				t.Errorf("upgrade %s: %s, want 401 in the JSON error shape, code unauthenticated, with a Bearer challenge", conn, r.line)
 			}
 		}
 		if fr := run.frames("query-token"); len(fr) == 0 || fr[0].Type != "subscribed" {

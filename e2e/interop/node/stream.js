@@ -74,7 +74,13 @@ class Conn {
         let body = '';
         res.on('data', (d) => { body += d; });
         res.on('end', () => {
-          emit('refused', { conn: name, http_status: res.statusCode, body: tryJSON(body) });
+          emit('refused', {
+            conn: name,
+            http_status: res.statusCode,
+            content_type: res.headers['content-type'],
+            www_authenticate: res.headers['www-authenticate'],
+            body: tryJSON(body),
+          });
           const err = new Error(`upgrade refused: ${res.statusCode}`);
           err.status = res.statusCode;
           reject(err);
@@ -204,6 +210,7 @@ class SSEStream {
       http_status: res.status,
       content_type: res.headers.get('content-type'),
       cache_control: res.headers.get('cache-control'),
+      x_accel_buffering: res.headers.get('x-accel-buffering'),
     });
     if (res.status !== 200) throw new Error(`${this.name}: status ${res.status}: ${await res.text()}`);
     this.reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
