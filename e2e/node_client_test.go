@@ -409,6 +409,30 @@ func TestNodeClientFollowsTheDocumentedProtocol(t *testing.T) {
 		run.checkClose(t, "ws1", 1006, "") // terminated: no close frame, as when the network drops
 	})
 
+	t.Run("an event stream following a request posted before it gets the whole answer and ends", func(t *testing.T) {
+		ctx := testenv.Context(t, 30*time.Second)
+		run := runNode(t, ctx, "follow", cfg("token", ann, "conversation", "node-follow", "content", "[[tokens:12]]"), nil)
+		r := run.one(t, "sse-refused", "")
+		if r.HTTPStatus != 401 || r.Body == nil || r.Body.Error.Code != "unauthenticated" ||
+			!strings.HasPrefix(r.ContentType, "application/json") || !strings.HasPrefix(r.WWWAuth, "Bearer") {
+			t.Errorf("an event stream without a token: %s, want 401 in the JSON error shape, code unauthenticated, with a Bearer challenge", r.line)
+		}
+		id := run.one(t, "posted", "").RequestID
+		var got []nodeFrame
+		for _, e := range run.sse("follow") {
+			if e.Event.HasID {
+				got = append(got, *e.JSON)
+			}
+		}
+		if len(got) == 0 || got[0].Type != string(events.TypeRunStarted) || got[len(got)-1].Type != string(events.TypeRunCompleted) {
+			t.Fatalf("followed %+v, want run.started through run.completed; the run:\n%s", got, run)
+		}
+		if text, status := answerText(got, id); text != words(12) || status != string(events.StatusComplete) {
+			t.Errorf("followed %q (%s), want the whole answer", text, status)
+		}
+		run.one(t, "sse-end", "follow")
+	})
+
 	t.Run("bad frames get error frames, and an oversized or non-UTF-8 frame the documented close code", func(t *testing.T) {
 		ctx := testenv.Context(t, 30*time.Second)
 		run := runNode(t, ctx, "errors", cfg("token", ann), nil)

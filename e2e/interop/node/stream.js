@@ -23,6 +23,9 @@
 //              events, and once the observer has seen `gap` more token
 //              events (or its run.completed) they resume from their last
 //              cursor (`since`, and Last-Event-ID).
+//   follow     (http, ingest, token, conversation, content) an event
+//              stream refused without a token; POST, then follow that
+//              request's events to the end of the stream.
 //   errors     (ws, token) bad frames on one connection, then a frame over
 //              64 KiB and a text frame that is not UTF-8 on connections of
 //              their own.
@@ -189,12 +192,12 @@ async function follow(c, requestID, each) {
 // stripped from values, data lines joined, dispatch on a blank line), and
 // reports each event with whether it carried an id: field of its own.
 class SSEStream {
-  constructor(name, base, token, conversation, lastEventID) {
+  constructor(name, base, token, conversation, lastEventID, query = '') {
     this.name = name;
     this.abort = new AbortController();
     const headers = { Authorization: 'Bearer ' + token };
     if (lastEventID) headers['Last-Event-ID'] = lastEventID;
-    this.response = fetch(`${base}/v1/conversations/${encodeURIComponent(conversation)}/events`, {
+    this.response = fetch(`${base}/v1/conversations/${encodeURIComponent(conversation)}/events${query}`, {
       headers,
       signal: this.abort.signal,
     });
@@ -368,6 +371,24 @@ const scenarios = {
 
     await Promise.all([observed, wsSide, sseSide]);
     await observer.end();
+  },
+
+  async follow(cfg) {
+    // Refused before any stream: no token.
+    const res = await fetch(`${cfg.http}/v1/conversations/${encodeURIComponent(cfg.conversation)}/events`);
+    emit('sse-refused', {
+      http_status: res.status,
+      content_type: res.headers.get('content-type'),
+      www_authenticate: res.headers.get('www-authenticate'),
+      body: tryJSON(await res.text()),
+    });
+    // POST first, then follow that request: the whole answer, then the end
+    // of the stream.
+    const id = await post(cfg.ingest, cfg.token, cfg.conversation, cfg.content);
+    const s = new SSEStream('follow', cfg.http, cfg.token, cfg.conversation, '', '?follow=' + encodeURIComponent(id));
+    await s.open();
+    for (let e = await s.next(); e !== null; e = await s.next()) emit('sse', { conn: s.name, event: e, json: tryJSON(e.data) });
+    emit('sse-end', { conn: s.name });
   },
 
   async errors(cfg) {
