@@ -5,6 +5,14 @@
 // node_client_test.go runs it and makes every assertion; this script only
 // acts and reports.
 //
+// Why fetch and not the npm eventsource package: Node 20 has no
+// EventSource, and the package follows the HTML standard, which hides
+// what the test checks. An event without an id: field inherits the last
+// id, so "the subscribed event has no id" cannot be seen; it reconnects by
+// itself, so "the stream ended" cannot be told from a reconnection; and
+// the retry: field is consumed. A reader of the raw stream (below, parsed
+// as the standard says) sees every field of every event.
+//
 //   node stream.js SCENARIO CONFIG_JSON
 //
 // Each observation is one JSON line on standard output, {"obs": ..., ...}.
@@ -26,9 +34,10 @@
 //   follow     (http, ingest, token, conversation, content) an event
 //              stream refused without a token; POST, then follow that
 //              request's events to the end of the stream.
-//   errors     (ws, token) bad frames on one connection, then a frame over
-//              64 KiB and a text frame that is not UTF-8 on connections of
-//              their own.
+//   errors     (ws, token) upgrades without a token, with a bad one and
+//              with ?access_token=; bad frames on one connection, then a
+//              frame over 64 KiB and a text frame that is not UTF-8 on
+//              connections of their own.
 //   isolation  (ws, ingest, token, other, conversation) the token's user
 //              answers in a conversation; the other user subscribes to the
 //              same name, from earliest and from the first user's cursor,
