@@ -447,19 +447,38 @@ func TestNodeClientFollowsTheDocumentedProtocol(t *testing.T) {
 			t.Errorf("with ?access_token=: %+v, want subscribed", fr)
 		}
 		steps := map[string]nodeFrame{}
+		var both []nodeFrame
 		for _, o := range run {
 			if o.Obs == "step" && o.Frame != nil {
 				steps[o.Step] = *o.Frame
+				if o.Step == "two subscribes" {
+					both = append(both, *o.Frame)
+				}
 			}
 		}
-		for _, step := range []string{"unknown op", "bad json", "not an object", "unknown member", "missing member", "bad conversation", "bad cursor"} {
+		// An error answering a subscribe or unsubscribe names its
+		// conversation; one answering a frame that is not one does not.
+		for step, conv := range map[string]string{"unknown op": "", "bad json": "", "not an object": "", "unknown member": "",
+			"missing member": "", "bad conversation": "", "bad cursor": "c1", "subscribe again": "c1", "unsubscribe again": "c1"} {
 			f, ok := steps[step]
-			if !ok || f.Type != "error" || f.Code != "invalid_argument" || f.Message == "" {
-				t.Errorf("%s: answered %+v, want an error frame of code invalid_argument with a message", step, f)
+			if !ok || f.Type != "error" || f.Code != "invalid_argument" || f.Message == "" || f.Conversation != conv {
+				t.Errorf("%s: answered %+v, want an error frame of code invalid_argument with a message, conversation %q", step, f, conv)
 			}
+		}
+		slices.SortFunc(both, func(a, b nodeFrame) int { return strings.Compare(a.Type, b.Type) })
+		if len(both) != 2 || both[0].Type != "error" || both[0].Conversation != "c1" || both[1].Type != "subscribed" || both[1].Conversation != "c2" {
+			t.Errorf("two subscribes at once, c2 replaying and c1 already subscribed: answered %+v, want subscribed c2 and an error naming c1", both)
 		}
 		if f := steps["ping"]; f.Type != "pong" {
 			t.Errorf("a ping after the bad frames got %+v, want pong on the same connection", f)
+		}
+		for _, step := range []string{"subscribe", "subscribe after unsubscribe"} {
+			if f := steps[step]; f.Type != "subscribed" || f.Conversation != "c1" {
+				t.Errorf("%s: answered %+v, want subscribed", step, f)
+			}
+		}
+		if f := steps["unsubscribe, ping"]; f.Type != "pong" {
+			t.Errorf("unsubscribe then ping: the next frame is %+v, want the pong (nothing answers an unsubscribe)", f)
 		}
 		run.checkClose(t, "frames", 1000, "")
 		run.checkClose(t, "big", 1009, "")

@@ -243,6 +243,6 @@ func (c *client) handle(ctx context.Context, data []byte) {
 		if fe, ok := err.(*frameError); ok {
 			code = fe.code
 		}
-		c.reply(errorFrame(code, err.Error()))
+		c.reply(conversationErrorFrame(req.Conversation, code, err.Error()))
 	}
 }

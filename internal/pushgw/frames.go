@@ -162,14 +162,21 @@ func subscribedFrame(conversation string) []byte {
 }
 
 type errorFrameBody struct {
-	Type    string `json:"type"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
+	Type         string `json:"type"`
+	Code         string `json:"code"`
+	Message      string `json:"message"`
+	Conversation string `json:"conversation,omitempty"`
 }
 
 // errorFrame returns {"type":"error","code":…,"message":…}.
-func errorFrame(code, message string) []byte {
-	b, err := json.Marshal(errorFrameBody{Type: "error", Code: code, Message: message})
+func errorFrame(code, message string) []byte { return conversationErrorFrame("", code, message) }
+
+// conversationErrorFrame returns an error frame that names conversation
+// (when not empty): the conversation of the subscribe or unsubscribe it
+// answers, or of the subscription it ends, so that a client with several
+// subscriptions on one connection knows which one it concerns.
+func conversationErrorFrame(conversation, code, message string) []byte {
+	b, err := json.Marshal(errorFrameBody{Type: "error", Code: code, Message: message, Conversation: conversation})
 	if err != nil { // cannot happen for three strings
 		return []byte(`{"type":"error","code":"internal","message":"error frame"}`)
 	}

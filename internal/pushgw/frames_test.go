@@ -146,3 +146,13 @@ func TestErrorFrameEscapesTheMessage(t *testing.T) {
 		t.Fatalf("error frame = %+v", got)
 	}
 }
+
+func TestAnErrorFrameNamesItsConversationOnlyWhenGivenOne(t *testing.T) {
+	t.Parallel()
+	if got, want := string(conversationErrorFrame("c1", "cursor_expired", "gone")), `{"type":"error","code":"cursor_expired","message":"gone","conversation":"c1"}`; got != want {
+		t.Errorf("with a conversation: %s, want %s", got, want)
+	}
+	if got, want := string(errorFrame("invalid_argument", "invalid JSON")), `{"type":"error","code":"invalid_argument","message":"invalid JSON"}`; got != want {
+		t.Errorf("without: %s, want %s", got, want)
+	}
+}

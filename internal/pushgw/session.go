@@ -272,7 +272,7 @@ func (s *session) replay(ctx context.Context, sub *subscription) {
 	} else {
 		s.logger().Warn("replay failed", "conversation", sub.conversation, "err", err)
 	}
-	s.send(ctx, errorFrame(code, msg))
+	s.send(ctx, conversationErrorFrame(sub.conversation, code, msg))
 }
 
 // endSubscriptions ends every subscription and replay of a session that is

@@ -421,11 +421,23 @@ const scenarios = {
       ['bad conversation', JSON.stringify({ op: 'subscribe', conversation: 'no spaces allowed' })],
       ['bad cursor', JSON.stringify({ op: 'subscribe', conversation: 'c1', since: 'not-a-cursor' })],
       ['ping', JSON.stringify({ op: 'ping' })],
+      ['subscribe', JSON.stringify({ op: 'subscribe', conversation: 'c1' })],
+      ['subscribe again', JSON.stringify({ op: 'subscribe', conversation: 'c1' })],
+      // Nothing answers an unsubscribe that succeeds: the ping's pong is
+      // the next frame.
+      ['unsubscribe, ping', JSON.stringify({ op: 'unsubscribe', conversation: 'c1' }), JSON.stringify({ op: 'ping' })],
+      ['unsubscribe again', JSON.stringify({ op: 'unsubscribe', conversation: 'c1' })],
+      ['subscribe after unsubscribe', JSON.stringify({ op: 'subscribe', conversation: 'c1' })],
     ];
-    for (const [step, text] of steps) {
-      c.ws.send(text);
+    for (const [step, ...texts] of steps) {
+      texts.forEach((text) => c.ws.send(text));
       emit('step', { step, frame: await c.next() });
     }
+    // Two subscribes at once, one replaying, one refused: the answers may
+    // come in either order, and the error names its conversation.
+    c.send({ op: 'subscribe', conversation: 'c2', since: 'earliest' });
+    c.send({ op: 'subscribe', conversation: 'c1' });
+    for (let i = 0; i < 2; i++) emit('step', { step: 'two subscribes', frame: await c.next() });
     await c.end();
 
     // A frame over 64 KiB.

@@ -433,9 +433,10 @@ export class Client {
     sub._event(f);
   }
 
-  // Error frames name no conversation: one answering a subscribe comes in the
-  // place of its subscribed frame; a failed replay (cursor_expired,
-  // unavailable) comes later and ends that subscription on the gateway.
+  // An error frame answering a subscribe names its conversation (one from a
+  // gateway that predates the member is taken as answering the oldest
+  // pending subscribe); a failed replay (cursor_expired, unavailable) comes
+  // later and ends that subscription on the gateway.
   #errorFrame(f) {
     const err = new TurnpikeError(0, f.code, f.message);
     if (f.code === 'cursor_expired') {
@@ -450,7 +451,8 @@ export class Client {
       this.#retry(1011);
       return;
     }
-    const sub = this.#pending.shift();
+    const i = f.conversation ? this.#pending.findIndex((s) => s.conversation === f.conversation) : 0;
+    const [sub] = i < 0 ? [] : this.#pending.splice(i, 1);
     if (!sub) {
       console.warn('turnpike: gateway error', f.code, f.message);
       return;

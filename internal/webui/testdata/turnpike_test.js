@@ -116,6 +116,19 @@
   await sub3.ready.catch((e) => { rejected = e; });
   check(rejected instanceof tp.TurnpikeError && rejected.code === 'invalid_argument' && errors.length === 1, `a refused subscription rejects: ${rejected}`);
 
+  // Two subscribes pending: the error names the one refused, and may come
+  // before the other's subscribed (a replaying subscribe is answered later).
+  const refusedSubs = [];
+  const sub4 = c.subscribe('c4', { onEvent: () => {}, onError: () => refusedSubs.push('c4') });
+  const sub5 = c.subscribe('c5', { onEvent: () => {}, onError: () => refusedSubs.push('c5') });
+  s4.recv({ type: 'error', code: 'rate_limited', message: 'too many subscribes', conversation: 'c5' });
+  s4.recv({ type: 'subscribed', conversation: 'c4' });
+  await sub4.ready;
+  let rejected5 = null;
+  await sub5.ready.catch((e) => { rejected5 = e; });
+  check(rejected5?.code === 'rate_limited' && show(refusedSubs) === '["c5"]', `the error ends the subscription it names: ${rejected5}, ${show(refusedSubs)}`);
+  sub4.close();
+
   // Unsubscribing sends the frame; no further events reach it.
   sub2.close();
   check(show(s4.sent.at(-1)) === '{"op":"unsubscribe","conversation":"c2"}', `unsubscribe frame: ${show(s4.sent.at(-1))}`);
