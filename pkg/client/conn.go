@@ -86,7 +86,8 @@ type Frame struct {
 	Type string
 	// Event is set for stream events; its Header().Cursor is the resume cursor.
 	Event events.Event
-	// Conversation is set on subscribed frames.
+	// Conversation is set on subscribed frames, and on error frames that
+	// answer a subscribe or unsubscribe or end a subscription.
 	Conversation string
 	// Code and Message are set on error frames.
 	Code, Message string
@@ -121,7 +122,7 @@ func decodeFrame(b []byte) (Frame, error) {
 	case "subscribed", "pong":
 		f.Conversation = head.Conversation
 	case "error":
-		f.Code, f.Message = head.Code, head.Message
+		f.Code, f.Message, f.Conversation = head.Code, head.Message, head.Conversation
 	default:
 		e, err := events.DecodeEvent(b)
 		if err != nil {

@@ -184,3 +184,11 @@ func BenchmarkConnNextRawView(b *testing.B) {
 		}
 	}
 }
+
+func TestAnErrorFrameKeepsTheConversationItNames(t *testing.T) {
+	t.Parallel()
+	f, err := decodeFrame([]byte(`{"type":"error","code":"cursor_expired","message":"gone","conversation":"c1"}`))
+	if err != nil || f.Type != "error" || f.Code != "cursor_expired" || f.Message != "gone" || f.Conversation != "c1" {
+		t.Errorf("decodeFrame: %+v, %v", f, err)
+	}
+}

@@ -36,7 +36,7 @@ type FrameView struct {
 	// pong, error) are set without allocating.
 	Type string
 	// Conversation, RequestID and RunID of a stream event; Conversation of a
-	// subscribed frame.
+	// subscribed frame, and of an error frame that names one.
 	Conversation, RequestID, RunID []byte
 	// Seq and TS of a stream event.
 	Seq, TS int64
