@@ -387,6 +387,9 @@ func TestNodeClientFollowsTheDocumentedProtocol(t *testing.T) {
 			return out
 		}
 		resumed("sse1", "sse2", checkStream("sse1"), checkStream("sse2"), "Last-Event-ID")
+		// A cursor from either transport resumes on the other.
+		sameEvents(t, "sse3, resumed with the WebSocket's cursor as Last-Event-ID", checkStream("sse3"),
+			afterCursor(t, all, run.one(t, "cut", "ws1").Cursor))
 
 		// An event stream's data is the very text a WebSocket receives. (Not
 		// what JSON.parse makes of it: ts, in nanoseconds, is above 2^53.)
@@ -396,7 +399,7 @@ func TestNodeClientFollowsTheDocumentedProtocol(t *testing.T) {
 				text[o.Frame.Cursor] = o.Raw
 			}
 		}
-		for _, conn := range []string{"sse1", "sse2"} {
+		for _, conn := range []string{"sse1", "sse2", "sse3"} {
 			for _, e := range run.sse(conn)[2:] {
 				if text[e.Event.ID] != e.Event.Data {
 					t.Fatalf("%s's data for %s is\n%s\nthe WebSocket's frame\n%s", conn, e.Event.ID, e.Event.Data, text[e.Event.ID])

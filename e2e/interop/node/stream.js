@@ -30,7 +30,8 @@
 //              WebSocket and an event stream are cut after `cut` token
 //              events, and once the observer has seen `gap` more token
 //              events (or its run.completed) they resume from their last
-//              cursor (`since`, and Last-Event-ID).
+//              cursor (`since`, and Last-Event-ID), and a third resumes an
+//              event stream from the WebSocket's cursor.
 //   follow     (http, ingest, token, conversation, content) an event
 //              stream refused without a token; POST, then follow that
 //              request's events to the end of the stream.
@@ -355,8 +356,12 @@ const scenarios = {
       const ws2 = new Conn('ws2', cfg.ws, cfg.token);
       await ws2.opened;
       emit('resuming', { conn: 'ws2', since: last, observer_tokens: seen });
+      // The WebSocket's cursor resumes an event stream too.
+      const sse3 = new SSEStream('sse3', cfg.http, cfg.token, cfg.conversation, last);
       await subscribe(ws2, cfg.conversation, last);
-      await follow(ws2, id);
+      await sse3.open();
+      await Promise.all([follow(ws2, id), sseFollow(sse3, id)]);
+      sse3.close();
       await ws2.end();
     })();
 
