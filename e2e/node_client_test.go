@@ -256,10 +256,10 @@ func sameEvents(t *testing.T, what string, got, want []nodeFrame) {
 	for _, c := range g {
 		seen[c]++
 	}
-	var missing, repeated []string
+	var absent, repeated []string
 	for _, c := range w {
 		if seen[c] == 0 {
-			missing = append(missing, c)
+			absent = append(absent, c)
 		}
 	}
 	for c, n := range seen {
@@ -269,7 +269,7 @@ func sameEvents(t *testing.T, what string, got, want []nodeFrame) {
 	}
 	slices.Sort(repeated)
 	t.Errorf("%s: %d events, want %d (every event once, in order); missing %v, repeated %v\ngot  %v\nwant %v",
-		what, len(g), len(w), missing, repeated, g, w)
+		what, len(g), len(w), absent, repeated, g, w)
 }
 
 func TestNodeClientFollowsTheDocumentedProtocol(t *testing.T) {
