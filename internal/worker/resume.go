@@ -76,8 +76,8 @@ func (w *Worker) rejectResume(ctx context.Context, id events.Identity, requestID
 	e := bridge.NewEmitter(sink, id, requestID, newRunID(), w.now)
 	if !c.Duplicate {
 		notice := "Nothing to resume: " + reason.Error()
-		if errors.Is(reason, errBadAnswer) {
-			notice = "Answer rejected: " + reason.Error()
+		if bad := (badAnswer{}); errors.As(reason, &bad) {
+			notice = bad.notice()
 		}
 		if err := e.Notice(ctx, notice); err != nil {
 			return err
