@@ -63,8 +63,9 @@ func (w *Worker) resume(runCtx, ctx context.Context, id events.Identity, req eve
 	return iter, nil
 }
 
-// rejectResume completes a resume that has nothing to resume: rejected,
-// with a notice saying why, and nothing persisted.
+// rejectResume completes a resume that has nothing to resume, or whose
+// answer the custom agent's resume hook refused: rejected, with a notice
+// saying why, and nothing persisted.
 func (w *Worker) rejectResume(ctx context.Context, id events.Identity, requestID string, reason error) error {
 	w.metrics.resumes.WithLabelValues("rejected").Inc()
 	c, err := w.store.RecordOutcome(ctx, id, requestID, events.StatusRejected)
