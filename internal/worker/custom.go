@@ -3,7 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
-	"fmt"
+	"strings"
 
 	"github.com/cloudwego/eino/adk"
 	"github.com/cloudwego/eino/components/model"
@@ -117,7 +117,7 @@ func customAgents(c *Custom, d Deps) (*agents, error) {
 	return a, nil
 }
 
-// resumeValue is the value the interrupt target t of in receives.
+// resumeValue is the value the interrupt r answers is resumed with.
 func (w *Worker) resumeValue(ctx context.Context, r ResumeInfo) (any, error) {
 	if w.custom == nil || w.custom.ResumeValue == nil {
 		return r.Answer, nil
@@ -125,7 +125,7 @@ func (w *Worker) resumeValue(ctx context.Context, r ResumeInfo) (any, error) {
 	v, err := w.custom.ResumeValue(ctx, r)
 	switch {
 	case errors.Is(err, events.ErrInvalid):
-		return nil, fmt.Errorf("%w: %w", errBadAnswer, err)
+		return nil, badAnswer{err}
 	case err != nil:
 		return nil, retryRecord{err}
 	}
@@ -140,9 +140,18 @@ type retryRecord struct{ error }
 
 func (e retryRecord) Unwrap() error { return e.error }
 
-// errBadAnswer means a custom agent's ResumeValue refused the answer; the
-// resume completes rejected and the interrupt stays pending.
-var errBadAnswer = errors.New("answer rejected")
+// badAnswer is a custom agent's ResumeValue refusing the answer: the
+// resume completes rejected, with the hook's own error as the notice, and
+// the interrupt stays pending.
+type badAnswer struct{ error }
+
+func (e badAnswer) Unwrap() error { return e.error }
+
+// notice is the rejected resume's notice: the hook's error, without the
+// "invalid: " that marks it refused (pkg/worker's Permanent).
+func (e badAnswer) notice() string {
+	return "Answer rejected: " + strings.TrimPrefix(e.Error(), events.ErrInvalid.Error()+": ")
+}
 
 // retryModelError is the bridge's RetryModelError: the worker's own
 // classification, or the custom agent's.

@@ -243,7 +243,7 @@ func (w *Worker) run(genCtx, ctx context.Context, m kafka.Message, req events.Re
 		// A resume continues the interrupted run from its checkpoint; the
 		// answer is this request's (persisted) user message.
 		var err error
-		if iter, err = w.resume(runCtx, ctx, id, req); errors.Is(err, errNothingToResume) || errors.Is(err, errBadAnswer) {
+		if iter, err = w.resume(runCtx, ctx, id, req); errors.Is(err, errNothingToResume) || errors.As(err, new(badAnswer)) {
 			log.Info("resume rejected", slog.String("resume_of", req.ResumeOf), slog.Any("reason", err))
 			return w.rejectResume(ctx, id, req.RequestID, err)
 		} else if err != nil {

@@ -63,8 +63,9 @@ func (w *Worker) resume(runCtx, ctx context.Context, id events.Identity, req eve
 	return iter, nil
 }
 
-// rejectResume completes a resume that has nothing to resume: rejected,
-// with a notice saying why, and nothing persisted.
+// rejectResume completes a resume that has nothing to resume, or whose
+// answer the custom agent's resume hook refused: rejected, with a notice
+// saying why, and nothing persisted.
 func (w *Worker) rejectResume(ctx context.Context, id events.Identity, requestID string, reason error) error {
 	w.metrics.resumes.WithLabelValues("rejected").Inc()
 	c, err := w.store.RecordOutcome(ctx, id, requestID, events.StatusRejected)
@@ -76,8 +77,8 @@ func (w *Worker) rejectResume(ctx context.Context, id events.Identity, requestID
 	e := bridge.NewEmitter(sink, id, requestID, newRunID(), w.now)
 	if !c.Duplicate {
 		notice := "Nothing to resume: " + reason.Error()
-		if errors.Is(reason, errBadAnswer) {
-			notice = "Answer rejected: " + reason.Error()
+		if bad := (badAnswer{}); errors.As(reason, &bad) {
+			notice = bad.notice()
 		}
 		if err := e.Notice(ctx, notice); err != nil {
 			return err

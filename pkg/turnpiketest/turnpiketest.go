@@ -27,7 +27,6 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/devstack"
 	"github.com/turnpike-dev/turnpike/internal/publicapi"
-	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
@@ -124,14 +123,9 @@ func StartConfig(t testing.TB, cfg worker.Config, opts ...worker.Option) *Stack 
 	defer timer.Stop()
 	select {
 	case st := <-readyc:
+		// The worker is ready once its topics exist: tests may produce
+		// records themselves at once.
 		names := dc.Topics()
-		// The worker creates its topics as it starts, possibly after the
-		// stack is ready: tests that produce records need them now.
-		ectx, cancelEnsure := context.WithTimeout(context.Background(), Timeout)
-		defer cancelEnsure()
-		if err := topic.Ensure(ectx, st.Brokers, dc.Partitions, names.All()...); err != nil {
-			t.Fatalf("turnpiketest: topics: %v", err)
-		}
 		return &Stack{t: t, IngestURL: st.IngestURL(), StreamURL: st.StreamURL(), Brokers: st.Brokers, MongoURI: st.MongoURI,
 			RequestsTopic: names.Requests, DLQTopic: names.DLQ, StreamTopic: names.Stream, Tenant: auth.DefaultTenant, secret: st.AuthSecret}
 	case err := <-errc:

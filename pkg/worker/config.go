@@ -26,6 +26,10 @@ type Config struct {
 	MongoURI string
 	// MongoDB is the database (TURNPIKE_MONGO_DB). Default "turnpike".
 	MongoDB string
+	// MongoPool bounds the MongoDB client's connections, and so its
+	// commands in flight (TURNPIKE_MONGO_POOL). Default 0: the driver's
+	// 100.
+	MongoPool int
 	// TopicPrefix prefixes the Kafka topic names (TURNPIKE_TOPIC_PREFIX).
 	// Default "turnpike.".
 	TopicPrefix string
@@ -94,6 +98,11 @@ type Config struct {
 	// SessionTimeout is the consumer group's session timeout
 	// (TURNPIKE_SESSION_TIMEOUT). Default 10s.
 	SessionTimeout time.Duration
+	// PartitionWatchInterval is how often the requests topic's partition
+	// count is checked; a change rebalances the workers, which then place
+	// records by the new count (TURNPIKE_PARTITION_WATCH_INTERVAL).
+	// Default 10s.
+	PartitionWatchInterval time.Duration
 	// StreamBatchTimeout is the longest a stream event waits for a batch
 	// (TURNPIKE_STREAM_BATCH_TIMEOUT). Default 2ms.
 	StreamBatchTimeout time.Duration
@@ -159,7 +168,7 @@ func (c Config) Validate() error {
 
 func (c Config) service(custom *iworker.Custom) service.WorkerConfig {
 	var s service.WorkerConfig
-	s.Brokers, s.MongoURI, s.MongoDB, s.TopicPrefix, s.Partitions = c.Brokers, c.MongoURI, c.MongoDB, c.TopicPrefix, c.Partitions
+	s.Brokers, s.MongoURI, s.MongoDB, s.MongoPool, s.TopicPrefix, s.Partitions = c.Brokers, c.MongoURI, c.MongoDB, c.MongoPool, c.TopicPrefix, c.Partitions
 	s.Model, s.EchoDelay = c.Model, c.EchoDelay
 	s.OpenAI.BaseURL, s.OpenAI.APIKey, s.OpenAI.Model = c.OpenAIBaseURL, c.OpenAIAPIKey, c.OpenAIModel
 	s.LogLevel, s.LogFormat, s.OTLPEndpoint, s.TraceSampleRatio, s.PprofAddr = c.LogLevel, c.LogFormat, c.OTLPEndpoint, c.TraceSampleRatio, c.PprofAddr
@@ -170,6 +179,7 @@ func (c Config) service(custom *iworker.Custom) service.WorkerConfig {
 	w.Ordering, w.MaxInflight, w.ReadAhead, w.MaxAttempts = c.Ordering, c.MaxInflight, c.ReadAhead, c.MaxAttempts
 	w.RunTimeout, w.DrainTimeout, w.SessionTimeout, w.StreamBatchTimeout = c.RunTimeout, c.DrainTimeout, c.SessionTimeout, c.StreamBatchTimeout
 	w.RetryBackoffMin, w.RetryBackoffMax, w.CommitInterval = c.RetryBackoffMin, c.RetryBackoffMax, c.CommitInterval
+	w.PartitionWatchInterval = c.PartitionWatchInterval
 	s.Custom = custom
 	return s
 }
@@ -177,7 +187,7 @@ func (c Config) service(custom *iworker.Custom) service.WorkerConfig {
 func fromService(s service.WorkerConfig) Config {
 	w := s.Worker
 	return Config{
-		Brokers: s.Brokers, MongoURI: s.MongoURI, MongoDB: s.MongoDB, TopicPrefix: s.TopicPrefix, Partitions: s.Partitions,
+		Brokers: s.Brokers, MongoURI: s.MongoURI, MongoDB: s.MongoDB, MongoPool: s.MongoPool, TopicPrefix: s.TopicPrefix, Partitions: s.Partitions,
 		GroupID: w.GroupID, Addr: s.Addr,
 		Model: s.Model, EchoDelay: s.EchoDelay,
 		OpenAIBaseURL: s.OpenAI.BaseURL, OpenAIAPIKey: s.OpenAI.APIKey, OpenAIModel: s.OpenAI.Model,
@@ -186,7 +196,8 @@ func fromService(s service.WorkerConfig) Config {
 		Ordering: w.Ordering, MaxInflight: w.MaxInflight, ReadAhead: w.ReadAhead, MaxAttempts: w.MaxAttempts,
 		RunTimeout: w.RunTimeout, DrainTimeout: w.DrainTimeout, SessionTimeout: w.SessionTimeout, StreamBatchTimeout: w.StreamBatchTimeout,
 		RetryBackoffMin: w.RetryBackoffMin, RetryBackoffMax: w.RetryBackoffMax, CommitInterval: w.CommitInterval,
-		LogLevel: s.LogLevel, LogFormat: s.LogFormat, OTLPEndpoint: s.OTLPEndpoint, TraceSampleRatio: s.TraceSampleRatio, PprofAddr: s.PprofAddr,
+		PartitionWatchInterval: w.PartitionWatchInterval,
+		LogLevel:               s.LogLevel, LogFormat: s.LogFormat, OTLPEndpoint: s.OTLPEndpoint, TraceSampleRatio: s.TraceSampleRatio, PprofAddr: s.PprofAddr,
 	}
 }
 

@@ -1,9 +1,16 @@
 package worker
 
 import (
+	"flag"
+	"fmt"
+	"io"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/turnpike-dev/turnpike/internal/flagenv"
+	"github.com/turnpike-dev/turnpike/internal/service"
 )
 
 // Every field of Config reaches the service's configuration and comes
@@ -50,5 +57,42 @@ func TestLoadConfigNamesTheEnvironment(t *testing.T) {
 	c.Ordering = "random"
 	if c.Validate() == nil {
 		t.Error("Validate accepted Ordering random")
+	}
+}
+
+// Every flag of cmd/worker has its field: a flag set to a value other than
+// its default reaches the service's configuration through LoadConfig as
+// it does when parsed directly. (auth-secret is bound for every service,
+// but the worker reads no token.)
+func TestLoadConfigKeepsEveryFlag(t *testing.T) {
+	var args []string
+	var probe service.WorkerConfig
+	set := flagenv.New(flag.NewFlagSet("worker", flag.ContinueOnError), func(string) (string, bool) { return "", false })
+	probe.Bind(set)
+	set.FlagSet().VisitAll(func(f *flag.Flag) {
+		if f.Name == "auth-secret" {
+			return
+		}
+		v := "x" + f.Name
+		if _, err := strconv.ParseFloat(f.DefValue, 64); err == nil {
+			v = "7"
+		} else if _, err := time.ParseDuration(f.DefValue); err == nil {
+			v = "7s"
+		}
+		args = append(args, fmt.Sprintf("-%s=%s", f.Name, v))
+	})
+	var want service.WorkerConfig
+	direct := flagenv.New(flag.NewFlagSet("worker", flag.ContinueOnError), func(string) (string, bool) { return "", false })
+	direct.FlagSet().SetOutput(io.Discard)
+	want.Bind(direct)
+	if err := direct.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	c, err := loadConfig(args, func(string) (string, bool) { return "", false }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.service(nil); !reflect.DeepEqual(got, want) {
+		t.Errorf("LoadConfig(%q) lost a setting:\n got %+v\nwant %+v", args, got, want)
 	}
 }

@@ -385,3 +385,39 @@ func (m scriptModel) Generate(_ context.Context, in []*schema.Message, _ ...mode
 func (m scriptModel) Stream(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
 	return schema.StreamReaderFromArray([]*schema.Message{m(in)}), nil
 }
+
+// A resume hook that refuses the answer rejects the resume with its own
+// error as the notice; the interrupt stays pending, and another answer
+// resumes it.
+func TestRefusedAnswerRejectsTheResume(t *testing.T) {
+	m := scriptModel(func(in []*schema.Message) *schema.Message {
+		if last := in[len(in)-1]; last.Role == schema.Tool {
+			return schema.AssistantMessage("Booked for "+last.Content+".", nil)
+		}
+		return schema.AssistantMessage("", []schema.ToolCall{{ID: "ask", Type: "function",
+			Function: schema.FunctionCall{Name: "ask_user", Arguments: `{"question":"Which day?"}`}}})
+	})
+	day := worker.WithResumeAs("ask_user", func(answer string) (string, error) {
+		if answer != "Friday" {
+			return "", errors.New("we are open on Fridays only")
+		}
+		return answer, nil
+	})
+	stack := turnpiketest.Start(t, worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "booker", Description: "books", Model: m,
+			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{worker.AskUser()}}}})
+	}), day)
+	c := stack.Client("hana")
+	f := c.Follow("c")
+	asked := f.Run(c.Send("c", "book a table"))
+	if asked.Status != events.StatusInterrupted {
+		t.Fatalf("%v, want interrupted", asked)
+	}
+	r := f.Run(c.Resume("c", asked.RequestID, "Monday"))
+	if want := "Answer rejected: we are open on Fridays only"; r.Status != events.StatusRejected || len(r.Notices) != 1 || r.Notices[0] != want {
+		t.Errorf("resumed with a refused answer: %v, notices %q; want rejected with the notice %q", r, r.Notices, want)
+	}
+	if r := f.Run(c.Resume("c", asked.RequestID, "Friday")); r.Status != events.StatusComplete || r.Text != "Booked for Friday." {
+		t.Errorf("resumed again: %v", r)
+	}
+}
