@@ -54,14 +54,15 @@ const (
 // OPTIONS answers a CORS preflight from an allowed origin.
 func (g *Gateway) ServeEvents(w http.ResponseWriter, r *http.Request) {
 	origin := r.Header.Get("Origin")
-	if origin != "" && g.origins.Allowed(r) {
+	cors := origin != "" && g.origins.Allowed(r)
+	if cors {
 		w.Header().Set("Access-Control-Allow-Origin", origin)
 		w.Header().Add("Vary", "Origin")
 	}
 	switch r.Method {
 	case http.MethodGet:
 	case http.MethodOptions:
-		if origin != "" && g.origins.Allowed(r) {
+		if cors {
 			w.Header().Set("Access-Control-Allow-Methods", "GET")
 			w.Header().Set("Access-Control-Allow-Headers", "Authorization, Last-Event-ID, Cache-Control")
 			w.Header().Set("Access-Control-Max-Age", "600")
