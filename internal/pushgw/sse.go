@@ -390,23 +390,23 @@ func (st *stream) flush() bool {
 // eventFrame); it becomes the id.
 func sseEvent(f []byte, follow string) (ev []byte, last bool) {
 	typ, cursor := frameType(f), frameCursor(f)
-	if follow != "" && cursor != "" {
+	if follow != "" && cursor != nil {
 		var m struct {
 			RequestID string `json:"request_id"`
 		}
 		if json.Unmarshal(f, &m) != nil || m.RequestID != follow {
 			return nil, false
 		}
-		last = typ == string(events.TypeRunCompleted)
+		last = string(typ) == string(events.TypeRunCompleted)
 	}
-	if typ == "error" {
+	if string(typ) == "error" {
 		last = true
 	}
 	ev = make([]byte, 0, len(f)+len(cursor)+len(typ)+32)
-	if cursor != "" {
+	if cursor != nil {
 		ev = append(append(append(ev, "id: "...), cursor...), '\n')
 	}
-	if typ != "" {
+	if len(typ) > 0 {
 		ev = append(append(append(ev, "event: "...), typ...), '\n')
 	}
 	ev = append(ev, "data: "...)
@@ -422,36 +422,37 @@ func sseEvent(f []byte, follow string) (ev []byte, last bool) {
 	return append(ev, "\n\n"...), last
 }
 
-// frameType returns a frame's "type": at once when it comes first, as in
-// every frame the gateway and events.AppendEvent write; otherwise decoded.
-// A type an event field cannot carry (a line break, empty) gives "".
-func frameType(f []byte) string {
+// frameType returns a frame's "type": at once, within f, when it comes
+// first, as in every frame the gateway and events.AppendEvent write;
+// otherwise decoded. A type an event field cannot carry (a line break,
+// empty) gives nil or empty.
+func frameType(f []byte) []byte {
 	const prefix = `{"type":"`
 	if rest, ok := bytes.CutPrefix(f, []byte(prefix)); ok {
 		if i := bytes.IndexByte(rest, '"'); i > 0 && bytes.IndexByte(rest[:i], '\\') < 0 {
-			return string(rest[:i])
+			return rest[:i]
 		}
 	}
 	var m struct {
 		Type string `json:"type"`
 	}
 	if json.Unmarshal(f, &m) != nil || strings.ContainsAny(m.Type, "\r\n") {
-		return ""
+		return nil
 	}
-	return m.Type
+	return []byte(m.Type)
 }
 
-// frameCursor returns the cursor eventFrame put last in an event frame, ""
-// for any other frame.
-func frameCursor(f []byte) string {
+// frameCursor returns the cursor eventFrame put last in an event frame,
+// within f; nil for any other frame.
+func frameCursor(f []byte) []byte {
 	const member = `,"cursor":"`
 	i := bytes.LastIndex(f, []byte(member))
 	if i < 0 || !bytes.HasSuffix(f, []byte(`"}`)) {
-		return ""
+		return nil
 	}
 	c := f[i+len(member) : len(f)-2]
 	if _, _, err := ParseCursor(string(c)); err != nil {
-		return ""
+		return nil
 	}
-	return string(c)
+	return c
 }
