@@ -391,10 +391,7 @@ func (st *stream) flush() bool {
 func sseEvent(f []byte, follow string) (ev []byte, last bool) {
 	typ, cursor := frameType(f), frameCursor(f)
 	if follow != "" && cursor != nil {
-		var m struct {
-			RequestID string `json:"request_id"`
-		}
-		if json.Unmarshal(f, &m) != nil || m.RequestID != follow {
+		if string(frameRequestID(f)) != follow {
 			return nil, false
 		}
 		last = string(typ) == string(events.TypeRunCompleted)
@@ -440,6 +437,33 @@ func frameType(f []byte) []byte {
 		return nil
 	}
 	return []byte(m.Type)
+}
+
+// frameRequestID returns an event frame's request_id: at once, within f,
+// when the frame begins as events.AppendEvent writes it (type,
+// conversation, request_id, none escaped); otherwise decoded.
+func frameRequestID(f []byte) []byte {
+	rest, value, ok := f, []byte(nil), true
+	for _, key := range [...]string{`{"type":"`, `","conversation":"`, `","request_id":"`} {
+		if rest, ok = bytes.CutPrefix(rest, []byte(key)); !ok {
+			break
+		}
+		i := bytes.IndexByte(rest, '"')
+		if ok = i >= 0 && bytes.IndexByte(rest[:i], '\\') < 0; !ok {
+			break
+		}
+		value, rest = rest[:i], rest[i:]
+	}
+	if ok {
+		return value
+	}
+	var m struct {
+		RequestID string `json:"request_id"`
+	}
+	if json.Unmarshal(f, &m) != nil {
+		return nil
+	}
+	return []byte(m.RequestID)
 }
 
 // frameCursor returns the cursor eventFrame put last in an event frame,
