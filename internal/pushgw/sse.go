@@ -410,10 +410,13 @@ func sseEvent(f []byte, follow string) (ev []byte, last bool) {
 	start := len(ev)
 	ev = append(ev, f...)
 	// JSON holds no raw line break but between tokens: as a space it
-	// keeps the data on its one line and means the same.
-	for i := start; i < len(ev); i++ {
-		if ev[i] == '\n' || ev[i] == '\r' {
-			ev[i] = ' '
+	// keeps the data on its one line and means the same. Frames written by
+	// events.AppendEvent have none, which IndexByte finds out quickly.
+	if bytes.IndexByte(f, '\n') >= 0 || bytes.IndexByte(f, '\r') >= 0 {
+		for i := start; i < len(ev); i++ {
+			if ev[i] == '\n' || ev[i] == '\r' {
+				ev[i] = ' '
+			}
 		}
 	}
 	return append(ev, "\n\n"...), last

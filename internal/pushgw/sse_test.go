@@ -707,3 +707,21 @@ func TestFrameRequestIDReadsEveryFramesRequestID(t *testing.T) {
 		}
 	}
 }
+
+// An event's data is its frame on one line: a raw line break between a
+// frame's JSON tokens (a value some other producer wrote) becomes a space.
+func TestAnEventsDataIsItsFrameOnOneLine(t *testing.T) {
+	t.Parallel()
+	cursor := FormatCursor(1, 7)
+	for value, data := range map[string]string{
+		`{"type":"token","seq":1}`:             `{"type":"token","seq":1,"cursor":"` + cursor + `"}`,
+		"{\"type\":\"token\",\r\n\"seq\":1\n}": "{\"type\":\"token\",  \"seq\":1 ,\"cursor\":\"" + cursor + "\"}",
+		"{\"type\":\"token\",\r\"seq\":1}":     "{\"type\":\"token\", \"seq\":1,\"cursor\":\"" + cursor + "\"}",
+	} {
+		ev, last := sseEvent(eventFrame([]byte(value), 1, 7), "")
+		want := "id: " + cursor + "\nevent: token\ndata: " + data + "\n\n"
+		if string(ev) != want || last {
+			t.Errorf("event of %q = %q (last %v), want %q", value, ev, last, want)
+		}
+	}
+}
