@@ -103,8 +103,8 @@ type Config struct {
 	SubscribePerMinute int
 	SubscribeBurst     int
 
-	// SSEHeartbeat is how often an idle Server-Sent Events stream gets a
-	// comment line, so that proxies keep it open and a dead peer is
+	// SSEHeartbeat is how often a Server-Sent Events stream, busy or idle,
+	// gets a comment line, so that proxies keep it open and a dead peer is
 	// noticed by the write deadline. Default 15s.
 	SSEHeartbeat time.Duration
 	// SSERetry is the reconnection delay each event stream tells its

@@ -5,8 +5,8 @@
 // duplicate. Both transports share one subscription core (session.go).
 //
 // Pieces, one file each:
-//   - gateway.go: Gateway, New, Run, ServeHTTP (origin, auth, connect rate),
-//     Ready.
+//   - gateway.go: Gateway, New, Run, ServeHTTP (admission, then the
+//     upgrade), Ready.
 //   - hub.go: the per-partition index of subscriptions, the fan-out, and the
 //     replay-to-live hand-over (its comment is the correctness argument).
 //   - ring.go: each partition's in-memory ring of recent records, bounded
@@ -36,8 +36,9 @@
 // a client tears it down. An event stream's writer is ServeEvents's
 // goroutine (HTTP/2) or, once it has taken its HTTP/1 connection over, a
 // goroutine of its own with a reader that only waits for the peer's close;
-// either way Run waits for it, and it waits for its replay and reader. Nothing on the fan-out path waits on a client: a
-// client whose queue is full is closed with 4008. The writer also ends its
+// either way Run waits for it, and it waits for its replay and reader.
+// Nothing on the fan-out path waits on a client: a client whose queue is
+// full is closed with 4008. The writer also ends its
 // connection when the token it connected with expires: a WebSocket with
 // 4401, an event stream with an error event of code unauthenticated.
 //

@@ -54,14 +54,15 @@ const (
 // OPTIONS answers a CORS preflight from an allowed origin.
 func (g *Gateway) ServeEvents(w http.ResponseWriter, r *http.Request) {
 	origin := r.Header.Get("Origin")
-	if origin != "" && g.origins.Allowed(r) {
+	cors := origin != "" && g.origins.Allowed(r)
+	if cors {
 		w.Header().Set("Access-Control-Allow-Origin", origin)
 		w.Header().Add("Vary", "Origin")
 	}
 	switch r.Method {
 	case http.MethodGet:
 	case http.MethodOptions:
-		if origin != "" && g.origins.Allowed(r) {
+		if cors {
 			w.Header().Set("Access-Control-Allow-Methods", "GET")
 			w.Header().Set("Access-Control-Allow-Headers", "Authorization, Last-Event-ID, Cache-Control")
 			w.Header().Set("Access-Control-Max-Age", "600")
@@ -389,68 +390,96 @@ func (st *stream) flush() bool {
 // eventFrame); it becomes the id.
 func sseEvent(f []byte, follow string) (ev []byte, last bool) {
 	typ, cursor := frameType(f), frameCursor(f)
-	if follow != "" && cursor != "" {
-		var m struct {
-			RequestID string `json:"request_id"`
-		}
-		if json.Unmarshal(f, &m) != nil || m.RequestID != follow {
+	if follow != "" && cursor != nil {
+		if string(frameRequestID(f)) != follow {
 			return nil, false
 		}
-		last = typ == string(events.TypeRunCompleted)
+		last = string(typ) == string(events.TypeRunCompleted)
 	}
-	if typ == "error" {
+	if string(typ) == "error" {
 		last = true
 	}
 	ev = make([]byte, 0, len(f)+len(cursor)+len(typ)+32)
-	if cursor != "" {
+	if cursor != nil {
 		ev = append(append(append(ev, "id: "...), cursor...), '\n')
 	}
-	if typ != "" {
+	if len(typ) > 0 {
 		ev = append(append(append(ev, "event: "...), typ...), '\n')
 	}
 	ev = append(ev, "data: "...)
 	start := len(ev)
 	ev = append(ev, f...)
 	// JSON holds no raw line break but between tokens: as a space it
-	// keeps the data on its one line and means the same.
-	for i := start; i < len(ev); i++ {
-		if ev[i] == '\n' || ev[i] == '\r' {
-			ev[i] = ' '
+	// keeps the data on its one line and means the same. Frames written by
+	// events.AppendEvent have none, which IndexByte finds out quickly.
+	if bytes.IndexByte(f, '\n') >= 0 || bytes.IndexByte(f, '\r') >= 0 {
+		for i := start; i < len(ev); i++ {
+			if ev[i] == '\n' || ev[i] == '\r' {
+				ev[i] = ' '
+			}
 		}
 	}
 	return append(ev, "\n\n"...), last
 }
 
-// frameType returns a frame's "type": at once when it comes first, as in
-// every frame the gateway and events.AppendEvent write; otherwise decoded.
-// A type an event field cannot carry (a line break, empty) gives "".
-func frameType(f []byte) string {
+// frameType returns a frame's "type": at once, within f, when it comes
+// first, as in every frame the gateway and events.AppendEvent write;
+// otherwise decoded. A type an event field cannot carry (a line break,
+// empty) gives nil or empty.
+func frameType(f []byte) []byte {
 	const prefix = `{"type":"`
 	if rest, ok := bytes.CutPrefix(f, []byte(prefix)); ok {
 		if i := bytes.IndexByte(rest, '"'); i > 0 && bytes.IndexByte(rest[:i], '\\') < 0 {
-			return string(rest[:i])
+			return rest[:i]
 		}
 	}
 	var m struct {
 		Type string `json:"type"`
 	}
 	if json.Unmarshal(f, &m) != nil || strings.ContainsAny(m.Type, "\r\n") {
-		return ""
+		return nil
 	}
-	return m.Type
+	return []byte(m.Type)
 }
 
-// frameCursor returns the cursor eventFrame put last in an event frame, ""
-// for any other frame.
-func frameCursor(f []byte) string {
+// frameRequestID returns an event frame's request_id: at once, within f,
+// when the frame begins as events.AppendEvent writes it (type,
+// conversation, request_id, none escaped); otherwise decoded.
+func frameRequestID(f []byte) []byte {
+	rest, value, ok := f, []byte(nil), true
+	for _, key := range [...]string{`{"type":"`, `","conversation":"`, `","request_id":"`} {
+		if rest, ok = bytes.CutPrefix(rest, []byte(key)); !ok {
+			break
+		}
+		i := bytes.IndexByte(rest, '"')
+		if ok = i >= 0 && bytes.IndexByte(rest[:i], '\\') < 0; !ok {
+			break
+		}
+		value, rest = rest[:i], rest[i:]
+	}
+	if ok {
+		return value
+	}
+	var m struct {
+		RequestID string `json:"request_id"`
+	}
+	if json.Unmarshal(f, &m) != nil {
+		return nil
+	}
+	return []byte(m.RequestID)
+}
+
+// frameCursor returns the cursor eventFrame put last in an event frame,
+// within f; nil for any other frame.
+func frameCursor(f []byte) []byte {
 	const member = `,"cursor":"`
 	i := bytes.LastIndex(f, []byte(member))
 	if i < 0 || !bytes.HasSuffix(f, []byte(`"}`)) {
-		return ""
+		return nil
 	}
 	c := f[i+len(member) : len(f)-2]
 	if _, _, err := ParseCursor(string(c)); err != nil {
-		return ""
+		return nil
 	}
-	return string(c)
+	return c
 }

@@ -686,3 +686,42 @@ func TestEventStreamsCountAgainstTheUsersConnectAndSubscribeRates(t *testing.T) 
 		})
 	}
 }
+
+// follow reads a frame's request_id straight from the frame when it begins
+// as events.AppendEvent writes it, and decodes any other frame, so that
+// both agree.
+func TestFrameRequestIDReadsEveryFramesRequestID(t *testing.T) {
+	t.Parallel()
+	ev := &events.TokenEvent{Meta: events.Meta{Conversation: "c1", RequestID: "r0", RunID: "u", Seq: 1}, Delta: `"request_id":"no"`}
+	for f, want := range map[string]string{
+		string(eventFrame(events.MarshalEvent(ev), 0, 1)):                         "r0",
+		`{"conversation":"c1","type":"token","request_id":"r2"}`:                  "r2",
+		`{"type":"token","conversation":"c\"1","request_id":"r3"}`:                "r3",
+		`{"type":"token","conversation":"c1","request_id":"r\u0034"}`:             "r4",
+		`{"type":"token","conversation":"c1","run_id":"x","request_id":"r5"}`:     "r5",
+		`{"type":"token","conversation":"c1","delta":"\",\"request_id\":\"no\""}`: "",
+		`not JSON`: "",
+	} {
+		if got := string(frameRequestID([]byte(f))); got != want {
+			t.Errorf("%s: request_id %q, want %q", f, got, want)
+		}
+	}
+}
+
+// An event's data is its frame on one line: a raw line break between a
+// frame's JSON tokens (a value some other producer wrote) becomes a space.
+func TestAnEventsDataIsItsFrameOnOneLine(t *testing.T) {
+	t.Parallel()
+	cursor := FormatCursor(1, 7)
+	for value, data := range map[string]string{
+		`{"type":"token","seq":1}`:             `{"type":"token","seq":1,"cursor":"` + cursor + `"}`,
+		"{\"type\":\"token\",\r\n\"seq\":1\n}": "{\"type\":\"token\",  \"seq\":1 ,\"cursor\":\"" + cursor + "\"}",
+		"{\"type\":\"token\",\r\"seq\":1}":     "{\"type\":\"token\", \"seq\":1,\"cursor\":\"" + cursor + "\"}",
+	} {
+		ev, last := sseEvent(eventFrame([]byte(value), 1, 7), "")
+		want := "id: " + cursor + "\nevent: token\ndata: " + data + "\n\n"
+		if string(ev) != want || last {
+			t.Errorf("event of %q = %q (last %v), want %q", value, ev, last, want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -188,16 +189,18 @@ func (s *EventStream) read() ([]byte, error) {
 		if line[0] == ':' {
 			continue
 		}
-		field, value, _ := strings.Cut(string(line), ":")
-		value = strings.TrimPrefix(value, " ")
-		switch field {
+		// bytes, not a string: a data line (the whole frame) is copied once,
+		// into data.
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
 		case "data":
 			if has {
 				data = append(data, '\n')
 			}
 			data, has = append(data, value...), true
 		case "retry":
-			if ms, err := strconv.Atoi(value); err == nil && ms >= 0 {
+			if ms, err := strconv.Atoi(string(value)); err == nil && ms >= 0 {
 				s.retry = time.Duration(ms) * time.Millisecond
 			}
 		}
