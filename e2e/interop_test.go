@@ -93,15 +93,19 @@ func needKcat(t *testing.T) {
 // gateway client (node_client_test.go).
 const nodeDir = "interop/node"
 
-func needKafkajs(t *testing.T) {
+// needNode skips (fails, in CI) unless node runs and the npm package pkg
+// is installed in nodeDir.
+func needNode(t *testing.T, pkg string) {
 	t.Helper()
 	if _, err := exec.LookPath("node"); err != nil {
 		missing(t, "no node on PATH (install Debian's nodejs and npm packages, e.g. with .ci/interop)")
 	}
-	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", "kafkajs", "package.json")); err != nil {
-		missing(t, "kafkajs is not installed in e2e/"+nodeDir+" (run npm ci there, e.g. with .ci/interop)")
+	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", pkg, "package.json")); err != nil {
+		missing(t, pkg+" is not installed in e2e/"+nodeDir+" (run npm ci there, e.g. with .ci/interop)")
 	}
 }
+
+func needKafkajs(t *testing.T) { t.Helper(); needNode(t, "kafkajs") }
 
 // kcatProduce writes recs with kcat -P, in one run, with the librdkafka
 // settings given (-X name=value each), acks=all and one request in flight,
