@@ -185,16 +185,24 @@ func readStream(ctx context.Context, broker, topic string) ([]streamRecord, erro
 	}
 	var out []streamRecord
 	for _, p := range parts {
-		recs, err := readPartition(ctx, broker, topic, p.ID)
+		msgs, err := readPartition(ctx, broker, topic, p.ID)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, recs...)
+		for _, m := range msgs {
+			e, err := events.DecodeEvent(m.Value)
+			if err != nil {
+				e = nil
+			}
+			out = append(out, streamRecord{partition: p.ID, offset: m.Offset, ev: e, raw: m.Value})
+		}
 	}
 	return out, nil
 }
 
-func readPartition(ctx context.Context, broker, topic string, partition int) ([]streamRecord, error) {
+// readPartition reads one partition of topic from its first record to its
+// end as of the call.
+func readPartition(ctx context.Context, broker, topic string, partition int) ([]kafka.Message, error) {
 	conn, err := kafka.DialLeader(ctx, "tcp", broker, topic, partition)
 	if err != nil {
 		return nil, err
@@ -212,17 +220,13 @@ func readPartition(ctx context.Context, broker, topic string, partition int) ([]
 	if err := r.SetOffset(first); err != nil {
 		return nil, err
 	}
-	var out []streamRecord
+	var out []kafka.Message
 	for {
 		m, err := r.ReadMessage(ctx) // a reader without a group commits nothing
 		if err != nil {
 			return nil, fmt.Errorf("read %s/%d: %w", topic, partition, err)
 		}
-		e, derr := events.DecodeEvent(m.Value)
-		if derr != nil {
-			e = nil
-		}
-		out = append(out, streamRecord{partition: partition, offset: m.Offset, ev: e, raw: m.Value})
+		out = append(out, m)
 		if m.Offset >= last-1 {
 			return out, nil
 		}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
 
@@ -55,8 +54,8 @@ func resumeThroughCuts(t *testing.T, s *stack, sse bool) {
 
 // followAnswer reads sub until the answer to request sent completes. It
 // fails on a duplicate event, and unless the answer is the echo model's
-// "w1 w2 … w<words>", complete. each, if set, sees every event first.
-func followAnswer(t *testing.T, ctx context.Context, sub *client.Subscription, sent string, words int, each func(events.Event)) {
+// words(n), complete. each, if set, sees every event first.
+func followAnswer(t *testing.T, ctx context.Context, sub *client.Subscription, sent string, n int, each func(events.Event)) {
 	t.Helper()
 	var tr client.Transcript
 	seen := map[string]bool{}
@@ -73,11 +72,7 @@ func followAnswer(t *testing.T, ctx context.Context, sub *client.Subscription, s
 			each(e)
 		}
 		if r := tr.Apply(e); r.RequestID == sent && r.Status != "" {
-			want := "w1"
-			for i := 2; i <= words; i++ {
-				want += " w" + strconv.Itoa(i)
-			}
-			if r.Text != want || r.Status != events.StatusComplete {
+			if r.Text != words(n) || r.Status != events.StatusComplete {
 				t.Fatalf("folded %q (%s), want the whole answer once", r.Text, r.Status)
 			}
 			return

@@ -170,7 +170,7 @@ func newTCPProxy(t *testing.T, target string, delay time.Duration) *tcpProxy {
 	go p.accept()
 	t.Cleanup(func() {
 		p.ln.Close()
-		p.drop()
+		p.cut() // and a connection still on its way in is not forwarded
 		p.wg.Wait()
 	})
 	return p
@@ -205,14 +205,23 @@ func (p *tcpProxy) drop() {
 	}
 }
 
-func (p *tcpProxy) track(c net.Conn, add bool) {
+// track adds c and b to the connections drop breaks, unless the proxy
+// was cut since forward looked: then there is nothing to forward.
+func (p *tcpProxy) track(c, b net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if add {
-		p.conns[c] = struct{}{}
-	} else {
-		delete(p.conns, c)
+	if p.down {
+		return false
 	}
+	p.conns[c], p.conns[b] = struct{}{}, struct{}{}
+	return true
+}
+
+func (p *tcpProxy) untrack(c, b net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.conns, c)
+	delete(p.conns, b)
 }
 
 func (p *tcpProxy) accept() {
@@ -244,10 +253,10 @@ func (p *tcpProxy) forward(c net.Conn) {
 		return // the target is down: the client sees its connection close
 	}
 	defer b.Close()
-	p.track(c, true)
-	p.track(b, true)
-	defer p.track(c, false)
-	defer p.track(b, false)
+	if !p.track(c, b) {
+		return
+	}
+	defer p.untrack(c, b)
 	done := make(chan struct{}, 2)
 	go func() { _, _ = io.Copy(b, c); b.Close(); done <- struct{}{} }()
 	go func() { _, _ = io.Copy(c, b); c.Close(); done <- struct{}{} }()

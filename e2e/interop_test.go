@@ -93,15 +93,19 @@ func needKcat(t *testing.T) {
 // gateway client (node_client_test.go).
 const nodeDir = "interop/node"
 
-func needKafkajs(t *testing.T) {
+// needNode skips (fails, in CI) unless node runs and the npm package pkg
+// is installed in nodeDir.
+func needNode(t *testing.T, pkg string) {
 	t.Helper()
 	if _, err := exec.LookPath("node"); err != nil {
 		missing(t, "no node on PATH (install Debian's nodejs and npm packages, e.g. with .ci/interop)")
 	}
-	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", "kafkajs", "package.json")); err != nil {
-		missing(t, "kafkajs is not installed in e2e/"+nodeDir+" (run npm ci there, e.g. with .ci/interop)")
+	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", pkg, "package.json")); err != nil {
+		missing(t, pkg+" is not installed in e2e/"+nodeDir+" (run npm ci there, e.g. with .ci/interop)")
 	}
 }
+
+func needKafkajs(t *testing.T) { t.Helper(); needNode(t, "kafkajs") }
 
 // kcatProduce writes recs with kcat -P, in one run, with the librdkafka
 // settings given (-X name=value each), acks=all and one request in flight,
@@ -181,46 +185,23 @@ func readRequests(t *testing.T, ctx context.Context, broker, requests string, pa
 	t.Helper()
 	var out []requestRecord
 	for p := range partitions {
-		conn, err := kafka.DialLeader(ctx, "tcp", broker, requests, p)
+		msgs, err := readPartition(ctx, broker, requests, p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		first, last, err := conn.ReadOffsets()
-		conn.Close()
-		if err != nil {
-			t.Fatalf("offsets of %s/%d: %v", requests, p, err)
-		}
-		if first >= last {
-			continue
-		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: requests, Partition: p, MaxWait: 50 * time.Millisecond})
-		if err := r.SetOffset(first); err != nil {
-			t.Fatal(err)
-		}
-		for {
-			m, err := r.ReadMessage(ctx) // a reader without a group commits nothing
-			if err != nil {
-				r.Close()
-				t.Fatalf("read %s/%d: %v", requests, p, err)
-			}
-			rec := requestRecord{partition: p, offset: m.Offset, key: string(m.Key)}
+		for _, m := range msgs {
 			req, err := events.DecodeRequest(m.Value, 0)
 			if err != nil {
-				r.Close()
 				t.Fatalf("%s/%d/%d is not a request record: %v: %s", requests, p, m.Offset, err, m.Value)
 			}
-			rec.requestID = req.RequestID
+			rec := requestRecord{partition: p, offset: m.Offset, key: string(m.Key), requestID: req.RequestID}
 			for _, h := range m.Headers {
 				if strings.HasPrefix(h.Key, "turnpike-source-") {
 					rec.copy = true
 				}
 			}
 			out = append(out, rec)
-			if m.Offset >= last-1 {
-				break
-			}
 		}
-		r.Close()
 	}
 	return out
 }

@@ -6,9 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,16 +24,6 @@ import (
 // about RFC 6455 framing, UTF-8 and close codes) and on Node's own fetch for
 // the event streams, against the devstack. The script acts and prints one
 // JSON line per observation; the assertions are here.
-
-func needNodeWS(t *testing.T) {
-	t.Helper()
-	if _, err := exec.LookPath("node"); err != nil {
-		missing(t, "no node on PATH (install Debian's nodejs and npm packages, e.g. with .ci/interop)")
-	}
-	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", "ws", "package.json")); err != nil {
-		missing(t, "ws is not installed in e2e/"+nodeDir+" (run npm ci there, e.g. with .ci/interop)")
-	}
-}
 
 // nodeFrame is a server-to-client frame or event as the script received it.
 type nodeFrame struct {
@@ -273,7 +261,7 @@ func sameEvents(t *testing.T, what string, got, want []nodeFrame) {
 }
 
 func TestNodeClientFollowsTheDocumentedProtocol(t *testing.T) {
-	needNodeWS(t)
+	needNode(t, "ws")
 	s := startStack(t, "")
 	token := func(user string, ttl time.Duration) string {
 		tok, err := auth.Mint(s.AuthSecret, "acme", user, ttl, time.Now())

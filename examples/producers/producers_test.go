@@ -146,16 +146,16 @@ var settings = []setting{
 	{name: "sarama-NewReferenceHashPartitioner", open: saramaWith(sarama.NewReferenceHashPartitioner), placement: func(k []byte, n int) int {
 		return int(fnv1a32(k)&0x7fffffff) % n
 	}},
-	// The example's own configuration: NewMurmur2Partitioner.
-	{name: "sarama-NewMurmur2Partitioner", home: true, open: func(b []string, t string) (producer, error) {
-		return newSaramaProducer(b, t, saramaConfig())
-	}},
-	{name: "sarama-custom-murmur2", home: true, open: saramaWith(saramaCustomMurmur2)},
-	{name: "sarama-manual-home", home: true, open: func(b []string, t string) (producer, error) { return newSaramaManualProducer(b, t) }},
-	{name: "franz-go-default", home: true, open: franzWith()},
+	// The command's own -client choices (main.go): NewMurmur2Partitioner,
+	// the custom murmur2 hash, the manual partitioner, franz-go's default
+	// and kafka-go's Murmur2Balancer.
+	{name: "sarama-NewMurmur2Partitioner", home: true, open: clients["sarama"]},
+	{name: "sarama-custom-murmur2", home: true, open: clients["sarama-custom"]},
+	{name: "sarama-manual-home", home: true, open: clients["sarama-manual"]},
+	{name: "franz-go-default", home: true, open: clients["franz-go"]},
 	{name: "franz-go-StickyKeyPartitioner", home: true, open: franzWith(kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))},
 	{name: "kafka-go-default", scattered: true, open: kafkaGoWith(nil)},
-	{name: "kafka-go-Murmur2Balancer", home: true, open: kafkaGoWith(&kafka.Murmur2Balancer{})},
+	{name: "kafka-go-Murmur2Balancer", home: true, open: clients["kafka-go"]},
 	{name: "kafka-go-Hash", open: kafkaGoWith(&kafka.Hash{})},
 	{name: "kafka-go-ReferenceHash", open: kafkaGoWith(&kafka.ReferenceHash{})},
 	{name: "kafka-go-CRC32Balancer", open: kafkaGoWith(&kafka.CRC32Balancer{})},

@@ -16,7 +16,6 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/internal/worker"
-	"github.com/turnpike-dev/turnpike/pkg/echo"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 )
@@ -294,25 +293,10 @@ func TestAPartitionCountChangedAroundARebalanceRejoinsBeforeRunning(t *testing.T
 	s.ensureTopics(t, ctx, 3)
 	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "rejoin"}
 	s.produce(t, ctx, id.Key(), request(id, "r1", "after the rejoin"))
-	m, err := echo.New(echo.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	logs := &lockedBuffer{}
-	w, err := worker.New(s.cfg, worker.Deps{Store: s.store, Model: m, Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := s.newWorker(t, worker.Deps{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	worker.SetCountBeforeJoin(w, 2)
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(runCtx) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	s.run(t, ctx, w)
 	evs := s.stream(t).events(t, ctx, 1)
 	if txt, st := text(evs); txt != "echo #1: after the rejoin" || st != events.StatusComplete {
 		t.Fatalf("streamed %q (%s)", txt, st)

@@ -51,6 +51,13 @@ func newStack(t *testing.T, store history.Store) *stack {
 // start runs a worker until the returned stop is called (or the test ends).
 func (s *stack) start(t *testing.T, ctx context.Context, d worker.Deps) (stop func()) {
 	t.Helper()
+	return s.run(t, ctx, s.newWorker(t, d))
+}
+
+// newWorker makes a worker of s's config, on s's store and the echo model
+// unless d names others.
+func (s *stack) newWorker(t *testing.T, d worker.Deps) *worker.Worker {
+	t.Helper()
 	if d.Store == nil {
 		d.Store = s.store
 	}
@@ -65,6 +72,12 @@ func (s *stack) start(t *testing.T, ctx context.Context, d worker.Deps) (stop fu
 	if err != nil {
 		t.Fatal(err)
 	}
+	return w
+}
+
+// run runs w until the returned stop is called (or the test ends).
+func (s *stack) run(t *testing.T, ctx context.Context, w *worker.Worker) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
