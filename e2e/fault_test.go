@@ -362,7 +362,8 @@ func (f *faultStack) waitCommitted(ctx context.Context) {
 		}
 		var behind []string
 		for _, p := range ends.Topics[reqTopic] {
-			if committed[p.Partition] < p.LastOffset {
+			// An empty partition has nothing to commit (-1 against end 0).
+			if max(committed[p.Partition], 0) < p.LastOffset {
 				behind = append(behind, fmt.Sprintf("%d: %d of %d", p.Partition, committed[p.Partition], p.LastOffset))
 			}
 		}

@@ -162,11 +162,7 @@ func kafkajsProduce(partitioner string) func(*testing.T, context.Context, []stri
 // crc32Placement is librdkafka's consistent_random for a keyed record, as
 // docs/api.md describes it: CRC32 of the key modulo the partition count.
 func crc32Placement(key []byte, partitions int) int {
-	ids := make([]int, partitions)
-	for i := range ids {
-		ids[i] = i
-	}
-	return kafka.CRC32Balancer{Consistent: true}.Balance(kafka.Message{Key: key}, ids...)
+	return librdkafkaPlacement.Balance(kafka.Message{Key: key}, partitionIDs(partitions)...)
 }
 
 // requestRecord is a record of the requests topic: a producer's original,

@@ -71,15 +71,22 @@ func produceDirect(t *testing.T, ctx context.Context, w *kafka.Writer, id events
 	}
 }
 
+// partitionIDs returns 0..n-1, the partition ids of a topic of n
+// partitions, as kafka-go's balancers take them.
+func partitionIDs(n int) []int {
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = i
+	}
+	return ids
+}
+
 // mixedConversation returns a conversation whose key three placements put
 // in three different partitions: ingest's Murmur2 (its home), librdkafka's
 // CRC32 and sarama's FNV-1a.
 func mixedConversation(t *testing.T, tenant, user, prefix string, partitions int) (events.Identity, int) {
 	t.Helper()
-	ids := make([]int, partitions)
-	for i := range ids {
-		ids[i] = i
-	}
+	ids := partitionIDs(partitions)
 	for i := range 1000 {
 		id := events.Identity{Tenant: tenant, User: user, Conversation: fmt.Sprintf("%s-%d", prefix, i)}
 		m := kafka.Message{Key: []byte(id.Key())}
