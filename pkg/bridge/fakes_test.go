@@ -85,14 +85,18 @@ func script(ctx context.Context, steps ...step) (*adk.AsyncIterator[*adk.AgentEv
 	return iter, done
 }
 
-// recordingSink keeps every event. failAfter > 0 makes the n-th Emit and
-// every later one fail; block, if set, holds every Emit until closed.
+// recordingSink keeps every event. Like a Kafka producer, it refuses an
+// event once the context it is given has ended. failAfter > 0 makes the
+// n-th Emit and every later one fail; block, if set, holds every Emit until
+// closed; onEmit, if set, sees every event kept, after it is kept, from the
+// emitting goroutine.
 type recordingSink struct {
 	mu        sync.Mutex
 	events    []events.Event
 	keys      []events.Identity
 	failAfter int
 	block     chan struct{}
+	onEmit    func(events.Event)
 }
 
 var errSink = errors.New("sink down")
@@ -101,13 +105,20 @@ func (s *recordingSink) Emit(ctx context.Context, id events.Identity, e events.E
 	if s.block != nil {
 		<-s.block
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.failAfter > 0 && len(s.events)+1 >= s.failAfter {
+		s.mu.Unlock()
 		return errSink
 	}
 	s.events = append(s.events, e)
 	s.keys = append(s.keys, id)
+	s.mu.Unlock()
+	if s.onEmit != nil {
+		s.onEmit(e)
+	}
 	return nil
 }
 
@@ -117,7 +128,8 @@ func (s *recordingSink) snapshot() []events.Event {
 	return append([]events.Event(nil), s.events...)
 }
 
-// fakeTurn records what the bridge did with the pending turn.
+// fakeTurn records what the bridge did with the pending turn. Like a
+// store, it refuses a commit once the context it is given has ended.
 type fakeTurn struct {
 	mu        sync.Mutex
 	committed []string
@@ -127,11 +139,14 @@ type fakeTurn struct {
 	err       error
 }
 
-func (t *fakeTurn) Commit(_ context.Context, answer, agent string, status events.Status, _ time.Time) (history.Committed, error) {
+func (t *fakeTurn) Commit(ctx context.Context, answer, agent string, status events.Status, _ time.Time) (history.Committed, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.err != nil {
 		return history.Committed{}, t.err
+	}
+	if err := ctx.Err(); err != nil {
+		return history.Committed{}, err
 	}
 	t.committed = append(t.committed, answer)
 	t.statuses = append(t.statuses, status)
