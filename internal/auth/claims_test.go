@@ -3,6 +3,7 @@ package auth_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +79,64 @@ func TestVerifyTokenReportsTheExpiryToTheMillisecond(t *testing.T) {
 	}
 	if want := now.Add(1500 * time.Millisecond); !got.Expires.Equal(want) || got.Principal != (auth.Principal{Tenant: "acme", User: "alice"}) {
 		t.Fatalf("VerifyToken = %+v, want acme/alice expiring %v", got, want)
+	}
+}
+
+// docs/api.md, Authentication: claim names are case-sensitive, a case
+// variant of a claim the verifier reads is refused rather than ignored, and
+// no claim may be duplicated. Checked for every claim the verifier reads,
+// against a token that is valid without the change.
+func TestVerifyRefusesCaseVariantsAndDuplicatesOfEveryClaimItReads(t *testing.T) {
+	t.Parallel()
+	read := []struct{ name, value string }{
+		{"sub", `"alice"`},
+		{"tenant", `"acme"`},
+		{"exp", fmt.Sprint(now.Add(time.Hour).Unix())},
+		{"nbf", fmt.Sprint(now.Unix())},
+		{"iat", fmt.Sprint(now.Unix())},
+	}
+	payload := func(extra string, skip string) string {
+		var parts []string
+		for _, c := range read {
+			if c.name != skip {
+				parts = append(parts, fmt.Sprintf("%q:%s", c.name, c.value))
+			}
+		}
+		if extra != "" {
+			parts = append(parts, extra)
+		}
+		return "{" + strings.Join(parts, ",") + "}"
+	}
+	const hs256 = `{"alg":"HS256","typ":"JWT"}`
+	v := newVerifier(t)
+	// The base token is valid: each refusal below is the change's doing.
+	if got, err := v.Verify(handToken(hs256, payload("", ""), secret)); err != nil || got != (auth.Principal{Tenant: "acme", User: "alice"}) {
+		t.Fatalf("base token: %+v, %v", got, err)
+	}
+	type tc struct{ name, payload string }
+	var tests []tc
+	for _, c := range read {
+		for _, variant := range []string{strings.ToUpper(c.name), strings.ToUpper(c.name[:1]) + c.name[1:], c.name[:len(c.name)-1] + strings.ToUpper(c.name[len(c.name)-1:])} {
+			tests = append(tests,
+				tc{fmt.Sprintf("A %s claim beside %s is refused.", variant, c.name), payload(fmt.Sprintf("%q:%s", variant, c.value), "")},
+				tc{fmt.Sprintf("A %s claim instead of %s is refused.", variant, c.name), payload(fmt.Sprintf("%q:%s", variant, c.value), c.name)},
+			)
+		}
+		tests = append(tests, tc{fmt.Sprintf("A %s claim duplicated with the same value is refused.", c.name), payload(fmt.Sprintf("%q:%s", c.name, c.value), "")})
+	}
+	tests = append(tests,
+		tc{"A tenant duplicated with another tenant is refused.", payload(`"tenant":"evil"`, "")},
+		tc{"A sub duplicated with another user is refused.", payload(`"sub":"mallory"`, "")},
+		tc{"A TENANT claim naming another tenant is refused.", payload(`"TENANT":"evil"`, "tenant")},
+		tc{"A tenant duplicated through an escaped name is refused.", payload(`"t\u0065nant":"evil"`, "")},
+	)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := v.Verify(handToken(hs256, tt.payload, secret))
+			if !errors.Is(err, auth.ErrUnauthenticated) || got != (auth.Principal{}) {
+				t.Fatalf("Verify(%s) = %+v, %v; want ErrUnauthenticated", tt.payload, got, err)
+			}
+		})
 	}
 }
