@@ -1,6 +1,9 @@
 package auth_test
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -136,6 +139,90 @@ func TestVerifyRefusesCaseVariantsAndDuplicatesOfEveryClaimItReads(t *testing.T)
 			got, err := v.Verify(handToken(hs256, tt.payload, secret))
 			if !errors.Is(err, auth.ErrUnauthenticated) || got != (auth.Principal{}) {
 				t.Fatalf("Verify(%s) = %+v, %v; want ErrUnauthenticated", tt.payload, got, err)
+			}
+		})
+	}
+}
+
+// sign signs the two raw segments given as they are (handToken encodes
+// its header and payload itself).
+func sign(header, payload string) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(header + "." + payload))
+	return header + "." + payload + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// docs/api.md, Authentication: at most 8 KiB; three segments in strict
+// base64url (no padding); typ, if present, is a string.
+func TestVerifyChecksTheTokensFormExactly(t *testing.T) {
+	t.Parallel()
+	exp := now.Add(time.Hour).Unix()
+	const hs256 = `{"alg":"HS256","typ":"JWT"}`
+	good := fmt.Sprintf(`{"sub":"alice","exp":%d}`, exp)
+	// sized is the longest token of at most n bytes (over: the shortest
+	// over n), padded with an ignored claim.
+	sized := func(n int, over bool) string {
+		fixed := len(b64(hs256)) + 1 + 1 + base64.RawURLEncoding.EncodedLen(sha256.Size)
+		pad := 0
+		claims := func() string {
+			return fmt.Sprintf(`{"sub":"alice","exp":%d,"pad":"%s"}`, exp, strings.Repeat("x", pad))
+		}
+		for fixed+base64.RawURLEncoding.EncodedLen(len(claims())) <= n {
+			pad++
+		}
+		if !over {
+			pad--
+		}
+		return handToken(hs256, claims(), secret)
+	}
+	largest, over := sized(8<<10, false), sized(8<<10, true)
+	valid := handToken(hs256, good, secret)
+	parts := strings.Split(valid, ".")
+	// The signature is 32 bytes: 43 characters whose last carries 4 bits
+	// of it and 2 unused bits, which strict base64url wants zero.
+	sig := []byte(parts[2])
+	last := strings.IndexByte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", sig[len(sig)-1])
+	sig[len(sig)-1] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"[last|1]
+	strayBits := parts[0] + "." + parts[1] + "." + string(sig)
+	if last&3 != 0 {
+		t.Fatalf("the signature's last character %q already has stray bits", parts[2][len(parts[2])-1])
+	}
+
+	if len(largest) > 8<<10 || len(largest) < 8<<10-1 || len(over) <= 8<<10 || len(over) > 8<<10+2 {
+		t.Fatalf("padding went wrong: %d and %d bytes", len(largest), len(over))
+	}
+	xHeader := b64(`{"alg":"HS256","typ":"JWT","x":"??>"}`)
+	stdHeader := strings.NewReplacer("-", "+", "_", "/").Replace(xHeader)
+	if stdHeader == xHeader {
+		t.Fatal("the header has no character that standard base64 spells differently")
+	}
+	v := newVerifier(t)
+	for _, ok := range []struct{ name, token string }{
+		{"A token of at most 8 KiB is accepted.", largest},
+		{"The base of the malformed tokens below is accepted.", valid},
+		{"A typ that is not JWT but a string is accepted.", handToken(`{"alg":"HS256","typ":"at+jwt"}`, good, secret)},
+		{"A header member that is ignored is accepted.", sign(xHeader, b64(good))},
+	} {
+		if _, err := v.Verify(ok.token); err != nil {
+			t.Fatalf("%s Verify: %v", ok.name, err)
+		}
+	}
+	tests := []struct{ name, token string }{
+		{"A token one byte over 8 KiB is refused.", over},
+		{"A signature with its unused bits set is refused.", strayBits},
+		{"A header segment with base64 padding is refused.", sign(b64(hs256+" ")+"=", b64(good))},
+		{"A claims segment with base64 padding is refused.", sign(b64(hs256), b64(good+" ")+"=")},
+		{"A header segment in standard base64 is refused.", sign(stdHeader, b64(good))},
+		{"A typ that is a number is refused.", handToken(`{"alg":"HS256","typ":1}`, good, secret)},
+		{"A typ that is null is refused.", handToken(`{"alg":"HS256","typ":null}`, good, secret)},
+		{"A typ that is an object is refused.", handToken(`{"alg":"HS256","typ":{"t":"JWT"}}`, good, secret)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := v.Verify(tt.token)
+			if !errors.Is(err, auth.ErrUnauthenticated) || got != (auth.Principal{}) {
+				t.Fatalf("Verify = %+v, %v; want ErrUnauthenticated", got, err)
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -101,4 +102,45 @@ func TestRateLimitIsABucketPerTenantAndUser(t *testing.T) {
 			checkError(t, post(tt.tenant, tt.user, tt.conversation), http.StatusTooManyRequests, server.CodeRateLimited)
 		})
 	}
+}
+
+// A POST answered 503 (the request never reached the requests topic) was
+// not accepted: it takes no place in the conversation's queue limit.
+func TestARequestThatFailedToQueueIsNotCountedAgainstTheQueueLimit(t *testing.T) {
+	t.Parallel()
+	p := &fakeProducer{err: errors.New("broker down")}
+	s := newTestService(t, Config{RatePerSecond: -1, MaxQueuedPerConversation: 1}, p, nil, nil)
+	post := func() *httptest.ResponseRecorder {
+		return s.do(http.MethodPost, messagesURL, token(t, "acme", "ann"), `{"content":"hi"}`, nil)
+	}
+	checkError(t, post(), http.StatusServiceUnavailable, server.CodeUnavailable)
+	p.err = nil // the broker is back (s.do serves on this goroutine)
+	if w := post(); w.Code != http.StatusAccepted {
+		t.Fatalf("status %d after a failed POST, want 202: the failed one was counted; body %s", w.Code, w.Body)
+	}
+	checkError(t, post(), http.StatusTooManyRequests, server.CodeRateLimited)
+}
+
+// A request whose end is never announced stops counting once QueuedTTL has
+// passed (docs/api.md: "an end never announced expires after 15 minutes"),
+// and not before.
+func TestAQueuedRequestWhoseEndIsNeverAnnouncedExpires(t *testing.T) {
+	t.Parallel()
+	clock := &testClock{t: testNow}
+	s := newTestServiceWith(t, Config{RatePerSecond: -1, MaxQueuedPerConversation: 1, QueuedTTL: time.Minute}, nil, nil, nil,
+		func(d *Deps) { d.Now = clock.now })
+	post := func() *httptest.ResponseRecorder {
+		return s.do(http.MethodPost, messagesURL, token(t, "acme", "ann"), `{"content":"hi"}`, nil)
+	}
+	if w := post(); w.Code != http.StatusAccepted {
+		t.Fatalf("first POST: %d %s", w.Code, w.Body)
+	}
+	checkError(t, post(), http.StatusTooManyRequests, server.CodeRateLimited)
+	clock.advance(time.Minute - time.Millisecond)
+	checkError(t, post(), http.StatusTooManyRequests, server.CodeRateLimited)
+	clock.advance(time.Second + time.Millisecond)
+	if w := post(); w.Code != http.StatusAccepted {
+		t.Fatalf("POST after the first request expired: %d %s", w.Code, w.Body)
+	}
+	checkError(t, post(), http.StatusTooManyRequests, server.CodeRateLimited)
 }
