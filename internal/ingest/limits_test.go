@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +29,17 @@ func (c *testClock) advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
+}
+
+// checkLimited asserts a 429 rate_limited that says when to retry
+// (docs/api.md, Errors over HTTP: Retry-After in seconds, for a rate or
+// queue limit alike).
+func checkLimited(t *testing.T, w *httptest.ResponseRecorder) {
+	t.Helper()
+	checkError(t, w, http.StatusTooManyRequests, server.CodeRateLimited)
+	if n, err := strconv.Atoi(w.Header().Get("Retry-After")); err != nil || n < 1 {
+		t.Errorf("Retry-After %q, want a whole number of seconds, at least 1", w.Header().Get("Retry-After"))
+	}
 }
 
 // The bucket's accounting, exactly: a new caller has Burst tokens, each
@@ -92,14 +104,14 @@ func TestRateLimitIsABucketPerTenantAndUser(t *testing.T) {
 					t.Fatalf("POST %d within the burst: %d %s", i+1, w.Code, w.Body)
 				}
 			}
-			checkError(t, post("acme", "ann", "c1"), http.StatusTooManyRequests, server.CodeRateLimited)
+			checkLimited(t, post("acme", "ann", "c1"))
 			clock.advance(tt.advance)
 			for i := range tt.wantTokens {
 				if w := post(tt.tenant, tt.user, tt.conversation); w.Code != http.StatusAccepted {
 					t.Fatalf("POST %d of %d: status %d, want 202; body %s", i+1, tt.wantTokens, w.Code, w.Body)
 				}
 			}
-			checkError(t, post(tt.tenant, tt.user, tt.conversation), http.StatusTooManyRequests, server.CodeRateLimited)
+			checkLimited(t, post(tt.tenant, tt.user, tt.conversation))
 		})
 	}
 }
@@ -118,7 +130,7 @@ func TestARequestThatFailedToQueueIsNotCountedAgainstTheQueueLimit(t *testing.T)
 	if w := post(); w.Code != http.StatusAccepted {
 		t.Fatalf("status %d after a failed POST, want 202: the failed one was counted; body %s", w.Code, w.Body)
 	}
-	checkError(t, post(), http.StatusTooManyRequests, server.CodeRateLimited)
+	checkLimited(t, post())
 }
 
 // A request whose end is never announced stops counting once QueuedTTL has
@@ -135,12 +147,12 @@ func TestAQueuedRequestWhoseEndIsNeverAnnouncedExpires(t *testing.T) {
 	if w := post(); w.Code != http.StatusAccepted {
 		t.Fatalf("first POST: %d %s", w.Code, w.Body)
 	}
-	checkError(t, post(), http.StatusTooManyRequests, server.CodeRateLimited)
+	checkLimited(t, post())
 	clock.advance(time.Minute - time.Millisecond)
-	checkError(t, post(), http.StatusTooManyRequests, server.CodeRateLimited)
+	checkLimited(t, post())
 	clock.advance(time.Second + time.Millisecond)
 	if w := post(); w.Code != http.StatusAccepted {
 		t.Fatalf("POST after the first request expired: %d %s", w.Code, w.Body)
 	}
-	checkError(t, post(), http.StatusTooManyRequests, server.CodeRateLimited)
+	checkLimited(t, post())
 }
