@@ -407,18 +407,9 @@ func TestARunStoppedBeforeAnyContentPersistsNothing(t *testing.T) {
 			if tt.store {
 				turn = history.Begin(store, testID, "req-1", "a question", time.Now())
 			}
-			started := make(chan struct{})
-			sink := &recordingSink{onEmit: func(e events.Event) {
-				if e.Type() == events.TypeRunStarted {
-					close(started)
-				}
-			}}
+			sink := &recordingSink{}
 			h := newBridge(t, sink, nil).Start(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn, StopGeneration: stopGen}, iter)
-			select {
-			case <-started:
-			case <-ctx.Done():
-				t.Fatal(ctx.Err())
-			}
+			sink.waitEvents(t, ctx, 1) // run.started: the run is under way
 			if tt.abort {
 				h.Abort()
 			} else {
@@ -568,13 +559,7 @@ func TestCancelPersistsThePartialAnswerAsCancelled(t *testing.T) {
 				StopGeneration: func() { stopped.Store(true); stopGen() },
 			}, iter)
 			// Wait until the content before the hold has been streamed.
-			for want := len(tt.before); ; {
-				s := sink.snapshot()
-				if len(s) >= 1+want {
-					break
-				}
-				time.Sleep(time.Millisecond)
-			}
+			sink.waitEvents(t, ctx, 1+len(tt.before))
 			h.Cancel()
 			res, err := h.Wait()
 			<-done // the script saw the generation context end
@@ -604,9 +589,7 @@ func TestAbortPersistsAndEmitsNothingMore(t *testing.T) {
 	sink := &recordingSink{}
 	turn := &fakeTurn{}
 	h := newBridge(t, sink, nil).Start(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn, StopGeneration: stopGen}, iter)
-	for len(sink.snapshot()) < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	sink.waitEvents(t, ctx, 2) // run.started and the first token
 	h.Abort()
 	_, err := h.Wait()
 	<-done

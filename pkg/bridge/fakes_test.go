@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/cloudwego/eino/adk"
@@ -97,6 +98,7 @@ type recordingSink struct {
 	failAfter int
 	block     chan struct{}
 	onEmit    func(events.Event)
+	grew      chan struct{} // closed and replaced whenever an event is kept
 }
 
 var errSink = errors.New("sink down")
@@ -115,11 +117,37 @@ func (s *recordingSink) Emit(ctx context.Context, id events.Identity, e events.E
 	}
 	s.events = append(s.events, e)
 	s.keys = append(s.keys, id)
+	if s.grew != nil {
+		close(s.grew)
+		s.grew = nil
+	}
 	s.mu.Unlock()
 	if s.onEmit != nil {
 		s.onEmit(e)
 	}
 	return nil
+}
+
+// waitEvents waits until the sink has kept at least n events.
+func (s *recordingSink) waitEvents(t *testing.T, ctx context.Context, n int) {
+	t.Helper()
+	for {
+		s.mu.Lock()
+		if len(s.events) >= n {
+			s.mu.Unlock()
+			return
+		}
+		if s.grew == nil {
+			s.grew = make(chan struct{})
+		}
+		grew := s.grew
+		s.mu.Unlock()
+		select {
+		case <-grew:
+		case <-ctx.Done():
+			t.Fatalf("waiting for %d events: %v", n, ctx.Err())
+		}
+	}
 }
 
 func (s *recordingSink) snapshot() []events.Event {
