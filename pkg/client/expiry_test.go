@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/pushgw"
+	"github.com/turnpike-dev/turnpike/internal/server"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/client"
@@ -35,8 +36,10 @@ type gateway struct {
 	streamURL string
 }
 
-// startGateway runs a gateway and waits until it is ready.
-func startGateway(t *testing.T, ctx context.Context) *gateway {
+// startGateway runs a gateway, served as the services serve it (the
+// hardened server, with timeouts to: zero fields take the defaults), and
+// waits until it is ready.
+func startGateway(t *testing.T, ctx context.Context, to server.Timeouts) *gateway {
 	t.Helper()
 	brokers := testenv.Kafka(t)
 	stream := testenv.Name(t, "stream")
@@ -58,9 +61,14 @@ func startGateway(t *testing.T, ctx context.Context) *gateway {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/stream", gw)
 	mux.HandleFunc(pushgw.EventsPath, gw.ServeEvents)
-	srv := httptest.NewServer(mux)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- server.ServeTimeouts(runCtx, ln, mux, time.Second, to) }()
 	tr := &kafka.Transport{}
-	g := &gateway{t: t, streamURL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/stream",
+	g := &gateway{t: t, streamURL: "ws://" + ln.Addr().String() + "/v1/stream",
 		writer: &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: stream, Balancer: kafka.Murmur2Balancer{},
 			BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}}
 	t.Cleanup(func() {
@@ -70,7 +78,9 @@ func startGateway(t *testing.T, ctx context.Context) *gateway {
 		if err := <-runErr; err != nil {
 			t.Errorf("Run: %v", err)
 		}
-		srv.Close()
+		if err := <-serveErr; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
 	})
 	for gw.Ready(ctx) != nil {
 		select {
@@ -135,7 +145,7 @@ func (g *gateway) answer(ctx context.Context, user, conv string, more func(token
 func TestASubscriptionFollowsAnAnswerAcrossTokenExpiries(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 60*time.Second)
-	g := startGateway(t, ctx)
+	g := startGateway(t, ctx, server.Timeouts{})
 	for _, tt := range []struct {
 		name string
 		sse  bool
@@ -232,6 +242,76 @@ func TestASubscriptionFollowsAnAnswerAcrossTokenExpiries(t *testing.T) {
 			}
 			if ae := (*client.APIError)(nil); !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
 				t.Fatalf("Next: %v, want an APIError of status 401", err)
+			}
+		})
+	}
+}
+
+// frameReader is a Conn or an EventStream.
+type frameReader interface {
+	Next(context.Context) (client.Frame, error)
+	Close() error
+}
+
+// docs/api.md, "Timeouts and early answers": an established WebSocket or
+// event stream is not bound by the request read limit. The gateway is
+// served with limits of 200 ms; each stream is held open past them, then
+// must still read (a ping on the WebSocket) and deliver an event. Conn and
+// EventStream do not reconnect, so a stream cut at the limit shows.
+func TestStreamsOutliveTheServersRequestReadLimit(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	const limit = 200 * time.Millisecond
+	g := startGateway(t, ctx, server.Timeouts{ReadHeader: limit, Read: limit, Idle: limit})
+	for _, tt := range []struct {
+		name string
+		open func(c *client.Client, conv string) (frameReader, error)
+	}{
+		{"A WebSocket reads and delivers past the read limit.", func(c *client.Client, conv string) (frameReader, error) {
+			conn, err := c.Dial(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return conn, conn.Subscribe(conv, "")
+		}},
+		{"An event stream delivers past the read limit.", func(c *client.Client, conv string) (frameReader, error) {
+			return c.Events(ctx, conv, client.EventsOptions{})
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			user, conv := "limits", testenv.Name(t, "c")
+			tok, err := g.mint(user, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := tt.open(&client.Client{StreamURL: g.streamURL, Token: tok}, conv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if f, err := s.Next(ctx); err != nil || f.Type != "subscribed" {
+				t.Fatalf("first frame %+v, %v; want subscribed", f, err)
+			}
+			// The request began before it was subscribed: its read
+			// deadline, had it kept one, has passed by now.
+			<-time.After(limit)
+			if conn, ok := s.(*client.Conn); ok {
+				if err := conn.Ping(); err != nil {
+					t.Fatalf("ping past the read limit: %v", err)
+				}
+				if f, err := s.Next(ctx); err != nil || f.Type != "pong" {
+					t.Fatalf("answer to a ping past the read limit: %+v, %v; want pong", f, err)
+				}
+			}
+			want := &events.RunStartedEvent{Meta: events.Meta{Conversation: conv, RequestID: "r", RunID: "r-run", Seq: 1, TS: time.Now().UnixNano()}}
+			g.produce(ctx, user, want)
+			f, err := s.Next(ctx)
+			if err != nil {
+				t.Fatalf("an event past the read limit: %v (the stream was cut)", err)
+			}
+			if f.Event == nil || f.Event.Type() != events.TypeRunStarted || f.Event.Header().Seq != 1 {
+				t.Fatalf("frame past the read limit %+v, want the run.started produced", f)
 			}
 		})
 	}
