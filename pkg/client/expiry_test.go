@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,6 +35,62 @@ type gateway struct {
 	t         *testing.T
 	writer    *kafka.Writer
 	streamURL string
+	conns     *deadlineListener
+}
+
+// deadlineListener records the read deadline last set on the connection it
+// accepted last.
+type deadlineListener struct {
+	net.Listener
+
+	mu   sync.Mutex
+	last *deadlineConn
+}
+
+func (l *deadlineListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	dc := &deadlineConn{Conn: c}
+	l.mu.Lock()
+	l.last = dc
+	l.mu.Unlock()
+	return dc, nil
+}
+
+// lastReadDeadline is the read deadline of the last connection accepted.
+func (l *deadlineListener) lastReadDeadline() time.Time {
+	l.mu.Lock()
+	c := l.last
+	l.mu.Unlock()
+	if c == nil {
+		return time.Time{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.read
+}
+
+type deadlineConn struct {
+	net.Conn
+
+	mu   sync.Mutex
+	read time.Time
+}
+
+func (c *deadlineConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.read = t
+	c.mu.Unlock()
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *deadlineConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.read = t
+	c.mu.Unlock()
+	return c.Conn.SetReadDeadline(t)
 }
 
 // startGateway runs a gateway, served as the services serve it (the
@@ -61,14 +118,15 @@ func startGateway(t *testing.T, ctx context.Context, to server.Timeouts) *gatewa
 	mux := http.NewServeMux()
 	mux.Handle("/v1/stream", gw)
 	mux.HandleFunc(pushgw.EventsPath, gw.ServeEvents)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln := &deadlineListener{Listener: tcp}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- server.ServeTimeouts(runCtx, ln, mux, time.Second, to) }()
 	tr := &kafka.Transport{}
-	g := &gateway{t: t, streamURL: "ws://" + ln.Addr().String() + "/v1/stream",
+	g := &gateway{t: t, streamURL: "ws://" + ln.Addr().String() + "/v1/stream", conns: ln,
 		writer: &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: stream, Balancer: kafka.Murmur2Balancer{},
 			BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}}
 	t.Cleanup(func() {
@@ -255,9 +313,13 @@ type frameReader interface {
 
 // docs/api.md, "Timeouts and early answers": an established WebSocket or
 // event stream is not bound by the request read limit. The gateway is
-// served with limits of 200 ms; each stream is held open past them, then
-// must still read (a ping on the WebSocket) and deliver an event. Conn and
-// EventStream do not reconnect, so a stream cut at the limit shows.
+// served with limits of 200 ms. Once a stream is established, its
+// connection must not keep the request's read deadline (the mechanism:
+// net/http clears it when the gateway takes the connection over, and the
+// event stream clears it before subscribing); and the stream, held open
+// past the limit, must still read (a ping on the WebSocket) and deliver an
+// event. Conn and EventStream do not reconnect, so a cut shows. The
+// subtests share the gateway's listener, so they run one after the other.
 func TestStreamsOutliveTheServersRequestReadLimit(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
@@ -279,7 +341,6 @@ func TestStreamsOutliveTheServersRequestReadLimit(t *testing.T) {
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
 			user, conv := "limits", testenv.Name(t, "c")
 			tok, err := g.mint(user, time.Hour)
 			if err != nil {
@@ -293,9 +354,14 @@ func TestStreamsOutliveTheServersRequestReadLimit(t *testing.T) {
 			if f, err := s.Next(ctx); err != nil || f.Type != "subscribed" {
 				t.Fatalf("first frame %+v, %v; want subscribed", f, err)
 			}
-			// The request began before it was subscribed: its read
-			// deadline, had it kept one, has passed by now.
-			<-time.After(limit)
+			// The request began before it was subscribed: a deadline the
+			// read limit set is before subscribed+limit. The gateway's own
+			// (the WebSocket's pong wait) is later.
+			subscribed := time.Now()
+			if d := g.conns.lastReadDeadline(); !d.IsZero() && !d.After(subscribed.Add(limit)) {
+				t.Fatalf("the established stream's connection keeps the request's read deadline (%v after it was subscribed)", d.Sub(subscribed))
+			}
+			<-time.After(limit) // past the limit, had the stream kept it
 			if conn, ok := s.(*client.Conn); ok {
 				if err := conn.Ping(); err != nil {
 					t.Fatalf("ping past the read limit: %v", err)
@@ -304,8 +370,7 @@ func TestStreamsOutliveTheServersRequestReadLimit(t *testing.T) {
 					t.Fatalf("answer to a ping past the read limit: %+v, %v; want pong", f, err)
 				}
 			}
-			want := &events.RunStartedEvent{Meta: events.Meta{Conversation: conv, RequestID: "r", RunID: "r-run", Seq: 1, TS: time.Now().UnixNano()}}
-			g.produce(ctx, user, want)
+			g.produce(ctx, user, &events.RunStartedEvent{Meta: events.Meta{Conversation: conv, RequestID: "r", RunID: "r-run", Seq: 1, TS: time.Now().UnixNano()}})
 			f, err := s.Next(ctx)
 			if err != nil {
 				t.Fatalf("an event past the read limit: %v (the stream was cut)", err)
