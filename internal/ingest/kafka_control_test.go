@@ -111,7 +111,7 @@ func TestQueueCountsDropOnTheCompletedRecordsOfTheControlTopic(t *testing.T) {
 		case <-within:
 			return ""
 		case <-ctx.Done():
-			t.Fatalf("waiting for a completion: %v", ctx.Err())
+			t.Fatalf("waiting for a completion (%v): the completed records of the control topic are not handed over", ctx.Err())
 			return ""
 		}
 	}
