@@ -156,3 +156,47 @@ func TestAQueuedRequestWhoseEndIsNeverAnnouncedExpires(t *testing.T) {
 	}
 	checkLimited(t, post())
 }
+
+// README, "Observability": ingest counts each POST refused with 429 in
+// turnpike_ingest_limited_total under the limit that refused it, rate or
+// queued, and nothing else there.
+func TestEachRefusalIsCountedUnderItsLimit(t *testing.T) {
+	t.Parallel()
+	// The clock stands still: a token spent is not refilled.
+	s := newTestService(t, Config{RatePerSecond: 1, RateBurst: 2, MaxQueuedPerConversation: 1}, nil, nil, nil)
+	limited := func(limit string) float64 {
+		mfs, err := s.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "turnpike_ingest_limited_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetName() == "limit" && m.GetLabel()[0].GetValue() == limit {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		return 0 // a series appears with its first refusal
+	}
+	for i, step := range []struct {
+		user, conv   string
+		status       int
+		rate, queued float64
+	}{
+		{"ann", "c1", http.StatusAccepted, 0, 0},        // ann's first token; c1's one queued request
+		{"ann", "c1", http.StatusTooManyRequests, 0, 1}, // ann's second token; c1 is full
+		{"ann", "c2", http.StatusTooManyRequests, 1, 1}, // ann has no token left
+		{"bob", "c1", http.StatusAccepted, 1, 1},        // bob's own c1 and bucket
+	} {
+		w := s.do(http.MethodPost, "/v1/conversations/"+step.conv+"/messages", token(t, "acme", step.user), `{"content":"hi"}`, nil)
+		if w.Code != step.status {
+			t.Fatalf("step %d: POST by %s to %s: %d, want %d", i, step.user, step.conv, w.Code, step.status)
+		}
+		if r, q := limited("rate"), limited("queued"); r != step.rate || q != step.queued {
+			t.Fatalf("step %d: limited_total rate %v, queued %v; want %v, %v", i, r, q, step.rate, step.queued)
+		}
+	}
+}
