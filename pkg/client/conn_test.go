@@ -177,7 +177,8 @@ func TestNextIgnoresMembersItDoesNotKnow(t *testing.T) {
 	}
 }
 
-// The decoders on one token frame: the strict one Next uses, and the view.
+// The decoders on one token frame: the checking one Next uses (a frame
+// without unknown members takes events.DecodeEvent alone), and the view.
 func BenchmarkDecodeEventTokenFrame(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(tokenFrame)))
