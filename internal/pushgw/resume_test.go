@@ -147,6 +147,21 @@ func holdBack(t *testing.T) (hook func(int, int64), release func()) {
 	}, release
 }
 
+// awaitCursorWaiter returns once a subscribe on in waits for partition p's
+// live reader to reach its cursor (in hub.awaitDispatched), so that a test
+// releasing the reader afterwards tests that wait, not a race with it.
+func awaitCursorWaiter(t *testing.T, in *instance, p int) {
+	t.Helper()
+	in.gw.mu.Lock()
+	s := in.gw.hub.shards[p]
+	in.gw.mu.Unlock()
+	eventually(t, 10*time.Second, "a subscribe waits for the live reader", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.advanced != nil
+	})
+}
+
 func TestAReplicaBehindACursorWaitsForItsLiveReader(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
@@ -162,7 +177,8 @@ func TestAReplicaBehindACursorWaitsForItsLiveReader(t *testing.T) {
 
 	c := f.dialURL(ctx, b.url, tok)
 	c.subscribe(conv, seen[6].Cursor) // B has dispatched nothing yet
-	time.AfterFunc(200*time.Millisecond, release)
+	awaitCursorWaiter(t, b, partitionOf(id))
+	release()
 	c.expect(ctx, "subscribed")
 	checkSeqs(t, c.events(ctx, 3), "r", 8, 10)
 	f.produce(ctx, id, "r", 11, 12)

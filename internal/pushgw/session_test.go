@@ -1,11 +1,15 @@
 package pushgw
 
 import (
+	"net/http"
+	"net/url"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/testenv"
 )
 
 // A frame popped while the session is open is the writer's to write; once
@@ -50,4 +54,107 @@ func TestAFramePoppedAfterTheSessionClosedIsReleasedAndCountedDropped(t *testing
 		t.Errorf("queue holds %d frames, %d bytes after the drop, want none", n, b)
 	}
 	checkMetric(t, reg, "turnpike_pushgw_frames_dropped_total", 1)
+}
+
+// TestACursorIsValidUpToThePartitionsLastRecordAndRefusedAtOnceFromItsEndOffset
+// pins the bounds of a cursor (docs/api.md "Frames" and "Refusals before
+// the stream": a cursor past the end of its partition is invalid_argument,
+// 400 over HTTP; DESIGN.md "Replicas": refused at once). A cursor names one
+// record: the partition's last record is a valid position with nothing
+// after it yet, and the subscription goes live. The end offset, the offset
+// the next record will get, names no record, and no replica can have handed
+// it out (a reader sees only offsets below it): it is past the end, as is
+// every offset above it. The refusal does not wait for a live reader, on a
+// replica that has dispatched the partition's last record and on one that
+// has dispatched nothing: both wait an hour (CursorWait) for a cursor they
+// have not reached, so only the end-offset check can answer in time.
+func TestACursorIsValidUpToThePartitionsLastRecordAndRefusedAtOnceFromItsEndOffset(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	conv, id := aliceConv(t)
+	p := partitionOf(id)
+	tok := token(t, auth.DefaultTenant, "alice")
+	hourWait := func(c *Config) { c.CursorWait = time.Hour }
+	caughtUp := f.launch(ctx, hourWait, nil, nil)
+	hook, release := holdBack(t)
+	behind := f.launch(ctx, hourWait, nil, hook) // dispatches nothing until release
+	watcher := f.dialURL(ctx, caughtUp.url, tok).subscribed(ctx, conv, "")
+	f.produce(ctx, id, "r", 1, 3)
+	seen := watcher.events(ctx, 3) // caughtUp has dispatched the partition's last record
+	_, last, err := ParseCursor(seen[2].Cursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end, err := caughtUp.gw.endOffset(ctx, p); err != nil || end != last+1 {
+		t.Fatalf("end offset of partition %d = %d, %v; want %d, one past its last record", p, end, err, last+1)
+	}
+
+	refused := []struct {
+		name   string
+		cursor string
+	}{
+		{"The end offset, the next record's, names no record yet and is refused.", FormatCursor(p, last+1)},
+		{"One past the end offset is refused.", FormatCursor(p, last+2)},
+	}
+	replicas := []struct {
+		name string
+		in   *instance
+	}{
+		{"a replica that has dispatched the last record", caughtUp},
+		{"a replica that has dispatched nothing", behind},
+	}
+	for _, r := range replicas {
+		ws := f.dialURL(ctx, r.in.url, tok)
+		for _, tt := range refused {
+			ws.subscribe(conv, tt.cursor)
+			fr, err := ws.read(ctx)
+			if err != nil {
+				t.Fatalf("%s On %s, a WebSocket subscribe is not answered (%v): it waits for the live reader instead of being refused at once", tt.name, r.name, err)
+			}
+			if fr.Type != "error" || fr.Code != codeInvalidArgument || fr.Conversation != conv {
+				t.Errorf("%s On %s, a WebSocket subscribe: %+v, want an invalid_argument error naming %s", tt.name, r.name, fr, conv)
+			}
+			for _, pos := range []struct {
+				how string
+				q   url.Values
+				h   http.Header
+			}{
+				{"Last-Event-ID", nil, http.Header{"Last-Event-Id": {tt.cursor}}},
+				{"?since=", url.Values{"since": {tt.cursor}}, nil},
+			} {
+				s, err := openSSE(ctx, t, r.in.eventsURL(conv, pos.q), tok, pos.h)
+				if err != nil {
+					t.Fatalf("%s On %s, an event stream from %s is not answered (%v): it waits for the live reader instead of being refused at once", tt.name, r.name, pos.how, err)
+				}
+				if s.resp.StatusCode != http.StatusBadRequest {
+					t.Errorf("%s On %s, an event stream from %s: status %d, want 400", tt.name, r.name, pos.how, s.resp.StatusCode)
+					continue
+				}
+				if code := errorCode(t, s.resp); code != codeInvalidArgument {
+					t.Errorf("%s On %s, an event stream from %s: code %q, want invalid_argument", tt.name, r.name, pos.how, code)
+				}
+			}
+		}
+		ws.ping(ctx) // nothing else was queued
+	}
+
+	// The last record is a valid cursor on both: nothing to replay, then
+	// live. The replica that is behind waits for its live reader to reach it.
+	lastCursor := FormatCursor(p, last)
+	ws := []*wsClient{f.dialURL(ctx, caughtUp.url, tok).subscribed(ctx, conv, lastCursor)}
+	waiting := f.dialURL(ctx, behind.url, tok)
+	waiting.subscribe(conv, lastCursor)
+	awaitCursorWaiter(t, behind, p)
+	release()
+	waiting.expect(ctx, "subscribed")
+	ws = append(ws, waiting)
+	lei := mustOpenSSE(ctx, t, caughtUp.eventsURL(conv, nil), tok, http.Header{"Last-Event-Id": {lastCursor}}).subscribed()
+	since := mustOpenSSE(ctx, t, caughtUp.eventsURL(conv, url.Values{"since": {lastCursor}}), tok, nil).subscribed()
+	f.produce(ctx, id, "r", 4, 4)
+	for _, c := range ws {
+		checkSeqs(t, c.events(ctx, 1), "r", 4, 4) // not seq 3 again
+	}
+	checkSeqs(t, lei.events(1), "r", 4, 4)
+	checkSeqs(t, since.events(1), "r", 4, 4)
 }
