@@ -1,6 +1,7 @@
 package pushgw
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"testing"
@@ -157,4 +158,56 @@ func TestACursorIsValidUpToThePartitionsLastRecordAndRefusedAtOnceFromItsEndOffs
 	}
 	checkSeqs(t, lei.events(1), "r", 4, 4)
 	checkSeqs(t, since.events(1), "r", 4, 4)
+}
+
+// TestACursorOfAnotherPartitionIsRefusedEvenWhereItNamesARecord: a cursor
+// of another partition than the conversation's is refused (docs/api.md
+// "Cursors": invalid_argument, over HTTP 400), even when it names a record
+// the gateway has dispatched and its offset lies within the conversation's
+// own partition, where it would otherwise pass for a position.
+func TestACursorOfAnotherPartitionIsRefusedEvenWhereItNamesARecord(t *testing.T) {
+	t.Parallel()
+	ctx, f := startedFixture(t)
+	conv, id := aliceConv(t)
+	tok := token(t, auth.DefaultTenant, "alice")
+	other := id
+	for i := 0; partitionOf(other) == partitionOf(id); i++ {
+		other.Conversation = fmt.Sprintf("%s-%d", conv, i)
+	}
+	mine := f.dial(ctx, tok).subscribed(ctx, conv, "")
+	theirs := f.dial(ctx, tok).subscribed(ctx, other.Conversation, "")
+	f.produce(ctx, id, "r", 1, 3)
+	f.produce(ctx, other, "o", 1, 3)
+	mine.events(ctx, 3)
+	foreign := theirs.events(ctx, 3)[1].Cursor // dispatched, in a partition with records at offsets 0..2, as the conversation's has
+	if p, _, err := ParseCursor(foreign); err != nil || p == partitionOf(id) {
+		t.Fatalf("cursor %s (%v) is not of another partition", foreign, err)
+	}
+
+	ws := f.dial(ctx, tok)
+	ws.subscribe(conv, foreign)
+	if fr := ws.expect(ctx, "error"); fr.Code != codeInvalidArgument || fr.Conversation != conv {
+		t.Errorf("A WebSocket subscribe from another partition's cursor: %+v, want an invalid_argument error naming %s", fr, conv)
+	}
+	ws.ping(ctx)
+	for _, tt := range []struct {
+		name string
+		q    url.Values
+		h    http.Header
+	}{
+		{"An event stream with another partition's Last-Event-ID is 400.", nil, http.Header{"Last-Event-Id": {foreign}}},
+		{"An event stream since another partition's cursor is 400.", url.Values{"since": {foreign}}, nil},
+	} {
+		s, err := openSSE(ctx, t, f.eventsURL(conv, tt.q), tok, tt.h)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if s.resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: status %d", tt.name, s.resp.StatusCode)
+			continue
+		}
+		if code := errorCode(t, s.resp); code != codeInvalidArgument {
+			t.Errorf("%s: code %q", tt.name, code)
+		}
+	}
 }
