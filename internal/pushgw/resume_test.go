@@ -71,8 +71,9 @@ func TestCursorExpiryIsExactAtTheRetentionBoundary(t *testing.T) {
 		c := f.dialURL(ctx, tt.in.url, tok)
 		c.subscribe(conv, tt.since)
 		if tt.first == 0 {
-			if fr := c.expect(ctx, "error"); fr.Code != "cursor_expired" {
-				t.Errorf("%s: %+v, want cursor_expired", tt.name, fr)
+			// The error ends that subscription, and names its conversation.
+			if fr := c.expect(ctx, "error"); fr.Code != "cursor_expired" || fr.Conversation != conv {
+				t.Errorf("%s: %+v, want cursor_expired naming %s", tt.name, fr, conv)
 			}
 			continue
 		}
@@ -162,6 +163,11 @@ func awaitCursorWaiter(t *testing.T, in *instance, p int) {
 	})
 }
 
+// A replica behind a cursor (one from a replica further ahead) waits for its
+// live reader to reach it, then resumes right after it: for the record it
+// will dispatch next as for one further on. Each case has a replica that
+// has dispatched nothing and waits as long as it takes (CursorWait of an
+// hour); its reader is released once the subscribe waits on it.
 func TestAReplicaBehindACursorWaitsForItsLiveReader(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
@@ -169,20 +175,43 @@ func TestAReplicaBehindACursorWaitsForItsLiveReader(t *testing.T) {
 	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
 	a := f.launch(ctx, nil, nil, nil)
-	hook, release := holdBack(t)
-	b := f.launch(ctx, nil, nil, hook)
 	wa := f.dialURL(ctx, a.url, tok).subscribed(ctx, conv, "")
-	f.produce(ctx, id, "r", 1, 10)
+	type behind struct {
+		in      *instance
+		release func()
+	}
+	var replicas []behind
+	for range 2 {
+		hook, release := holdBack(t)
+		replicas = append(replicas, behind{f.launch(ctx, func(c *Config) { c.CursorWait = time.Hour }, nil, hook), release})
+	}
+	f.produce(ctx, id, "r", 1, 10) // offsets 0..9: the replicas' next offset is 0
 	seen := wa.events(ctx, 10)
 
-	c := f.dialURL(ctx, b.url, tok)
-	c.subscribe(conv, seen[6].Cursor) // B has dispatched nothing yet
-	awaitCursorWaiter(t, b, partitionOf(id))
-	release()
-	c.expect(ctx, "subscribed")
-	checkSeqs(t, c.events(ctx, 3), "r", 8, 10)
+	tests := []struct {
+		name string
+		seq  int // the cursor's event
+	}{
+		{"The cursor of the record the replica dispatches next waits for it.", 1},
+		{"The cursor of a record further on waits for the live reader to reach it.", 7},
+	}
+	var clients []*wsClient
+	for i, tt := range tests {
+		r := replicas[i]
+		c := f.dialURL(ctx, r.in.url, tok)
+		c.subscribe(conv, seen[tt.seq-1].Cursor)
+		awaitCursorWaiter(t, r.in, partitionOf(id))
+		r.release()
+		if fr := c.next(ctx); fr.Type != "subscribed" {
+			t.Fatalf("%s Got %+v, want subscribed", tt.name, fr)
+		}
+		checkSeqs(t, c.events(ctx, 10-tt.seq), "r", tt.seq+1, 10)
+		clients = append(clients, c)
+	}
 	f.produce(ctx, id, "r", 11, 12)
-	checkSeqs(t, c.events(ctx, 2), "r", 11, 12)
+	for _, c := range clients {
+		checkSeqs(t, c.events(ctx, 2), "r", 11, 12)
+	}
 }
 
 func TestAReplicaThatDoesNotCatchUpInTimeAnswersUnavailable(t *testing.T) {

@@ -313,8 +313,8 @@ func TestAnExpiredLastEventIDGetsACursorExpiredErrorEventAndTheStreamEnds(t *tes
 
 	s := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, http.Header{"Last-Event-Id": {FormatCursor(p, 3)}})
 	m := s.expect("error")
-	if m.fr.Code != codeCursorExpired || m.id != "" {
-		t.Fatalf("error event %+v, want cursor_expired without id", m)
+	if m.fr.Code != codeCursorExpired || m.id != "" || m.fr.Conversation != conv {
+		t.Fatalf("error event %+v, want cursor_expired without id, naming %s (it ends the stream's replay)", m, conv)
 	}
 	s.ended()
 	ok := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, http.Header{"Last-Event-Id": {FormatCursor(p, 4)}}).subscribed()
