@@ -760,13 +760,15 @@ func TestServeHTTPAnswers503BeforeRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := New(Config{Brokers: []string{"127.0.0.1:1"}}, v, prometheus.NewRegistry(), nil)
+	// A burst of one connect a minute: alice's second upgrade is past her rate.
+	gw, err := New(Config{Brokers: []string{"127.0.0.1:1"}, ConnectBurst: 1, ConnectPerMinute: 1}, v, prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := gw.Ready(ctx); err == nil {
 		t.Error("Ready before Run = nil, want an error")
 	}
+	// In docs/api.md's order: 401, then 429, then 503.
 	for _, tt := range []struct {
 		name   string
 		token  string
@@ -774,6 +776,7 @@ func TestServeHTTPAnswers503BeforeRun(t *testing.T) {
 	}{
 		{"A valid token is told to retry.", token(t, auth.DefaultTenant, "alice"), http.StatusServiceUnavailable},
 		{"An invalid token is still refused.", "nope", http.StatusUnauthorized},
+		{"A user past the connect rate is told so, not to retry at once.", token(t, auth.DefaultTenant, "alice"), http.StatusTooManyRequests},
 	} {
 		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/v1/stream", nil)
 		req.Header.Set("Authorization", "Bearer "+tt.token)

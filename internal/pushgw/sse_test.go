@@ -369,6 +369,8 @@ func TestEventsRefuseBadRequestsBeforeStreaming(t *testing.T) {
 		{"An expired token is 401.", conv, nil, expired, nil, 401, "unauthenticated"},
 		{"A token signed with another secret is 401.", conv, nil, "x.y.z", nil, 401, "unauthenticated"},
 		{"A foreign origin is 403.", conv, nil, alice, http.Header{"Origin": {"https://evil.example.net"}}, 403, "permission_denied"},
+		{"A foreign origin without a token is 403: the origin is checked first.", conv, nil, "", http.Header{"Origin": {"https://evil.example.net"}}, 403, "permission_denied"},
+		{"A bad conversation without a token is 401: the token is checked first.", "a b", nil, "", nil, 401, "unauthenticated"},
 		{"A bad conversation is 400.", "a b", nil, alice, nil, 400, "invalid_argument"},
 		{"A bad since is 400.", conv, url.Values{"since": {"yesterday"}}, alice, nil, 400, "invalid_argument"},
 		{"A bad Last-Event-ID is 400.", conv, nil, alice, http.Header{"Last-Event-Id": {"earliest"}}, 400, "invalid_argument"},
