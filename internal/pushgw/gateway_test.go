@@ -632,29 +632,33 @@ func TestBadFramesGetAnErrorFrameAndTheConnectionStaysOpen(t *testing.T) {
 	p := partitionOf(id)
 	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
 
+	// named: the conversation the error frame names (docs/api.md "Frames"):
+	// that of a well-formed subscribe or unsubscribe, none otherwise.
 	tests := []struct {
 		name  string
 		frame string
 		code  string
+		named string
 	}{
-		{"Invalid JSON is refused.", `{"op":`, "invalid_argument"},
-		{"A JSON array is refused.", `["ping"]`, "invalid_argument"},
-		{"An unknown op is refused.", `{"op":"teleport"}`, "invalid_argument"},
-		{"An unknown field is refused.", `{"op":"ping","please":"yes"}`, "invalid_argument"},
-		{"A conversation breaking the ID rule is refused.", `{"op":"subscribe","conversation":"a b"}`, "invalid_argument"},
-		{"A conversation of another user is refused.", `{"op":"subscribe","conversation":"default/bob/c"}`, "invalid_argument"},
-		{"A malformed cursor is refused.", `{"op":"subscribe","conversation":"` + conv + `","since":"yesterday"}`, "invalid_argument"},
+		{"Invalid JSON is refused.", `{"op":`, "invalid_argument", ""},
+		{"A JSON array is refused.", `["ping"]`, "invalid_argument", ""},
+		{"An unknown op is refused.", `{"op":"teleport","conversation":"` + conv + `"}`, "invalid_argument", ""},
+		{"An unknown field is refused.", `{"op":"ping","please":"yes"}`, "invalid_argument", ""},
+		{"An unknown field of a subscribe is refused.", `{"op":"subscribe","conversation":"` + conv + `","please":"yes"}`, "invalid_argument", ""},
+		{"A conversation breaking the ID rule is refused.", `{"op":"subscribe","conversation":"a b"}`, "invalid_argument", ""},
+		{"A conversation of another user is refused.", `{"op":"subscribe","conversation":"default/bob/c"}`, "invalid_argument", ""},
+		{"A malformed cursor is refused.", `{"op":"subscribe","conversation":"` + conv + `","since":"yesterday"}`, "invalid_argument", conv},
 		{"A cursor of another partition is refused.",
-			`{"op":"subscribe","conversation":"` + conv + `","since":"` + FormatCursor((p+1)%testPartitions, 0) + `"}`, "invalid_argument"},
+			`{"op":"subscribe","conversation":"` + conv + `","since":"` + FormatCursor((p+1)%testPartitions, 0) + `"}`, "invalid_argument", conv},
 		{"A cursor beyond the live position is refused.",
-			`{"op":"subscribe","conversation":"` + conv + `","since":"` + FormatCursor(p, 1000) + `"}`, "invalid_argument"},
-		{"Unsubscribing from a conversation not subscribed is refused.", `{"op":"unsubscribe","conversation":"` + conv + `"}`, "invalid_argument"},
+			`{"op":"subscribe","conversation":"` + conv + `","since":"` + FormatCursor(p, 1000) + `"}`, "invalid_argument", conv},
+		{"Unsubscribing from a conversation not subscribed is refused.", `{"op":"unsubscribe","conversation":"` + conv + `"}`, "invalid_argument", conv},
 	}
 	for _, tt := range tests {
 		c.send(tt.frame)
 		fr := c.expect(ctx, "error")
-		if fr.Code != tt.code || fr.Message == "" {
-			t.Errorf("%s: got %+v, want code %s with a message", tt.name, fr, tt.code)
+		if fr.Code != tt.code || fr.Message == "" || fr.Conversation != tt.named {
+			t.Errorf("%s: got %+v, want code %s with a message, naming conversation %q", tt.name, fr, tt.code, tt.named)
 		}
 		c.ping(ctx)
 	}

@@ -655,13 +655,19 @@ func TestEventsOverHTTP2StreamThroughTheResponseWriter(t *testing.T) {
 // one connect and one subscribe, shared with the user's WebSockets.
 func TestEventStreamsCountAgainstTheUsersConnectAndSubscribeRates(t *testing.T) {
 	t.Parallel()
+	// badStatus: a bad request of that user then, in docs/api.md's order
+	// ("Refusals before the stream"): past the connect rate it is still
+	// 429, past the subscribe rate it is 400 (the request is checked before
+	// the subscribe rate). rejected counts the rate's refusals.
 	tests := []struct {
-		name   string
-		mod    func(*Config)
-		reason string
+		name      string
+		mod       func(*Config)
+		reason    string
+		badStatus int
+		rejected  float64
 	}{
-		{"Past the connect burst a stream is 429 connect_rate.", func(c *Config) { c.ConnectBurst, c.ConnectPerMinute = 2, 1 }, rejectConnectRate},
-		{"Past the subscribe burst a stream is 429 subscribe_rate.", func(c *Config) { c.SubscribeBurst, c.SubscribePerMinute = 2, 1 }, rejectSubscribeRate},
+		{"Past the connect burst a stream is 429 connect_rate.", func(c *Config) { c.ConnectBurst, c.ConnectPerMinute = 2, 1 }, rejectConnectRate, 429, 2},
+		{"Past the subscribe burst a stream is 429 subscribe_rate.", func(c *Config) { c.SubscribeBurst, c.SubscribePerMinute = 2, 1 }, rejectSubscribeRate, 400, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -681,9 +687,16 @@ func TestEventStreamsCountAgainstTheUsersConnectAndSubscribeRates(t *testing.T) 
 			if s.resp.StatusCode != http.StatusTooManyRequests || errorCode(t, s.resp) != "rate_limited" || s.resp.Header.Get("Retry-After") == "" {
 				t.Fatalf("third within a burst of 2: %d, want 429 rate_limited with Retry-After", s.resp.StatusCode)
 			}
+			bad, err := openSSE(ctx, t, f.eventsURL(conv, url.Values{"since": {"yesterday"}}), alice, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bad.resp.StatusCode != tt.badStatus {
+				t.Errorf("a bad since past the rate: %d, want %d", bad.resp.StatusCode, tt.badStatus)
+			}
 			mustOpenSSE(ctx, t, f.eventsURL(conv, nil), token(t, auth.DefaultTenant, "bob"), nil).expect("subscribed") // another user
-			if v := labelledValue(t, f.reg, "turnpike_pushgw_rejected_total", "reason", tt.reason); v != 1 {
-				t.Errorf("rejected_total{reason=%s} = %v, want 1", tt.reason, v)
+			if v := labelledValue(t, f.reg, "turnpike_pushgw_rejected_total", "reason", tt.reason); v != tt.rejected {
+				t.Errorf("rejected_total{reason=%s} = %v, want %v", tt.reason, v, tt.rejected)
 			}
 		})
 	}
