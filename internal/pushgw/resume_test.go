@@ -1,6 +1,7 @@
 package pushgw
 
 import (
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -232,6 +233,13 @@ func TestAReplicaThatDoesNotCatchUpInTimeAnswersUnavailable(t *testing.T) {
 	if fr := c.expect(ctx, "error"); fr.Code != "unavailable" {
 		t.Fatalf("a cursor the replica does not reach in time: %+v, want unavailable", fr)
 	}
+	// An event stream gets a 200 with one unavailable error event, so that
+	// an EventSource reconnects by itself (docs/api.md "The stream").
+	s := mustOpenSSE(ctx, t, b.eventsURL(conv, nil), tok, http.Header{"Last-Event-Id": {seen[2].Cursor}})
+	if m := s.expect("error"); m.fr.Code != codeUnavailable || m.id != "" {
+		t.Fatalf("an event stream from a cursor the replica does not reach in time: %+v, want an unavailable error event without id", m)
+	}
+	s.ended()
 	// A cursor beyond the end of the partition is refused at once, even by
 	// a replica that is behind.
 	p, o, err := ParseCursor(seen[2].Cursor)
