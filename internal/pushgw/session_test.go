@@ -1,12 +1,15 @@
 package pushgw
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
@@ -210,4 +213,49 @@ func TestACursorOfAnotherPartitionIsRefusedEvenWhereItNamesARecord(t *testing.T)
 			t.Errorf("%s: code %q", tt.name, code)
 		}
 	}
+}
+
+// TestAnUnsubscribeDuringAReplayIsAnsweredByNoFrame: an unsubscribe is
+// answered by no frame (docs/api.md "Frames"), also when it ends a replay
+// in progress: the replay it stops is no failure to report. Here the
+// replay waits for the only replay slot, which another connection's
+// replay holds: that connection reads nothing, so its replay waits for
+// room in its queue for good.
+func TestAnUnsubscribeDuringAReplayIsAnsweredByNoFrame(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	// No ring: every replay reads Kafka, one at a time; writes never time out.
+	f.start(ctx, func(c *Config) { c.RingBytes, c.ReplayConcurrency, c.QueueSize, c.WriteTimeout = 1, 1, 16, time.Hour },
+		func(l net.Listener) net.Listener { return smallBuffers{l} })
+	conv, id := aliceConv(t)
+	tok := token(t, auth.DefaultTenant, "alice")
+	f.produceLarge(ctx, id, 200) // far more than a queue and socket buffers hold
+
+	d := websocket.Dialer{NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetReadBuffer(4 << 10)
+		}
+		return c, err
+	}}
+	conn, _, err := d.DialContext(ctx, f.url, http.Header{"Authorization": {"Bearer " + tok}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stuck := &wsClient{t: t, conn: conn}
+	stuck.subscribe(conv, "earliest") // and never reads
+	eventually(t, 10*time.Second, "a replay holds the only replay slot", func() bool { return len(f.gw.replaySlots) == 1 })
+
+	c := f.dial(ctx, tok)
+	first := FormatCursor(partitionOf(id), 0)
+	c.subscribed(ctx, conv, first) // its replay now waits for the slot
+	c.send(`{"op":"unsubscribe","conversation":"` + conv + `"}`)
+	c.ping(ctx) // the next frame is the pong: nothing answered the unsubscribe
+	c.subscribed(ctx, conv, "")
+	c.ping(ctx)
+	// Only the stuck replay ever had the slot: the unsubscribe ended the
+	// other while it waited for it.
+	checkMetric(t, f.reg, "turnpike_pushgw_replays_total", 1)
 }
