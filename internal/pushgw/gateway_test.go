@@ -209,10 +209,10 @@ func (f *fixture) produce(ctx context.Context, id events.Identity, req string, f
 	}
 }
 
-// produceLarge writes events seq 1..total of id (request r), of ~2 KiB
+// produceLarge writes events seq from..to of id (request r), of ~2 KiB
 // each, one produce call each.
-func (f *fixture) produceLarge(ctx context.Context, id events.Identity, total int) {
-	for n := 1; n <= total; n++ {
+func (f *fixture) produceLarge(ctx context.Context, id events.Identity, from, to int) {
+	for n := from; n <= to; n++ {
 		v := events.MarshalEvent(&events.TokenEvent{Meta: events.Meta{Conversation: id.Conversation, RequestID: "r", RunID: "u", Seq: int64(n), TS: 1},
 			Delta: strings.Repeat("x", 2<<10), Agent: "echo", Role: "assistant"})
 		if err := f.writer.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v}); err != nil {
@@ -858,13 +858,14 @@ func testSlowClient(t *testing.T, mod func(*Config)) {
 	slow.subscribe(conv, "")
 	fast := f.dial(ctx, tok).subscribed(ctx, conv, "")
 
-	// 300 events of ~2 KiB, one produce call each, so the fast client
-	// never faces a burst bigger than its queue.
+	// 300 events of ~2 KiB, each produced once the fast client has the one
+	// before: its queue never holds more than one, however slowly it is
+	// scheduled, while the slow client's fills up.
 	const total = 300
-	var wg sync.WaitGroup
-	wg.Go(func() { f.produceLarge(ctx, id, total) })
-	checkSeqs(t, fast.events(ctx, total), "r", 1, total)
-	wg.Wait()
+	for n := 1; n <= total; n++ {
+		f.produceLarge(ctx, id, n, n)
+		checkSeqs(t, fast.events(ctx, 1), "r", n, n)
+	}
 
 	// The slow client now reads: what it gets is a prefix, then 4008.
 	slow.expect(ctx, "subscribed")

@@ -230,7 +230,7 @@ func TestAnUnsubscribeDuringAReplayIsAnsweredByNoFrame(t *testing.T) {
 		func(l net.Listener) net.Listener { return smallBuffers{l} })
 	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
-	f.produceLarge(ctx, id, 200) // far more than a queue and socket buffers hold
+	f.produceLarge(ctx, id, 1, 200) // far more than a queue and socket buffers hold
 
 	d := websocket.Dialer{NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)

@@ -496,12 +496,15 @@ func TestASlowEventStreamIsCutOffWhileOthersGetEveryEvent(t *testing.T) {
 	fast := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, nil).subscribed()
 	ws := f.dial(ctx, tok).subscribed(ctx, conv, "")
 
+	// Each event is produced once the other two have the one before:
+	// their queues never hold more than one, however slowly they are
+	// scheduled, while the slow stream's fills up.
 	const total = 300
-	var wg sync.WaitGroup
-	wg.Go(func() { f.produceLarge(ctx, id, total) })
-	wg.Go(func() { checkSeqs(t, ws.events(ctx, total), "r", 1, total) })
-	checkSeqs(t, fast.events(total), "r", 1, total)
-	wg.Wait()
+	for n := 1; n <= total; n++ {
+		f.produceLarge(ctx, id, n, n)
+		checkSeqs(t, ws.events(ctx, 1), "r", n, n)
+		checkSeqs(t, fast.events(1), "r", n, n)
+	}
 
 	// The slow stream now reads: a prefix, then its end.
 	n, last := 0, ""
