@@ -209,10 +209,10 @@ func (f *fixture) produce(ctx context.Context, id events.Identity, req string, f
 	}
 }
 
-// produceLarge writes events seq 1..total of id (request r), of ~2 KiB
+// produceLarge writes events seq from..to of id (request r), of ~2 KiB
 // each, one produce call each.
-func (f *fixture) produceLarge(ctx context.Context, id events.Identity, total int) {
-	for n := 1; n <= total; n++ {
+func (f *fixture) produceLarge(ctx context.Context, id events.Identity, from, to int) {
+	for n := from; n <= to; n++ {
 		v := events.MarshalEvent(&events.TokenEvent{Meta: events.Meta{Conversation: id.Conversation, RequestID: "r", RunID: "u", Seq: int64(n), TS: 1},
 			Delta: strings.Repeat("x", 2<<10), Agent: "echo", Role: "assistant"})
 		if err := f.writer.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v}); err != nil {
@@ -632,29 +632,33 @@ func TestBadFramesGetAnErrorFrameAndTheConnectionStaysOpen(t *testing.T) {
 	p := partitionOf(id)
 	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
 
+	// named: the conversation the error frame names (docs/api.md "Frames"):
+	// that of a well-formed subscribe or unsubscribe, none otherwise.
 	tests := []struct {
 		name  string
 		frame string
 		code  string
+		named string
 	}{
-		{"Invalid JSON is refused.", `{"op":`, "invalid_argument"},
-		{"A JSON array is refused.", `["ping"]`, "invalid_argument"},
-		{"An unknown op is refused.", `{"op":"teleport"}`, "invalid_argument"},
-		{"An unknown field is refused.", `{"op":"ping","please":"yes"}`, "invalid_argument"},
-		{"A conversation breaking the ID rule is refused.", `{"op":"subscribe","conversation":"a b"}`, "invalid_argument"},
-		{"A conversation of another user is refused.", `{"op":"subscribe","conversation":"default/bob/c"}`, "invalid_argument"},
-		{"A malformed cursor is refused.", `{"op":"subscribe","conversation":"` + conv + `","since":"yesterday"}`, "invalid_argument"},
+		{"Invalid JSON is refused.", `{"op":`, "invalid_argument", ""},
+		{"A JSON array is refused.", `["ping"]`, "invalid_argument", ""},
+		{"An unknown op is refused.", `{"op":"teleport","conversation":"` + conv + `"}`, "invalid_argument", ""},
+		{"An unknown field is refused.", `{"op":"ping","please":"yes"}`, "invalid_argument", ""},
+		{"An unknown field of a subscribe is refused.", `{"op":"subscribe","conversation":"` + conv + `","please":"yes"}`, "invalid_argument", ""},
+		{"A conversation breaking the ID rule is refused.", `{"op":"subscribe","conversation":"a b"}`, "invalid_argument", ""},
+		{"A conversation of another user is refused.", `{"op":"subscribe","conversation":"default/bob/c"}`, "invalid_argument", ""},
+		{"A malformed cursor is refused.", `{"op":"subscribe","conversation":"` + conv + `","since":"yesterday"}`, "invalid_argument", conv},
 		{"A cursor of another partition is refused.",
-			`{"op":"subscribe","conversation":"` + conv + `","since":"` + FormatCursor((p+1)%testPartitions, 0) + `"}`, "invalid_argument"},
+			`{"op":"subscribe","conversation":"` + conv + `","since":"` + FormatCursor((p+1)%testPartitions, 0) + `"}`, "invalid_argument", conv},
 		{"A cursor beyond the live position is refused.",
-			`{"op":"subscribe","conversation":"` + conv + `","since":"` + FormatCursor(p, 1000) + `"}`, "invalid_argument"},
-		{"Unsubscribing from a conversation not subscribed is refused.", `{"op":"unsubscribe","conversation":"` + conv + `"}`, "invalid_argument"},
+			`{"op":"subscribe","conversation":"` + conv + `","since":"` + FormatCursor(p, 1000) + `"}`, "invalid_argument", conv},
+		{"Unsubscribing from a conversation not subscribed is refused.", `{"op":"unsubscribe","conversation":"` + conv + `"}`, "invalid_argument", conv},
 	}
 	for _, tt := range tests {
 		c.send(tt.frame)
 		fr := c.expect(ctx, "error")
-		if fr.Code != tt.code || fr.Message == "" {
-			t.Errorf("%s: got %+v, want code %s with a message", tt.name, fr, tt.code)
+		if fr.Code != tt.code || fr.Message == "" || fr.Conversation != tt.named {
+			t.Errorf("%s: got %+v, want code %s with a message, naming conversation %q", tt.name, fr, tt.code, tt.named)
 		}
 		c.ping(ctx)
 	}
@@ -760,13 +764,15 @@ func TestServeHTTPAnswers503BeforeRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := New(Config{Brokers: []string{"127.0.0.1:1"}}, v, prometheus.NewRegistry(), nil)
+	// A burst of one connect a minute: alice's second upgrade is past her rate.
+	gw, err := New(Config{Brokers: []string{"127.0.0.1:1"}, ConnectBurst: 1, ConnectPerMinute: 1}, v, prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := gw.Ready(ctx); err == nil {
 		t.Error("Ready before Run = nil, want an error")
 	}
+	// In docs/api.md's order: 401, then 429, then 503.
 	for _, tt := range []struct {
 		name   string
 		token  string
@@ -774,6 +780,7 @@ func TestServeHTTPAnswers503BeforeRun(t *testing.T) {
 	}{
 		{"A valid token is told to retry.", token(t, auth.DefaultTenant, "alice"), http.StatusServiceUnavailable},
 		{"An invalid token is still refused.", "nope", http.StatusUnauthorized},
+		{"A user past the connect rate is told so, not to retry at once.", token(t, auth.DefaultTenant, "alice"), http.StatusTooManyRequests},
 	} {
 		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/v1/stream", nil)
 		req.Header.Set("Authorization", "Bearer "+tt.token)
@@ -851,13 +858,14 @@ func testSlowClient(t *testing.T, mod func(*Config)) {
 	slow.subscribe(conv, "")
 	fast := f.dial(ctx, tok).subscribed(ctx, conv, "")
 
-	// 300 events of ~2 KiB, one produce call each, so the fast client
-	// never faces a burst bigger than its queue.
+	// 300 events of ~2 KiB, each produced once the fast client has the one
+	// before: its queue never holds more than one, however slowly it is
+	// scheduled, while the slow client's fills up.
 	const total = 300
-	var wg sync.WaitGroup
-	wg.Go(func() { f.produceLarge(ctx, id, total) })
-	checkSeqs(t, fast.events(ctx, total), "r", 1, total)
-	wg.Wait()
+	for n := 1; n <= total; n++ {
+		f.produceLarge(ctx, id, n, n)
+		checkSeqs(t, fast.events(ctx, 1), "r", n, n)
+	}
 
 	// The slow client now reads: what it gets is a prefix, then 4008.
 	slow.expect(ctx, "subscribed")

@@ -313,8 +313,8 @@ func TestAnExpiredLastEventIDGetsACursorExpiredErrorEventAndTheStreamEnds(t *tes
 
 	s := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, http.Header{"Last-Event-Id": {FormatCursor(p, 3)}})
 	m := s.expect("error")
-	if m.fr.Code != codeCursorExpired || m.id != "" {
-		t.Fatalf("error event %+v, want cursor_expired without id", m)
+	if m.fr.Code != codeCursorExpired || m.id != "" || m.fr.Conversation != conv {
+		t.Fatalf("error event %+v, want cursor_expired without id, naming %s (it ends the stream's replay)", m, conv)
 	}
 	s.ended()
 	ok := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, http.Header{"Last-Event-Id": {FormatCursor(p, 4)}}).subscribed()
@@ -369,6 +369,8 @@ func TestEventsRefuseBadRequestsBeforeStreaming(t *testing.T) {
 		{"An expired token is 401.", conv, nil, expired, nil, 401, "unauthenticated"},
 		{"A token signed with another secret is 401.", conv, nil, "x.y.z", nil, 401, "unauthenticated"},
 		{"A foreign origin is 403.", conv, nil, alice, http.Header{"Origin": {"https://evil.example.net"}}, 403, "permission_denied"},
+		{"A foreign origin without a token is 403: the origin is checked first.", conv, nil, "", http.Header{"Origin": {"https://evil.example.net"}}, 403, "permission_denied"},
+		{"A bad conversation without a token is 401: the token is checked first.", "a b", nil, "", nil, 401, "unauthenticated"},
 		{"A bad conversation is 400.", "a b", nil, alice, nil, 400, "invalid_argument"},
 		{"A bad since is 400.", conv, url.Values{"since": {"yesterday"}}, alice, nil, 400, "invalid_argument"},
 		{"A bad Last-Event-ID is 400.", conv, nil, alice, http.Header{"Last-Event-Id": {"earliest"}}, 400, "invalid_argument"},
@@ -494,12 +496,15 @@ func TestASlowEventStreamIsCutOffWhileOthersGetEveryEvent(t *testing.T) {
 	fast := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, nil).subscribed()
 	ws := f.dial(ctx, tok).subscribed(ctx, conv, "")
 
+	// Each event is produced once the other two have the one before:
+	// their queues never hold more than one, however slowly they are
+	// scheduled, while the slow stream's fills up.
 	const total = 300
-	var wg sync.WaitGroup
-	wg.Go(func() { f.produceLarge(ctx, id, total) })
-	wg.Go(func() { checkSeqs(t, ws.events(ctx, total), "r", 1, total) })
-	checkSeqs(t, fast.events(total), "r", 1, total)
-	wg.Wait()
+	for n := 1; n <= total; n++ {
+		f.produceLarge(ctx, id, n, n)
+		checkSeqs(t, ws.events(ctx, 1), "r", n, n)
+		checkSeqs(t, fast.events(1), "r", n, n)
+	}
 
 	// The slow stream now reads: a prefix, then its end.
 	n, last := 0, ""
@@ -653,13 +658,19 @@ func TestEventsOverHTTP2StreamThroughTheResponseWriter(t *testing.T) {
 // one connect and one subscribe, shared with the user's WebSockets.
 func TestEventStreamsCountAgainstTheUsersConnectAndSubscribeRates(t *testing.T) {
 	t.Parallel()
+	// badStatus: a bad request of that user then, in docs/api.md's order
+	// ("Refusals before the stream"): past the connect rate it is still
+	// 429, past the subscribe rate it is 400 (the request is checked before
+	// the subscribe rate). rejected counts the rate's refusals.
 	tests := []struct {
-		name   string
-		mod    func(*Config)
-		reason string
+		name      string
+		mod       func(*Config)
+		reason    string
+		badStatus int
+		rejected  float64
 	}{
-		{"Past the connect burst a stream is 429 connect_rate.", func(c *Config) { c.ConnectBurst, c.ConnectPerMinute = 2, 1 }, rejectConnectRate},
-		{"Past the subscribe burst a stream is 429 subscribe_rate.", func(c *Config) { c.SubscribeBurst, c.SubscribePerMinute = 2, 1 }, rejectSubscribeRate},
+		{"Past the connect burst a stream is 429 connect_rate.", func(c *Config) { c.ConnectBurst, c.ConnectPerMinute = 2, 1 }, rejectConnectRate, 429, 2},
+		{"Past the subscribe burst a stream is 429 subscribe_rate.", func(c *Config) { c.SubscribeBurst, c.SubscribePerMinute = 2, 1 }, rejectSubscribeRate, 400, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -679,9 +690,16 @@ func TestEventStreamsCountAgainstTheUsersConnectAndSubscribeRates(t *testing.T) 
 			if s.resp.StatusCode != http.StatusTooManyRequests || errorCode(t, s.resp) != "rate_limited" || s.resp.Header.Get("Retry-After") == "" {
 				t.Fatalf("third within a burst of 2: %d, want 429 rate_limited with Retry-After", s.resp.StatusCode)
 			}
+			bad, err := openSSE(ctx, t, f.eventsURL(conv, url.Values{"since": {"yesterday"}}), alice, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bad.resp.StatusCode != tt.badStatus {
+				t.Errorf("a bad since past the rate: %d, want %d", bad.resp.StatusCode, tt.badStatus)
+			}
 			mustOpenSSE(ctx, t, f.eventsURL(conv, nil), token(t, auth.DefaultTenant, "bob"), nil).expect("subscribed") // another user
-			if v := labelledValue(t, f.reg, "turnpike_pushgw_rejected_total", "reason", tt.reason); v != 1 {
-				t.Errorf("rejected_total{reason=%s} = %v, want 1", tt.reason, v)
+			if v := labelledValue(t, f.reg, "turnpike_pushgw_rejected_total", "reason", tt.reason); v != tt.rejected {
+				t.Errorf("rejected_total{reason=%s} = %v, want %v", tt.reason, v, tt.rejected)
 			}
 		})
 	}
