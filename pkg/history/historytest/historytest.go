@@ -57,6 +57,8 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"Conversations lists only the user's conversations with turns, newest first, with message counts", testConversationsList},
 		{"Paging conversations at any page size visits each once in order, across ties of the same millisecond", testConversationsPaging},
 		{"A new turn moves its conversation to the top of the listing", testConversationsReorder},
+		{"A commit of an older turn after a newer one moves no conversation back in the listing", testConversationsOlderCommitAfterNewer},
+		{"Listing pages across ties of one millisecond never hold another user's or tenant's conversations", testConversationsIdentityTies},
 		{"A user without conversations gets an empty listing", testConversationsEmpty},
 		{"Conversations rejects invalid owners and cursors", testConversationsInvalid},
 		{"Token usage and interrupts round-trip on assistant messages", testUsageAndInterrupt},
