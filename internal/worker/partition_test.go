@@ -118,3 +118,55 @@ func TestStrategiesUnderPartitionOrderingTouchOnlyTheirOwnConversation(t *testin
 		}
 	}
 }
+
+// A record repeating the request id of one running is a duplicate, never
+// rejected nor interrupting (docs/api.md "Ordering and strategies"):
+// whatever its strategy, it completes as the original did, and the
+// original runs on undisturbed, once.
+func TestADuplicateOfARunningRequestIsNeitherRejectedNorInterrupting(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	store := history.NewMemoryStore()
+	s := newStack(t, store)
+	s.cfg.Partitions = 1
+	if err := topic.Ensure(ctx, s.brokers, 1, s.topics.All()...); err != nil {
+		t.Fatal(err)
+	}
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "dup"}
+	m := newGatedModel("dup m1")
+	gate := m.gate("dup m1")
+	reg := prometheus.NewRegistry()
+	s.produce(t, ctx, id.Key(), strategyRequest(id, "r1", "dup m1", events.StrategyEnqueue))
+	s.start(t, ctx, worker.Deps{Model: m, Registerer: reg})
+	waitFor(t, ctx, "r1 running", func() bool { return m.ran()["dup m1"] == 1 })
+	for _, strategy := range []events.Strategy{events.StrategyReject, events.StrategyInterrupt} {
+		s.produce(t, ctx, id.Key(), strategyRequest(id, "r1", "dup m1", strategy))
+	}
+	// Both duplicates dispatched (strategies apply at dispatch): three
+	// records in flight and the fetch loop's slot for the next; or, if a
+	// strategy was wrongly applied, r1 already decided (rejected, or its
+	// run cancelled) while its model still holds.
+	waitFor(t, ctx, "the duplicates dispatched", func() bool {
+		_, decided, err := store.Lookup(ctx, id, "r1")
+		return testenv.MetricValue(t, reg, "turnpike_worker_inflight_records") == 4 || err == nil && decided
+	})
+	close(gate)
+
+	evs := s.stream(t).untilCompleted(t, ctx, 3)["r1"]
+	var statuses []events.Status
+	for _, e := range evs {
+		if c, ok := e.(*events.RunCompletedEvent); ok {
+			statuses = append(statuses, c.Status)
+		}
+	}
+	if len(statuses) != 3 || statuses[0] != events.StatusComplete || statuses[1] != events.StatusComplete || statuses[2] != events.StatusComplete {
+		t.Errorf("r1 completed %v, want complete three times: the run, then both duplicates as it did", statuses)
+	}
+	if n := startedCount(evs)["r1"]; n != 1 || m.ran()["dup m1"] != 1 {
+		t.Errorf("r1 started %d runs, the model ran %d times; want once", n, m.ran()["dup m1"])
+	}
+	page, err := store.List(ctx, id, 0, 10)
+	if err != nil || len(page.Messages) != 2 || page.Messages[1].Content != "ok dup m1" || page.Messages[1].Status != events.StatusComplete {
+		t.Fatalf("history %+v, %v: want the one turn, complete", page.Messages, err)
+	}
+}

@@ -161,3 +161,34 @@ func TestAStreamOutageLongerThanMaxAttemptsNeitherUsesUpAttemptsNorDeadLetters(t
 		t.Fatalf("history %+v, %v: want the one turn, complete", page.Messages, err)
 	}
 }
+
+// A run that persists nothing still decides its request (docs/api.md
+// "Ordering and strategies": every way a request can end without a turn
+// is recorded per request id, and the first decision wins): a duplicate
+// record of a discarded request completes discarded without running.
+func TestADuplicateOfARequestThatPersistedNothingCompletesTheSameWithoutRunning(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	store := history.NewMemoryStore()
+	s := newStack(t, store)
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "empty"}
+	s.produce(t, ctx, id.Key(), request(id, "req-1", "[[empty]]"))
+	s.produce(t, ctx, id.Key(), request(id, "req-1", "[[empty]]"))
+	s.start(t, ctx, worker.Deps{})
+	evs := s.stream(t).untilCompleted(t, ctx, 2)["req-1"]
+	var statuses []events.Status
+	for _, e := range evs {
+		if c, ok := e.(*events.RunCompletedEvent); ok {
+			statuses = append(statuses, c.Status)
+		}
+	}
+	if len(statuses) != 2 || statuses[0] != events.StatusDiscarded || statuses[1] != events.StatusDiscarded {
+		t.Errorf("req-1 completed %v, want discarded twice", statuses)
+	}
+	if n := startedCount(evs)["req-1"]; n != 1 {
+		t.Errorf("req-1 started %d runs, want 1: the duplicate must not run", n)
+	}
+	if c, found, err := store.Lookup(ctx, id, "req-1"); err != nil || !found || c.Status != events.StatusDiscarded || c.N != 0 {
+		t.Errorf("Lookup(req-1) = %+v, %v, %v; want an outcome discarded without a turn", c, found, err)
+	}
+}
