@@ -339,3 +339,28 @@ func testConversationsIdentityTies(t *testing.T, ctx context.Context, s history.
 		}
 	}
 }
+
+// testConversationsLimitClamp lists 201 conversations with limits outside
+// 1..MaxListLimit: a larger one returns MaxListLimit, a smaller one (zero
+// or negative) one conversation, each page with the cursor of its last.
+func testConversationsLimitClamp(t *testing.T, ctx context.Context, s history.Store) {
+	id := newIdentity(t, "x")
+	const n = history.MaxListLimit + 1
+	for i := range n {
+		id.Conversation = fmt.Sprintf("c%03d", i)
+		commitAt(t, ctx, s, id, 1, base.Add(time.Duration(i)*time.Millisecond))
+	}
+	p := conversations(t, ctx, s, id.Tenant, id.User, history.ConversationCursor{}, 1000)
+	if len(p.Conversations) != history.MaxListLimit || p.Conversations[0].Conversation != "c200" || p.Next.Conversation != "c001" {
+		t.Fatalf("limit 1000: %d conversations from %+v, next %+v; want %d, c200 to c001", len(p.Conversations), p.Conversations[0], p.Next, history.MaxListLimit)
+	}
+	if rest := conversations(t, ctx, s, id.Tenant, id.User, p.Next, 1000); names(rest.Conversations) != fmt.Sprintf("c000:2@%d", base.UnixMilli()) || !rest.Next.IsZero() {
+		t.Errorf("after c001: %s, next %+v; want c000 alone, the last page", names(rest.Conversations), rest.Next)
+	}
+	for _, limit := range []int{0, -1} {
+		p := conversations(t, ctx, s, id.Tenant, id.User, history.ConversationCursor{}, limit)
+		if len(p.Conversations) != 1 || p.Conversations[0].Conversation != "c200" || p.Next.Conversation != "c200" {
+			t.Errorf("limit %d: %s, next %+v; want c200 alone, then more", limit, names(p.Conversations), p.Next)
+		}
+	}
+}

@@ -59,6 +59,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"A new turn moves its conversation to the top of the listing", testConversationsReorder},
 		{"A commit of an older turn after a newer one moves no conversation back in the listing", testConversationsOlderCommitAfterNewer},
 		{"Listing pages across ties of one millisecond never hold another user's or tenant's conversations", testConversationsIdentityTies},
+		{"A conversation listing's limit is clamped to 1..200", testConversationsLimitClamp},
 		{"A user without conversations gets an empty listing", testConversationsEmpty},
 		{"Conversations rejects invalid owners and cursors", testConversationsInvalid},
 		{"Token usage and interrupts round-trip on assistant messages", testUsageAndInterrupt},
