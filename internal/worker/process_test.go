@@ -3,11 +3,13 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -190,5 +192,39 @@ func TestADuplicateOfARequestThatPersistedNothingCompletesTheSameWithoutRunning(
 	}
 	if c, found, err := store.Lookup(ctx, id, "req-1"); err != nil || !found || c.Status != events.StatusDiscarded || c.N != 0 {
 		t.Errorf("Lookup(req-1) = %+v, %v, %v; want an outcome discarded without a turn", c, found, err)
+	}
+}
+
+// A request dead-lettered after a store outage reports, in
+// turnpike-dlq-attempts, how many times the model ran (docs/api.md, the
+// DLQ headers): MaxAttempts, not the attempts the outage failed too.
+func TestADeadLetterAfterAStoreOutageCountsOnlyTheModelsRuns(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	const outage = 3 * outageAttempts
+	store := &outageStore{Store: history.NewMemoryStore()}
+	store.lookups.Store(outage)
+	s := newStack(t, store)
+	s.cfg.MaxAttempts = outageAttempts
+	s.cfg.RetryBackoffMin, s.cfg.RetryBackoffMax = time.Millisecond, time.Millisecond
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "outage"}
+	s.produce(t, ctx, id.Key(), request(id, "req-1", "outage m1"))
+	model := &probeModel{failFirst: 100}
+	s.start(t, ctx, worker.Deps{Model: model})
+
+	if c := completedOf(t, s.stream(t).untilCompleted(t, ctx, 1)["req-1"]); c.Status != events.StatusFailed {
+		t.Fatalf("run.completed %s, want failed", c.Status)
+	}
+	dlq := kafka.NewReader(kafka.ReaderConfig{Brokers: s.brokers, GroupID: testenv.Name(t, "dlq"), Topic: s.topics.DLQ, StartOffset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond})
+	defer dlq.Close()
+	rec, err := dlq.ReadMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := header(rec, worker.HeaderDLQAttempts), strconv.Itoa(outageAttempts); got != want {
+		t.Errorf("%s %q, want %q: the model ran %d times", worker.HeaderDLQAttempts, got, want, outageAttempts)
+	}
+	if n := store.lookups.Load(); n >= 0 {
+		t.Fatalf("%d lookup refusals left: the outage was not exercised", n+1)
 	}
 }
