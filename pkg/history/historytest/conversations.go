@@ -310,8 +310,15 @@ func testConversationsIdentityTies(t *testing.T, ctx context.Context, s history.
 		{bob, list("c7@tie", "c5@tie", "c3@tie", "c9@between", "c0@between", "c8@older")},
 		{other, list("c5@tie", "c3@tie", "c1@tie", "c8@between", "c0@older")},
 	}
-	for _, w := range wants {
-		for _, limit := range []int{1, 2, 3, 4, 5, 6, 7} {
+	// Every page size for Alice; for the others, one at a time and all at
+	// once (on FerretDB each query scans every conversation of the
+	// database).
+	for i, w := range wants {
+		limits := []int{1, 2, 3, 4, 7}
+		if i > 0 {
+			limits = []int{1, 7}
+		}
+		for _, limit := range limits {
 			if got := pageAll(t, ctx, s, w.owner.Tenant, w.owner.User, history.ConversationCursor{}, limit); got != w.want {
 				t.Errorf("%s/%s, limit %d: listed %s\nwant %s", w.owner.Tenant, w.owner.User, limit, got, w.want)
 			}
