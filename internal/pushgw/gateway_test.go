@@ -743,6 +743,10 @@ func TestUpgradeNeedsAValidToken(t *testing.T) {
 			if resp == nil || resp.StatusCode != http.StatusUnauthorized {
 				t.Fatalf("dial error %v, response %v; want HTTP 401", err, resp)
 			}
+			// docs/api.md "Authentication": a 401 carries a Bearer challenge.
+			if got := resp.Header.Get("WWW-Authenticate"); got != "Bearer" {
+				t.Errorf("401 with WWW-Authenticate %q, want the Bearer challenge", got)
+			}
 			body, err := io.ReadAll(resp.Body)
 			if err != nil {
 				t.Fatalf("read the refusal's body: %v", err)

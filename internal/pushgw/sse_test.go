@@ -392,6 +392,15 @@ func TestEventsRefuseBadRequestsBeforeStreaming(t *testing.T) {
 			if code := errorCode(t, s.resp); code != tt.code {
 				t.Errorf("code %q, want %q", code, tt.code)
 			}
+			// docs/api.md "Refusals before the stream": a 401 carries a
+			// Bearer challenge, and no other refusal does.
+			challenge := ""
+			if tt.status == http.StatusUnauthorized {
+				challenge = "Bearer"
+			}
+			if got := s.resp.Header.Get("WWW-Authenticate"); got != challenge {
+				t.Errorf("WWW-Authenticate %q, want %q", got, challenge)
+			}
 		})
 	}
 	// The token may come as ?access_token= (EventSource sets no header),
