@@ -277,6 +277,77 @@ func TestEventsStreamEachEventWithItsCursorTypeAndWebSocketFrame(t *testing.T) {
 	checkMetric(t, f.reg, "turnpike_pushgw_connections", 2) // one of each
 }
 
+// TestEveryEventStreamAnswerCarriesTheStreamHeaders: docs/api.md "The
+// stream" and docs/pushgw.md "Server-Sent Events behind proxies": every 200
+// of the events endpoint is text/event-stream, never cached and not buffered
+// by nginx, whether the gateway writes the head itself (HTTP/1.1), through
+// the ResponseWriter (HTTP/2), or answers unavailable with one error event.
+func TestEveryEventStreamAnswerCarriesTheStreamHeaders(t *testing.T) {
+	t.Parallel()
+	ctx, f := startedFixture(t)
+	conv := testenv.Name(t, "c")
+	tok := token(t, auth.DefaultTenant, "alice")
+	hc, base := f.http2Events(t)
+	v, err := auth.NewVerifier(testSecret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, err := New(Config{Brokers: []string{"127.0.0.1:1"}}, v, nil, nil) // never runs
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		open func(t *testing.T) (status int, h http.Header)
+	}{
+		{"A stream over HTTP/1.1, whose head the gateway writes itself, carries them.", func(t *testing.T) (int, http.Header) {
+			s := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, nil)
+			s.subscribed()
+			return s.resp.StatusCode, s.resp.Header
+		}},
+		{"A stream over HTTP/2, written through the ResponseWriter, carries them.", func(t *testing.T) (int, http.Header) {
+			s, err := openSSEWith(ctx, t, hc, base+"/v1/conversations/"+conv+"/events", tok, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.resp.ProtoMajor != 2 {
+				t.Fatalf("%s, want HTTP/2", s.resp.Proto)
+			}
+			s.subscribed()
+			return s.resp.StatusCode, s.resp.Header
+		}},
+		{"The unavailable answer of a gateway not running carries them.", func(t *testing.T) (int, http.Header) {
+			req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/v1/conversations/"+conv+"/events", nil)
+			req.SetPathValue("conversation", conv)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			rec := httptest.NewRecorder()
+			idle.ServeEvents(rec, req)
+			if !strings.Contains(rec.Body.String(), `"code":"unavailable"`) {
+				t.Errorf("body %q, want one unavailable error event", rec.Body)
+			}
+			return rec.Code, rec.Header()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			status, h := tt.open(t)
+			if status != http.StatusOK {
+				t.Fatalf("status %d, want 200", status)
+			}
+			for name, want := range map[string]string{
+				"Content-Type":      "text/event-stream; charset=utf-8",
+				"Cache-Control":     "no-store",
+				"X-Accel-Buffering": "no",
+			} {
+				if got := h.Values(name); len(got) != 1 || got[0] != want {
+					t.Errorf("%s: %q, want %q", name, got, want)
+				}
+			}
+		})
+	}
+}
+
 func TestEventsResumeFromLastEventIDOrSinceWithoutGapOrDuplicate(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
