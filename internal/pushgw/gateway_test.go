@@ -23,10 +23,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/events"
@@ -796,6 +798,43 @@ func TestServeHTTPAnswers503BeforeRun(t *testing.T) {
 		if tt.status == http.StatusServiceUnavailable && (rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), `"unavailable"`)) {
 			t.Errorf("%s: 503 without Retry-After or code unavailable: %v %s", tt.name, rec.Header(), rec.Body)
 		}
+	}
+}
+
+// TestAReplicaStaysUnreadyWhileALiveReadersFetchesFail: docs/pushgw.md
+// "Replicas": a replica is unready while a live reader's fetches fail
+// (here: the broker answers them with an error code), and ready again once
+// they succeed; the reader resumes at its offset, so the record written
+// meanwhile is delivered. (The reader counts as recovered when a fetch
+// returns a record, so the test writes one.)
+func TestAReplicaStaysUnreadyWhileALiveReadersFetchesFail(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	k := testenv.EmbeddedKafka(t, embedded.KafkaConfig{})
+	f := newFixtureOn(t, ctx, []string{k.Addr()})
+	var logs syncBuffer
+	f.launchLogged = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	f.start(ctx, nil, nil)
+	conv, id := aliceConv(t)
+	p := partitionOf(id)
+	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice")).subscribed(ctx, conv, "")
+
+	fault := k.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: f.topic, Partitions: []int32{int32(p)},
+		Err: kerr.KafkaStorageError, Count: -1})
+	// Logged once the reader is counted as failing.
+	logs.await(ctx, t, fmt.Sprintf(`msg="live reader: fetch failed, retrying" partition=%d`, p))
+	if err := f.gw.Ready(ctx); err == nil || !strings.Contains(err.Error(), "live readers failing") {
+		t.Fatalf("Ready while partition %d's fetches fail = %v, want the failing live reader", p, err)
+	}
+	f.produce(ctx, id, "r", 1, 1) // written while the reader cannot fetch it
+	if err := f.gw.Ready(ctx); err == nil {
+		t.Fatal("Ready while the fetches still fail = nil")
+	}
+
+	fault.Remove()
+	checkSeqs(t, c.events(ctx, 1), "r", 1, 1) // fetched: the reader is no longer failing
+	if err := f.gw.Ready(ctx); err != nil {
+		t.Fatalf("Ready once the fetches succeed again = %v, want nil", err)
 	}
 }
 

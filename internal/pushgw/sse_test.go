@@ -664,15 +664,47 @@ func TestTheAccessTokenIsNeverLogged(t *testing.T) {
 	}
 }
 
+// syncBuffer is a log destination safe for concurrent writers, which a
+// test can wait on.
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
+	// Guarded by mu.
+	written chan struct{} // closed by the next Write; nil while no one waits
 }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.b.Write(p)
+	n, err := b.b.Write(p)
+	if b.written != nil {
+		close(b.written)
+		b.written = nil
+	}
+	return n, err
+}
+
+// await returns once what was written holds s; it fails t when ctx ends
+// first.
+func (b *syncBuffer) await(ctx context.Context, t testing.TB, s string) {
+	t.Helper()
+	for {
+		b.mu.Lock()
+		if strings.Contains(b.b.String(), s) {
+			b.mu.Unlock()
+			return
+		}
+		if b.written == nil {
+			b.written = make(chan struct{})
+		}
+		written := b.written
+		b.mu.Unlock()
+		select {
+		case <-written:
+		case <-ctx.Done():
+			t.Fatalf("the logs never held %q:\n%s", s, b.String())
+		}
+	}
 }
 
 func (b *syncBuffer) String() string {
