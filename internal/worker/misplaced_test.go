@@ -371,3 +371,85 @@ func TestACancelReachesARunningMovedRecordThroughItsOrigin(t *testing.T) {
 		t.Fatalf("the moved record's run completed %s, want cancelled", status)
 	}
 }
+
+// partitionEnds returns the end offset of each of the requests topic's n
+// partitions.
+func (s *stack) partitionEnds(t *testing.T, ctx context.Context, n int) []int64 {
+	t.Helper()
+	var reqs []kafka.OffsetRequest
+	for p := range n {
+		reqs = append(reqs, kafka.LastOffsetOf(p))
+	}
+	cl := &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 5 * time.Second}
+	resp, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{s.topics.Requests: reqs}})
+	if err != nil || len(resp.Topics[s.topics.Requests]) != n {
+		t.Fatalf("end offsets of %s: %+v, %v", s.topics.Requests, resp, err)
+	}
+	ends := make([]int64, n)
+	for _, po := range resp.Topics[s.topics.Requests] {
+		if po.Error != nil {
+			t.Fatalf("end offset of partition %d: %v", po.Partition, po.Error)
+		}
+		ends[po.Partition] = po.LastOffset
+	}
+	return ends
+}
+
+// Invalid records are not moved (docs/api.md "Records outside their home
+// partition"): one found outside its key's home partition is dead-lettered
+// from the partition it was found in, and no copy of it is written
+// anywhere.
+func TestAnInvalidRecordOutsideItsHomeIsDeadLetteredWhereItWasFound(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	s := newStack(t, history.NewMemoryStore())
+	s.ensureTopics(t, ctx, 3)
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "invalid-away"}
+	other := events.Identity{Tenant: "acme", User: "bob", Conversation: "invalid-away"}
+	bad := []struct {
+		name, key string
+		value     []byte
+	}{
+		{"not JSON", id.Key(), []byte("{nope")},
+		{"a key of another identity", other.Key(), request(id, "spoof", "spoof")},
+		{"an unknown field", id.Key(), []byte(`{"v":1,"tenant":"acme","user":"ann","conversation":"invalid-away","content":"x","admin":true}`)},
+	}
+	placed := map[string]int{} // value -> the partition it was written to
+	want := make([]int64, 3)   // records written to each partition
+	for _, b := range bad {
+		away := (topic.Home([]byte(b.key), 3) + 1) % 3
+		s.produceAt(t, ctx, away, b.key, b.value)
+		placed[string(b.value)] = away
+		want[away]++
+	}
+	reg := prometheus.NewRegistry()
+	s.start(t, ctx, worker.Deps{Registerer: reg})
+
+	dlq := kafka.NewReader(kafka.ReaderConfig{Brokers: s.brokers, GroupID: testenv.Name(t, "dlq"), Topic: s.topics.DLQ, StartOffset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond})
+	defer dlq.Close()
+	for range bad {
+		m, err := dlq.ReadMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		away, ok := placed[string(m.Value)]
+		if !ok {
+			t.Fatalf("dead letter %q is none of the records written", m.Value)
+		}
+		delete(placed, string(m.Value))
+		if got := header(m, worker.HeaderSourcePartition); got != strconv.Itoa(away) || header(m, worker.HeaderSourceOffset) == "" {
+			t.Errorf("dead letter %q names partition %q, want %d where it was found", m.Value, got, away)
+		}
+	}
+	// Every record was dead-lettered: had one been moved, its copy would be
+	// in its home partition before its dead letter was written.
+	if got := s.partitionEnds(t, ctx, 3); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("requests partitions hold %v records, want %v: an invalid record was copied home", got, want)
+	}
+	if n := testenv.MetricValue(t, reg, "turnpike_worker_moved_total"); n != 0 {
+		t.Errorf("%v records moved, want none", n)
+	}
+	if n := testenv.MetricValue(t, reg, "turnpike_worker_dlq_total"); n != float64(len(bad)) {
+		t.Errorf("%v records dead-lettered, want %d", n, len(bad))
+	}
+}
