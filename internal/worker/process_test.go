@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cloudwego/eino/components/model"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -226,5 +228,101 @@ func TestADeadLetterAfterAStoreOutageCountsOnlyTheModelsRuns(t *testing.T) {
 	}
 	if n := store.lookups.Load(); n >= 0 {
 		t.Fatalf("%d lookup refusals left: the outage was not exercised", n+1)
+	}
+}
+
+// RunTimeout bounds one run (README "Configuration": TURNPIKE_RUN_TIMEOUT,
+// the longest one generation may run): past it the model's context ends,
+// and the run ends as a model failure does (docs/api.md "Stream events",
+// "Dead letters"). After some content it completes incomplete, its answer
+// so far persisted with incomplete: true and a notice streamed; before any
+// content the timeout is a transient model failure, retried up to
+// MaxAttempts, then dead-lettered and completed failed. The model here
+// never answers on its own: only the timeout ends its runs.
+func TestARunLongerThanRunTimeoutEnds(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		model      model.ToolCallingChatModel
+		runs       func(m model.ToolCallingChatModel) int
+		wantStatus events.Status
+		wantAnswer string // the turn persisted; "": none
+	}{
+		{
+			name:  "A run that streamed some content ends incomplete, with its answer so far persisted.",
+			model: newGatedModel("slow m1"), // "ok ", then waits for a gate never opened
+			runs:  func(m model.ToolCallingChatModel) int { return m.(*gatedModel).ran()["slow m1"] },
+			// one run: an error after content is not retried
+			wantStatus: events.StatusIncomplete, wantAnswer: "ok ",
+		},
+		{
+			name:  "A run without content is retried up to MaxAttempts, then dead-lettered and completed failed.",
+			model: &probeModel{hold: make(chan struct{})}, // waits for a hold never released
+			runs: func(m model.ToolCallingChatModel) int {
+				_, _, order := m.(*probeModel).stats()
+				return len(order["slow"])
+			},
+			wantStatus: events.StatusFailed,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testenv.Context(t, 60*time.Second)
+			store := history.NewMemoryStore()
+			s := newStack(t, store)
+			s.cfg.RunTimeout = 200 * time.Millisecond
+			s.cfg.MaxAttempts = outageAttempts
+			s.cfg.RetryBackoffMin, s.cfg.RetryBackoffMax = time.Millisecond, time.Millisecond
+			id := events.Identity{Tenant: "acme", User: "ann", Conversation: "slow"}
+			s.produce(t, ctx, id.Key(), request(id, "req-1", "slow m1"))
+			s.start(t, ctx, worker.Deps{Model: tt.model})
+
+			evs := s.stream(t).untilCompleted(t, ctx, 1)["req-1"]
+			if c := completedOf(t, evs); c.Status != tt.wantStatus {
+				t.Fatalf("run.completed %s, want %s", c.Status, tt.wantStatus)
+			}
+			wantRuns := 1
+			if tt.wantStatus == events.StatusFailed {
+				wantRuns = outageAttempts
+			}
+			if n := tt.runs(tt.model); n != wantRuns {
+				t.Errorf("the model ran %d times, want %d", n, wantRuns)
+			}
+			page, err := store.List(ctx, id, 0, 10)
+			if tt.wantAnswer == "" {
+				if !errors.Is(err, history.ErrNotFound) {
+					t.Errorf("history %+v, %v: want nothing persisted", page.Messages, err)
+				}
+				dlq := kafka.NewReader(kafka.ReaderConfig{Brokers: s.brokers, GroupID: testenv.Name(t, "dlq"), Topic: s.topics.DLQ, StartOffset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond})
+				defer dlq.Close()
+				rec, err := dlq.ReadMessage(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := header(rec, worker.HeaderDLQAttempts); got != strconv.Itoa(outageAttempts) {
+					t.Errorf("%s %q, want %d", worker.HeaderDLQAttempts, got, outageAttempts)
+				}
+				if reason := header(rec, worker.HeaderDLQReason); !strings.Contains(reason, context.DeadlineExceeded.Error()) {
+					t.Errorf("%s %q does not name the timeout", worker.HeaderDLQReason, reason)
+				}
+				return
+			}
+			if err != nil || len(page.Messages) != 2 {
+				t.Fatalf("history %+v, %v: want one turn", page.Messages, err)
+			}
+			if a := page.Messages[1]; a.Content != tt.wantAnswer || a.Status != tt.wantStatus || !a.Incomplete() {
+				t.Errorf("answer %+v, want %q %s and incomplete", a, tt.wantAnswer, tt.wantStatus)
+			}
+			var notices int
+			for _, e := range evs {
+				if e.Type() == events.TypeNotice {
+					notices++
+				}
+			}
+			if notices != 1 {
+				t.Errorf("%d notices, want one saying why the answer is cut", notices)
+			}
+		})
 	}
 }
