@@ -539,3 +539,90 @@ func TestEveryEndOfARequestIsAnnouncedOnTheControlTopicWithItsStatus(t *testing.
 		t.Errorf("cancelled_runs_total %v, want 1: the run the interrupt stopped", n)
 	}
 }
+
+// runsOf groups a request's events by run_id, in the order the runs
+// started; every event must belong to a run that started.
+func runsOf(t *testing.T, evs []events.Event) (ids []string, byRun map[string][]events.Event) {
+	t.Helper()
+	byRun = map[string][]events.Event{}
+	for _, e := range evs {
+		id := e.Header().RunID
+		if e.Type() == events.TypeRunStarted {
+			if _, seen := byRun[id]; seen {
+				t.Fatalf("run %s started twice", id)
+			}
+			ids = append(ids, id)
+		} else if _, started := byRun[id]; !started {
+			t.Fatalf("%s of run %s, which never started", e.Type(), id)
+		}
+		byRun[id] = append(byRun[id], e)
+	}
+	return ids, byRun
+}
+
+// A re-run of a request has a new run_id, and the superseded run is never
+// persisted (docs/api.md "Runs and completions"): a run retried after a
+// transient model error, and one aborted when its worker stopped and run
+// again by the next, each start again under a fresh run_id; only the last
+// run completes, and its answer alone is the turn.
+func TestEveryRunOfARequestHasItsOwnRunIDAndOnlyTheLastIsPersisted(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		// run runs req-1 ("rerun m1") on s, running it twice, and returns its
+		// events.
+		run func(t *testing.T, ctx context.Context, s *stack) []events.Event
+	}{
+		{
+			name: "A retry after a transient model error is a new run.",
+			run: func(t *testing.T, ctx context.Context, s *stack) []events.Event {
+				s.start(t, ctx, worker.Deps{Model: &probeModel{failFirst: 1}})
+				return s.stream(t).untilCompleted(t, ctx, 1)["req-1"]
+			},
+		},
+		{
+			name: "A record run again after its run was aborted is a new run.",
+			run: func(t *testing.T, ctx context.Context, s *stack) []events.Event {
+				s.cfg.DrainTimeout = 100 * time.Millisecond // then the run is aborted
+				m := newGatedModel("rerun m1")              // "ok ", then waits until aborted
+				stop := s.start(t, ctx, worker.Deps{Model: m})
+				sr := s.stream(t)
+				var evs []events.Event
+				for len(evs) == 0 || evs[len(evs)-1].Type() != events.TypeToken {
+					evs = append(evs, sr.next(t, ctx))
+				}
+				stop() // the first run has streamed "ok ": abort it
+				s.start(t, ctx, worker.Deps{Model: m})
+				return append(evs, sr.events(t, ctx, 1)...)
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testenv.Context(t, 60*time.Second)
+			store := history.NewMemoryStore()
+			s := newStack(t, store)
+			id := events.Identity{Tenant: "acme", User: "ann", Conversation: "rerun"}
+			s.produce(t, ctx, id.Key(), request(id, "req-1", "rerun m1"))
+			evs := tt.run(t, ctx, s)
+
+			ids, byRun := runsOf(t, evs)
+			if len(ids) != 2 || ids[0] == ids[1] {
+				t.Fatalf("runs %q, want two with different run_ids", ids)
+			}
+			for _, e := range byRun[ids[0]] {
+				if e.Type() == events.TypeRunCompleted {
+					t.Fatalf("the superseded run %s completed", ids[0])
+				}
+			}
+			if txt, st := text(byRun[ids[1]]); txt != "ok rerun m1" || st != events.StatusComplete {
+				t.Errorf("the last run streamed %q %s, want the whole answer, complete", txt, st)
+			}
+			page, err := store.List(ctx, id, 0, 10)
+			if err != nil || len(page.Messages) != 2 || page.Messages[1].Content != "ok rerun m1" || page.Messages[1].Status != events.StatusComplete {
+				t.Fatalf("history %+v, %v: want the last run's turn alone", page.Messages, err)
+			}
+		})
+	}
+}
