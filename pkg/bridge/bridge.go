@@ -502,8 +502,8 @@ func (r *runner) coordinate() (Result, error) {
 	var (
 		res        Result
 		answer     []byte
-		msgStart   = -1 // offset in answer where the current persisted message starts
-		curMsg     = -1
+		msgStart   int // offset in answer where message curMsg starts
+		curMsg     int // the message being persisted (messages count from 1)
 		sinkErr    error
 		incomplete bool
 		retry      bool // a transient model error before any content
@@ -577,7 +577,7 @@ loop:
 					delta = append(delta, it.text...)
 				}
 			case itemToolCall:
-				if it.msg == curMsg && msgStart >= 0 {
+				if it.msg == curMsg {
 					answer = answer[:msgStart]
 				}
 			case itemErr, itemCutOff:
