@@ -742,6 +742,65 @@ func TestCoalescedTokenEventsFillUpToMaxDeltaBytes(t *testing.T) {
 	})
 }
 
+// No token event's delta is longer than MaxDeltaBytes: a delta longer than
+// the cap (a whole message, a large chunk) leaves in pieces cut at rune
+// boundaries, so every token event stays valid on the wire.
+func TestADeltaLongerThanMaxDeltaBytesLeavesInPiecesCutAtRuneBoundaries(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", events.MaxDeltaBytes+1000)
+	tests := []struct {
+		name string
+		max  int // 0: the default
+		step step
+		want []string
+	}{
+		{name: "A whole message over the event limit leaves in pieces of the default cap.", step: step{agent: "a", whole: text(big)},
+			want: []string{big[:4096], big[4096:8192], big[8192:]}},
+		{name: "A streamed chunk over the cap leaves in pieces of the cap.", max: events.MaxDeltaBytes, step: step{agent: "a", chunks: []*schema.Message{text(big)}},
+			want: []string{big[:events.MaxDeltaBytes], big[events.MaxDeltaBytes:]}},
+		{name: "A piece ends before a rune that would cross the cap.", max: 4, step: step{agent: "a", whole: text("ab€€")},
+			want: []string{"ab", "€", "€"}},
+		{name: "A rune longer than the cap leaves whole, on its own.", max: 2, step: step{agent: "a", whole: text("€x")},
+			want: []string{"€", "x"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			sink := &recordingSink{}
+			turn := &fakeTurn{}
+			iter, done := script(ctx, tt.step)
+			b := newBridge(t, sink, func(c *bridge.Config) { c.MaxDeltaBytes = tt.max })
+			res, err := b.Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+			<-done
+			if err != nil || res.Status != events.StatusComplete {
+				t.Fatal(res, err)
+			}
+			summarize(t, sink.snapshot(), "run-1") // every event survives the wire
+			var deltas []string
+			for _, e := range sink.snapshot() {
+				if e, ok := e.(*events.TokenEvent); ok {
+					deltas = append(deltas, e.Delta)
+				}
+			}
+			if !slices.Equal(deltas, tt.want) {
+				t.Fatalf("token events of %d bytes, want %d", lens(deltas), lens(tt.want))
+			}
+			if whole := strings.Join(tt.want, ""); len(turn.committed) != 1 || turn.committed[0] != whole || res.Tokens != 1 {
+				t.Fatalf("committed %d answers, %d tokens read; want the whole delta, read as one", len(turn.committed), res.Tokens)
+			}
+		})
+	}
+}
+
+func lens(ss []string) []int {
+	n := make([]int, len(ss))
+	for i, s := range ss {
+		n[i] = len(s)
+	}
+	return n
+}
+
 func TestConfigValidateJoinsProblems(t *testing.T) {
 	t.Parallel()
 	err := bridge.Config{BufferSize: -1, MaxDeltaBytes: -1}.Validate()
