@@ -762,6 +762,8 @@ func TestADeltaLongerThanMaxDeltaBytesLeavesInPiecesCutAtRuneBoundaries(t *testi
 			want: []string{"ab", "€", "€"}},
 		{name: "A rune longer than the cap leaves whole, on its own.", max: 2, step: step{agent: "a", whole: text("€x")},
 			want: []string{"€", "x"}},
+		{name: "Stray continuation bytes (no rune start to cut at) leave one byte at a time until the rest fits.", max: 2, step: step{agent: "a", whole: text("\x80\x80\x80")},
+			want: []string{"\x80", "\x80\x80"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -133,3 +133,27 @@ func TestEmittedTextsAreKeptUpToTheirLimitAndCutAtARuneBoundaryBeyond(t *testing
 		})
 	}
 }
+
+// A text over its limit with no rune start to cut at (stray continuation
+// bytes, as an error message or an interrupt's info may carry) is cut to
+// nothing rather than past its start.
+func TestEmittedTextsOfStrayContinuationBytesOverTheirLimitAreCutToNothing(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	sink := &recordingSink{}
+	e := bridge.NewEmitter(sink, testID, "req-1", "run-1", nil)
+	stray := func(n int) string { return strings.Repeat("\x80", n+1) }
+	if err := e.Notice(ctx, stray(events.MaxNoticeBytes)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Interrupted(ctx, events.Interrupt{Agent: stray(events.MaxAgentBytes), Question: stray(events.MaxQuestionBytes)}); err != nil {
+		t.Fatal(err)
+	}
+	evs := sink.snapshot()
+	if len(evs) != 2 {
+		t.Fatalf("%d events, want a notice and run.interrupted", len(evs))
+	}
+	if n, in := evs[0].(*events.NoticeEvent), evs[1].(*events.RunInterruptedEvent); n.Message != "" || in.Interrupt.Question != "" || in.Interrupt.Agent != "" {
+		t.Fatalf("notice of %d bytes, question of %d, agent of %d; want all cut to nothing", len(n.Message), len(in.Interrupt.Question), len(in.Interrupt.Agent))
+	}
+}
