@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
@@ -120,4 +122,34 @@ func TestAnEarliestReplayOvertakenUpToItsLiveStartDeliversThatRecordOnce(t *test
 	}
 	f.produce(ctx, id, "r", 12, 12)
 	checkSeqs(t, c.events(ctx, 1), "r", 12, 12) // not seq 11 again
+}
+
+// TestSkippedRecordsCountsTheOffsetsRetentionDeletedBeforeTheLiveReaderRead:
+// docs/pushgw.md "Metrics": turnpike_pushgw_skipped_records_total counts
+// the offsets a live reader never saw. While the live reader of a partition
+// cannot fetch, ten records are written and retention deletes the first
+// five: the reader then skips five offsets and delivers the other five.
+func TestSkippedRecordsCountsTheOffsetsRetentionDeletedBeforeTheLiveReaderRead(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	k := testenv.EmbeddedKafka(t, embedded.KafkaConfig{})
+	f := newFixtureOn(t, ctx, []string{k.Addr()})
+	f.start(ctx, nil, nil) // the live readers start at offset 0
+	conv, id := aliceConv(t)
+	p := partitionOf(id)
+	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice")).subscribed(ctx, conv, "")
+
+	// Once a fetch of partition p has failed, the live reader has no fetch
+	// in flight that could read what is written next.
+	fault := k.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: f.topic, Partitions: []int32{int32(p)},
+		Err: kerr.KafkaStorageError, Count: -1})
+	if err := fault.Wait(ctx, 1); err != nil {
+		t.Fatalf("no fetch of partition %d failed: %v", p, err)
+	}
+	f.produce(ctx, id, "r", 1, 10) // offsets 0..9
+	f.deleteRecordsBefore(ctx, p, 5)
+	fault.Remove()
+
+	checkSeqs(t, c.events(ctx, 5), "r", 6, 10)
+	checkMetric(t, f.reg, "turnpike_pushgw_skipped_records_total", 5) // counted before offset 5 was delivered
 }

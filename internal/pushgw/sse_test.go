@@ -277,6 +277,77 @@ func TestEventsStreamEachEventWithItsCursorTypeAndWebSocketFrame(t *testing.T) {
 	checkMetric(t, f.reg, "turnpike_pushgw_connections", 2) // one of each
 }
 
+// TestEveryEventStreamAnswerCarriesTheStreamHeaders: docs/api.md "The
+// stream" and docs/pushgw.md "Server-Sent Events behind proxies": every 200
+// of the events endpoint is text/event-stream, never cached and not buffered
+// by nginx, whether the gateway writes the head itself (HTTP/1.1), through
+// the ResponseWriter (HTTP/2), or answers unavailable with one error event.
+func TestEveryEventStreamAnswerCarriesTheStreamHeaders(t *testing.T) {
+	t.Parallel()
+	ctx, f := startedFixture(t)
+	conv := testenv.Name(t, "c")
+	tok := token(t, auth.DefaultTenant, "alice")
+	hc, base := f.http2Events(t)
+	v, err := auth.NewVerifier(testSecret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, err := New(Config{Brokers: []string{"127.0.0.1:1"}}, v, nil, nil) // never runs
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		open func(t *testing.T) (status int, h http.Header)
+	}{
+		{"A stream over HTTP/1.1, whose head the gateway writes itself, carries them.", func(t *testing.T) (int, http.Header) {
+			s := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, nil)
+			s.subscribed()
+			return s.resp.StatusCode, s.resp.Header
+		}},
+		{"A stream over HTTP/2, written through the ResponseWriter, carries them.", func(t *testing.T) (int, http.Header) {
+			s, err := openSSEWith(ctx, t, hc, base+"/v1/conversations/"+conv+"/events", tok, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.resp.ProtoMajor != 2 {
+				t.Fatalf("%s, want HTTP/2", s.resp.Proto)
+			}
+			s.subscribed()
+			return s.resp.StatusCode, s.resp.Header
+		}},
+		{"The unavailable answer of a gateway not running carries them.", func(t *testing.T) (int, http.Header) {
+			req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/v1/conversations/"+conv+"/events", nil)
+			req.SetPathValue("conversation", conv)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			rec := httptest.NewRecorder()
+			idle.ServeEvents(rec, req)
+			if !strings.Contains(rec.Body.String(), `"code":"unavailable"`) {
+				t.Errorf("body %q, want one unavailable error event", rec.Body)
+			}
+			return rec.Code, rec.Header()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			status, h := tt.open(t)
+			if status != http.StatusOK {
+				t.Fatalf("status %d, want 200", status)
+			}
+			for name, want := range map[string]string{
+				"Content-Type":      "text/event-stream; charset=utf-8",
+				"Cache-Control":     "no-store",
+				"X-Accel-Buffering": "no",
+			} {
+				if got := h.Values(name); len(got) != 1 || got[0] != want {
+					t.Errorf("%s: %q, want %q", name, got, want)
+				}
+			}
+		})
+	}
+}
+
 func TestEventsResumeFromLastEventIDOrSinceWithoutGapOrDuplicate(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
@@ -391,6 +462,15 @@ func TestEventsRefuseBadRequestsBeforeStreaming(t *testing.T) {
 			}
 			if code := errorCode(t, s.resp); code != tt.code {
 				t.Errorf("code %q, want %q", code, tt.code)
+			}
+			// docs/api.md "Refusals before the stream": a 401 carries a
+			// Bearer challenge, and no other refusal does.
+			challenge := ""
+			if tt.status == http.StatusUnauthorized {
+				challenge = "Bearer"
+			}
+			if got := s.resp.Header.Get("WWW-Authenticate"); got != challenge {
+				t.Errorf("WWW-Authenticate %q, want %q", got, challenge)
 			}
 		})
 	}
@@ -584,15 +664,47 @@ func TestTheAccessTokenIsNeverLogged(t *testing.T) {
 	}
 }
 
+// syncBuffer is a log destination safe for concurrent writers, which a
+// test can wait on.
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
+	// Guarded by mu.
+	written chan struct{} // closed by the next Write; nil while no one waits
 }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.b.Write(p)
+	n, err := b.b.Write(p)
+	if b.written != nil {
+		close(b.written)
+		b.written = nil
+	}
+	return n, err
+}
+
+// await returns once what was written holds s; it fails t when ctx ends
+// first.
+func (b *syncBuffer) await(ctx context.Context, t testing.TB, s string) {
+	t.Helper()
+	for {
+		b.mu.Lock()
+		if strings.Contains(b.b.String(), s) {
+			b.mu.Unlock()
+			return
+		}
+		if b.written == nil {
+			b.written = make(chan struct{})
+		}
+		written := b.written
+		b.mu.Unlock()
+		select {
+		case <-written:
+		case <-ctx.Done():
+			t.Fatalf("the logs never held %q:\n%s", s, b.String())
+		}
+	}
 }
 
 func (b *syncBuffer) String() string {

@@ -1,9 +1,13 @@
 package worker
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +15,7 @@ import (
 
 	"github.com/cloudwego/eino/components/model"
 	"github.com/cloudwego/eino/schema"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/turnpike-dev/turnpike/pkg/echo"
 	"github.com/turnpike-dev/turnpike/pkg/events"
@@ -87,6 +92,9 @@ func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T)
 		want        string // the model's input
 		wantAsked   string // what the summarizer was asked to condense; "": not asked
 		wantThrough int64  // the stored summary's Through afterwards
+		// The compactions counted (turnpike_worker_compactions_total by
+		// result) by the call, and by the next run's call ("": none).
+		wantResult, nextResult string
 	}{
 		{
 			name:   "Under the budget without a summary, the window is the messages themselves.",
@@ -110,34 +118,34 @@ func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T)
 			stored: 8, tokens: 1, keep: 2,
 			want:        sys("summary 1") + " | user:m7 | assistant:m8 | user:new",
 			wantAsked:   "Conversation:\nuser: m1\nassistant: m2\nuser: m3\nassistant: m4\nuser: m5\nassistant: m6\n",
-			wantThrough: 6,
+			wantThrough: 6, wantResult: "summarized", nextResult: "kept",
 		},
 		{
 			name:   "Over the budget with a summary through 4, it and messages 5 and 6 alone are condensed.",
 			stored: 8, summary: 4, tokens: 1, keep: 2,
 			want:        sys("summary 1") + " | user:m7 | assistant:m8 | user:new",
 			wantAsked:   "Earlier summary:\nstored summary\n\nConversation:\nuser: m5\nassistant: m6\n",
-			wantThrough: 6,
+			wantThrough: 6, wantResult: "summarized", nextResult: "kept",
 		},
 		{
 			name:   "Keeping three rounds the kept part to start at a user message: messages 7 and 8.",
 			stored: 8, tokens: 1, keep: 3,
 			want:        sys("summary 1") + " | user:m7 | assistant:m8 | user:new",
 			wantAsked:   "Conversation:\nuser: m1\nassistant: m2\nuser: m3\nassistant: m4\nuser: m5\nassistant: m6\n",
-			wantThrough: 6,
+			wantThrough: 6, wantResult: "summarized", nextResult: "kept",
 		},
 		{
 			name:   "Over the budget with nothing after the summary older than the kept part, the summary stays as it is.",
 			stored: 8, summary: 6, tokens: 1, keep: 2,
 			want:        sys("stored summary") + " | user:m7 | assistant:m8 | user:new",
-			wantThrough: 6,
+			wantThrough: 6, wantResult: "kept", nextResult: "kept",
 		},
 		{
 			name:   "A summarizer failure keeps the window with the stored summary, and the summary as it was.",
 			stored: 8, summary: 4, tokens: 1, keep: 2, failSummary: true,
 			want:        sys("stored summary") + " | user:m5 | assistant:m6 | user:m7 | assistant:m8 | user:new",
 			wantAsked:   "Earlier summary:\nstored summary\n\nConversation:\nuser: m5\nassistant: m6\n",
-			wantThrough: 4,
+			wantThrough: 4, wantResult: "failed",
 		},
 	}
 	for _, tt := range tests {
@@ -160,12 +168,19 @@ func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T)
 			if err != nil {
 				t.Fatal(err)
 			}
+			reg := prometheus.NewRegistry()
+			var logs bytes.Buffer // compactWindow logs on this goroutine
 			c, err := newConsumer(Config{Brokers: []string{"unused:9092"}, CompactTokens: tt.tokens, CompactKeep: tt.keep},
-				deps{Store: store, Model: echoModel, Summarizer: summarizer})
+				deps{Store: store, Model: echoModel, Summarizer: summarizer, Registerer: reg,
+					Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 			if err != nil {
 				t.Fatal(err)
 			}
 			w := c.step
+			counted := map[string]float64{}
+			if tt.wantResult != "" {
+				counted[tt.wantResult]++
+			}
 
 			in, err := w.compactWindow(ctx, store, id, compactionWindow(tt.stored))
 			if err != nil {
@@ -190,6 +205,10 @@ func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T)
 			if tt.wantThrough > tt.summary && sum.Text != "summary 1" {
 				t.Errorf("stored summary text %q, want the new one", sum.Text)
 			}
+			if got := compactions(t, reg); !maps.Equal(got, counted) {
+				t.Errorf("compactions counted %v, want %v", got, counted)
+			}
+			checkCompactionLog(t, logs.String(), id, tt.failSummary)
 
 			// The next run of the conversation, with the same window, finds
 			// the summary and compacts no further: the window is the same
@@ -211,6 +230,58 @@ func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T)
 			if after, _, _ := store.Summary(ctx, id); after.Through != sum.Through {
 				t.Errorf("the next run moved the summary from %d to %d", sum.Through, after.Through)
 			}
+			if tt.nextResult != "" {
+				counted[tt.nextResult]++
+			}
+			if got := compactions(t, reg); !maps.Equal(got, counted) {
+				t.Errorf("after the next run, compactions counted %v, want %v", got, counted)
+			}
 		})
+	}
+}
+
+// compactions is turnpike_worker_compactions_total by result, leaving out
+// the results never counted.
+func compactions(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "turnpike_worker_compactions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && m.GetCounter().GetValue() > 0 {
+					out[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// checkCompactionLog checks what compaction logged: when the summarizer
+// failed, one warning naming the conversation's whole identity and the
+// error; otherwise nothing.
+func checkCompactionLog(t *testing.T, logs string, id events.Identity, failed bool) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(logs), "\n")
+	if !failed {
+		if logs != "" {
+			t.Errorf("compaction logged %s, want nothing", logs)
+		}
+		return
+	}
+	var rec map[string]any
+	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &rec) != nil {
+		t.Fatalf("compaction logged %q, want one JSON line", logs)
+	}
+	if rec["level"] != "WARN" || rec["msg"] != "compaction: summarizer failed; the window is kept as it is" ||
+		rec["tenant"] != id.Tenant || rec["user"] != id.User || rec["conversation"] != id.Conversation || rec["error"] != "summarizer unreachable" {
+		t.Errorf("compaction logged %v, want a warning of the summarizer's failure naming the conversation", rec)
 	}
 }

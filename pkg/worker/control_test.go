@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
@@ -52,7 +53,8 @@ func TestCompletionsAreDroppedPastTheBoundInsteadOfBuffered(t *testing.T) {
 // request by its id, or everything whose record precedes the end of the
 // partition at the moment of the cancel, so that a request posted after
 // the cancel (at or past that end) is not affected; never another
-// conversation's run.
+// conversation's run. The run it stops is counted in
+// turnpike_worker_cancelled_runs_total (README "Observability").
 func TestAControlCancelStopsOnlyTheRunItCovers(t *testing.T) {
 	t.Parallel()
 	names := topic.NewNames("cancel-test.")
@@ -83,7 +85,8 @@ func TestAControlCancelStopsOnlyTheRunItCovers(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			m, err := newMetrics(prometheus.NewRegistry())
+			reg := prometheus.NewRegistry()
+			m, err := newMetrics(reg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,6 +97,13 @@ func TestAControlCancelStopsOnlyTheRunItCovers(t *testing.T) {
 			c.cancel(tt.ctl)
 			if got := r.isCancelled(); got != tt.want {
 				t.Errorf("cancelled %v, want %v", got, tt.want)
+			}
+			// turnpike_worker_cancelled_runs_total counts the run it
+			// stopped, once however often the cancel is read.
+			c.cancel(tt.ctl)
+			want := map[bool]float64{true: 1, false: 0}[tt.want]
+			if got := testenv.MetricValue(t, reg, "turnpike_worker_cancelled_runs_total"); got != want {
+				t.Errorf("cancelled_runs_total %v, want %v", got, want)
 			}
 		})
 	}

@@ -13,7 +13,7 @@ import (
 // request each, 8 partitions, in-memory store) placed by Murmur2 (all
 // home) and by librdkafka's default CRC32 (7 in 8 moved first).
 //
-//	go test -run '^$' -bench Misplaced -benchtime 1x ./internal/worker/
+//	go test -run '^$' -bench Misplaced -benchtime 1x ./pkg/worker/
 func BenchmarkMisplaced(b *testing.B) {
 	for _, p := range []struct {
 		name      string

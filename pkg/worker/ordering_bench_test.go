@@ -21,7 +21,7 @@ import (
 // time per partition: echo replies of 10 tokens 200 ms
 // apart, 8 partitions, 2,000 conversations with one request each.
 //
-//	go test -run '^$' -bench Ordering -benchtime 1x -timeout 30m ./internal/worker/
+//	go test -run '^$' -bench Ordering -benchtime 1x -timeout 30m ./pkg/worker/
 //
 // The store is MongoDB-compatible (embedded FerretDB, or TURNPIKE_MONGO_URI)
 // in the "mongo" sub-benchmarks and in memory in the "memory" ones, to
