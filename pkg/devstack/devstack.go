@@ -107,7 +107,7 @@ func Main(opts ...worker.Option) {
 func fillZero(c *worker.Config, def worker.Config) {
 	v, d := reflect.ValueOf(c).Elem(), reflect.ValueOf(def)
 	for i := range v.NumField() {
-		if f := v.Field(i); f.IsZero() {
+		if f := v.Field(i); f.CanSet() && f.IsZero() {
 			f.Set(d.Field(i))
 		}
 	}

@@ -257,7 +257,7 @@ func TestValidateJoinsEveryProblem(t *testing.T) {
 
 // TURNPIKE_TRACE_SAMPLE_RATIO=0 means no new trace sampled: the setting
 // keeps its 0 (the tracer samples none: internal/tracing's
-// TestAZeroRatioSamplesNoNewTrace), and the default stays 1.
+// TestSpansAreExportedOverOTLPHTTPSampledByTheRatio), and the default stays 1.
 func TestATraceSampleRatioOfZeroIsKept(t *testing.T) {
 	t.Parallel()
 	c, err := LoadConfig(nil, envOf(map[string]string{"TURNPIKE_TRACE_SAMPLE_RATIO": "0"}))
