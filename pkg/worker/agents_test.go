@@ -22,93 +22,10 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
-// scripted is a tool-calling chat model whose reply is a function of its
-// input, so that a re-run or a resume gets the same answer. It streams a
-// text reply word by word, a tool call in one chunk, and reports usage in
-// a last chunk (as OpenAI does with include_usage). It records every input.
-type scripted struct {
-	reply func(in []*schema.Message) *schema.Message
-	// usage is what each call reports; nil: 10 prompt and 2 completion
-	// tokens.
-	usage *schema.TokenUsage
-
-	mu     sync.Mutex
-	inputs [][]*schema.Message
-}
-
-func (m *scripted) record(in []*schema.Message) *schema.Message {
-	m.mu.Lock()
-	m.inputs = append(m.inputs, in)
-	m.mu.Unlock()
-	return m.reply(in)
-}
-
-func (m *scripted) seen() [][]*schema.Message {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([][]*schema.Message(nil), m.inputs...)
-}
-
-func (m *scripted) usageOf() *schema.TokenUsage {
-	if m.usage != nil {
-		u := *m.usage
-		return &u
-	}
-	return &schema.TokenUsage{PromptTokens: 10, CompletionTokens: 2, TotalTokens: 12}
-}
-
-func (m *scripted) Generate(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.Message, error) {
-	out := m.record(in)
-	out.ResponseMeta = &schema.ResponseMeta{FinishReason: "stop", Usage: m.usageOf()}
-	return out, nil
-}
-
-func (m *scripted) Stream(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
-	out := m.record(in)
-	var chunks []*schema.Message
-	if len(out.ToolCalls) > 0 {
-		chunks = append(chunks, out)
-	} else {
-		for _, w := range strings.SplitAfter(out.Content, " ") {
-			chunks = append(chunks, schema.AssistantMessage(w, nil))
-		}
-	}
-	last := schema.AssistantMessage("", nil)
-	last.ResponseMeta = &schema.ResponseMeta{FinishReason: "stop", Usage: m.usageOf()}
-	return schema.StreamReaderFromArray(append(chunks, last)), nil
-}
-
-func (m *scripted) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return m, nil }
-
-func call(name, args string) *schema.Message {
-	return schema.AssistantMessage("", []schema.ToolCall{{ID: "call-" + name, Type: "function", Function: schema.FunctionCall{Name: name, Arguments: args}}})
-}
-
-// lastOf is the last message of in.
-func lastOf(in []*schema.Message) *schema.Message { return in[len(in)-1] }
-
-func agentConfig(t *testing.T, js string) *worker.AgentConfig {
-	t.Helper()
-	c, err := worker.ParseAgentConfig([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 func resumeRequest(id events.Identity, requestID, resumeOf, answer string) []byte {
 	b, _ := events.EncodeRequest(events.Request{V: 1, RequestID: requestID, Tenant: id.Tenant, User: id.User, Conversation: id.Conversation,
 		Content: answer, ResumeOf: resumeOf, CreatedAt: time.Now().UTC()})
 	return b
-}
-
-func completedOf(t *testing.T, evs []events.Event) *events.RunCompletedEvent {
-	t.Helper()
-	c, ok := evs[len(evs)-1].(*events.RunCompletedEvent)
-	if !ok {
-		t.Fatalf("last event %T, want run.completed", evs[len(evs)-1])
-	}
-	return c
 }
 
 func TestAnAskUserInterruptIsResumedThroughTheRequestsTopic(t *testing.T) {
@@ -164,54 +81,6 @@ func TestAnAskUserInterruptIsResumedThroughTheRequestsTopic(t *testing.T) {
 	waitCounter(t, ctx, reg, 1, "turnpike_worker_interrupts_total")
 	waitCounter(t, ctx, reg, 1, "turnpike_worker_resumes_total", "result", "resumed")
 	waitCounter(t, ctx, reg, 1, "turnpike_worker_resumes_total", "result", "rejected")
-}
-
-// waitCounter waits until the counter name with labels (name=value
-// pairs) reaches want: a run's metrics are counted right after its
-// run.completed is written.
-func waitCounter(t *testing.T, ctx context.Context, reg *prometheus.Registry, want float64, name string, labels ...string) {
-	t.Helper()
-	for {
-		got := counterValue(t, reg, name, labels...)
-		if got == want {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s%v = %v, want %v", name, labels, got, want)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
-// counterValue is the sum of the counter name's series that carry labels
-// (name=value pairs).
-func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			match := true
-			for k := 0; k+1 < len(labels); k += 2 {
-				match = match && have[labels[k]] == labels[k+1]
-			}
-			if match {
-				got += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return got
 }
 
 func TestAMessageAfterAnInterruptLeavesItUnresumable(t *testing.T) {

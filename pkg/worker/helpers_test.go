@@ -3,12 +3,14 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cloudwego/eino/components/model"
+	"github.com/cloudwego/eino/schema"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
@@ -191,209 +193,415 @@ func text(evs []events.Event) (string, events.Status) {
 	return b.String(), st
 }
 
-func TestWorkerAnswersInOrderAndPersistsTurns(t *testing.T) {
-	t.Parallel()
-	ctx := testenv.Context(t, 60*time.Second)
-	s := newStack(t, history.NewMemoryStore())
-	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "c1"}
-	for i, c := range []string{"one", "two", "three"} {
-		s.produce(t, ctx, id.Key(), request(id, "req-"+string(rune('a'+i)), c))
+// probeModel answers "ok <content>" after hold (if set) releases it, and
+// records how many runs are in flight, overall and per conversation (the
+// first word of the content names the conversation).
+type probeModel struct {
+	hold chan struct{} // runs wait for it when non-nil
+
+	mu      sync.Mutex
+	running map[string]int
+	total   int
+	maxAll  int
+	maxConv int
+	order   map[string][]string // conversation -> contents in run order
+	// failFirst makes the first n runs of each content fail with a
+	// transient (status 503) error before any content.
+	failFirst int
+	failed    map[string]int
+}
+
+type status503 struct{}
+
+func (status503) Error() string { return "model server: 503 service unavailable" }
+
+func (status503) StatusCode() int { return 503 }
+
+func (m *probeModel) Generate(ctx context.Context, in []*schema.Message, _ ...model.Option) (*schema.Message, error) {
+	return nil, errors.New("probeModel streams only")
+}
+
+func (m *probeModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return m, nil }
+
+func (m *probeModel) Stream(ctx context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	content := in[len(in)-1].Content
+	conv, _, _ := strings.Cut(content, " ")
+	m.mu.Lock()
+	if m.failed == nil {
+		m.failed = map[string]int{}
 	}
-	s.start(t, ctx, worker.Deps{})
-	got := s.stream(t).untilCompleted(t, ctx, 3)
-	for i, want := range []string{"echo #1: one", "echo #2: two", "echo #3: three"} {
-		evs := got["req-"+string(rune('a'+i))]
-		txt, st := text(evs)
-		if txt != want || st != events.StatusComplete || evs[0].Type() != events.TypeRunStarted {
-			t.Fatalf("request %d streamed %q (%s), want %q complete after run.started", i, txt, st, want)
+	if m.failed[content] < m.failFirst {
+		m.failed[content]++
+		m.mu.Unlock()
+		return nil, status503{}
+	}
+	if m.running == nil {
+		m.running, m.order = map[string]int{}, map[string][]string{}
+	}
+	m.running[conv]++
+	m.total++
+	m.maxAll = max(m.maxAll, m.total)
+	m.maxConv = max(m.maxConv, m.running[conv])
+	m.order[conv] = append(m.order[conv], content)
+	m.mu.Unlock()
+	sr, sw := schema.Pipe[*schema.Message](1)
+	go func() {
+		defer sw.Close()
+		defer func() {
+			m.mu.Lock()
+			m.running[conv]--
+			m.total--
+			m.mu.Unlock()
+		}()
+		if m.hold != nil {
+			select {
+			case <-m.hold:
+			case <-ctx.Done():
+				sw.Send(nil, ctx.Err())
+				return
+			}
+		}
+		sw.Send(schema.AssistantMessage("ok "+content, nil), nil)
+	}()
+	return sr, nil
+}
+
+func (m *probeModel) stats() (maxAll, maxConv int, order map[string][]string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := map[string][]string{}
+	for k, v := range m.order {
+		o[k] = append([]string(nil), v...)
+	}
+	return m.maxAll, m.maxConv, o
+}
+
+func (m *probeModel) inFlight() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.total
+}
+
+// produceAll writes the requests (conversation i, message j) into a
+// single-partition topic so that ordering inside a partition is what is
+// tested.
+func produceAll(t *testing.T, ctx context.Context, s *stack, convs, msgs int) {
+	t.Helper()
+	if err := topic.Ensure(ctx, s.brokers, 1, s.topics.All()...); err != nil {
+		t.Fatal(err)
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topics.Requests, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	defer w.Close()
+	var batch []kafka.Message
+	for j := 1; j <= msgs; j++ {
+		for i := 1; i <= convs; i++ {
+			id := events.Identity{Tenant: "acme", User: "ann", Conversation: fmt.Sprintf("c%d", i)}
+			batch = append(batch, kafka.Message{Key: []byte(id.Key()), Value: request(id, fmt.Sprintf("c%d-m%d", i, j), fmt.Sprintf("c%d m%d", i, j))})
 		}
 	}
-	page, err := s.store.List(ctx, id, 0, 50)
-	if err != nil || len(page.Messages) != 6 {
-		t.Fatalf("history %+v, %v: want 6 messages", page, err)
-	}
-	if m := page.Messages[5]; m.Content != "echo #3: three" || m.Status != events.StatusComplete || m.Seq != 6 {
-		t.Fatalf("last message %+v", m)
+	if err := w.WriteMessages(ctx, batch...); err != nil {
+		t.Fatal(err)
 	}
 }
 
-func TestInvalidRecordsGoToTheDeadLetterTopicAndTheNextIsProcessed(t *testing.T) {
-	t.Parallel()
-	ctx := testenv.Context(t, 60*time.Second)
-	s := newStack(t, history.NewMemoryStore())
-	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "c1"}
-	other := events.Identity{Tenant: "acme", User: "bob", Conversation: "c1"}
-	bad := []struct {
-		name, key string
-		value     []byte
-		reason    string
-	}{
-		{"not JSON", id.Key(), []byte("{nope"), "json"},
-		{"wrong version", id.Key(), []byte(`{"v":2,"tenant":"acme","user":"ann","conversation":"c1","content":"x"}`), "v: 2"},
-		{"a key of another identity", other.Key(), request(id, "req-x", "spoof"), "does not match"},
-		{"unknown field", id.Key(), []byte(`{"v":1,"tenant":"acme","user":"ann","conversation":"c1","content":"x","admin":true}`), "unknown field"},
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		if ctx.Err() != nil {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	for _, b := range bad {
-		s.produce(t, ctx, b.key, b.value)
-	}
-	s.produce(t, ctx, id.Key(), request(id, "req-ok", "fine"))
-	s.start(t, ctx, worker.Deps{})
-	got := s.stream(t).untilCompleted(t, ctx, 1)
-	if txt, st := text(got["req-ok"]); txt != "echo #1: fine" || st != events.StatusComplete {
-		t.Fatalf("valid record after bad ones: %q %s", txt, st)
-	}
-	dlq := kafka.NewReader(kafka.ReaderConfig{Brokers: s.brokers, GroupID: testenv.Name(t, "dlq"), Topic: s.topics.DLQ, StartOffset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond})
-	defer dlq.Close()
-	seen := map[string]bool{}
-	for range bad {
-		m, err := dlq.ReadMessage(ctx)
+}
+
+// checkHistory asserts every conversation holds its msgs turns in order,
+// once each.
+func checkHistory(t *testing.T, ctx context.Context, store history.Store, convs, msgs int) {
+	t.Helper()
+	for i := 1; i <= convs; i++ {
+		id := events.Identity{Tenant: "acme", User: "ann", Conversation: fmt.Sprintf("c%d", i)}
+		page, err := store.List(ctx, id, 0, 200)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", id, err)
 		}
-		h := map[string]string{}
-		for _, x := range m.Headers {
-			h[x.Key] = string(x.Value)
+		if len(page.Messages) != 2*msgs {
+			t.Fatalf("%s holds %d messages, want %d: %+v", id, len(page.Messages), 2*msgs, page.Messages)
 		}
-		if h[worker.HeaderSourceTopic] != s.topics.Requests || h[worker.HeaderSourcePartition] == "" || h[worker.HeaderSourceOffset] == "" {
-			t.Fatalf("DLQ record lacks source headers: %v", h)
-		}
-		for _, b := range bad {
-			if string(m.Value) == string(b.value) && string(m.Key) == b.key {
-				if !strings.Contains(h[worker.HeaderDLQReason], b.reason) {
-					t.Errorf("%s: reason %q does not mention %q", b.name, h[worker.HeaderDLQReason], b.reason)
-				}
-				seen[b.name] = true
+		for j := 1; j <= msgs; j++ {
+			u, a := page.Messages[2*j-2], page.Messages[2*j-1]
+			want := fmt.Sprintf("c%d m%d", i, j)
+			if u.Content != want || a.Content != "ok "+want {
+				t.Fatalf("%s turn %d is %q/%q, want %q in order", id, j, u.Content, a.Content, want)
 			}
 		}
 	}
-	if len(seen) != len(bad) {
-		t.Fatalf("dead-lettered %v, want all of %d kept byte for byte", seen, len(bad))
+}
+
+// scripted is a tool-calling chat model whose reply is a function of its
+// input, so that a re-run or a resume gets the same answer. It streams a
+// text reply word by word, a tool call in one chunk, and reports usage in
+// a last chunk (as OpenAI does with include_usage). It records every input.
+type scripted struct {
+	reply func(in []*schema.Message) *schema.Message
+	// usage is what each call reports; nil: 10 prompt and 2 completion
+	// tokens.
+	usage *schema.TokenUsage
+
+	mu     sync.Mutex
+	inputs [][]*schema.Message
+}
+
+func (m *scripted) record(in []*schema.Message) *schema.Message {
+	m.mu.Lock()
+	m.inputs = append(m.inputs, in)
+	m.mu.Unlock()
+	return m.reply(in)
+}
+
+func (m *scripted) seen() [][]*schema.Message {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([][]*schema.Message(nil), m.inputs...)
+}
+
+func (m *scripted) usageOf() *schema.TokenUsage {
+	if m.usage != nil {
+		u := *m.usage
+		return &u
 	}
-	if _, err := s.store.List(ctx, other, 0, 10); !errors.Is(err, history.ErrNotFound) {
-		t.Fatalf("the spoofed record persisted something for bob: %v", err)
+	return &schema.TokenUsage{PromptTokens: 10, CompletionTokens: 2, TotalTokens: 12}
+}
+
+func (m *scripted) Generate(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.Message, error) {
+	out := m.record(in)
+	out.ResponseMeta = &schema.ResponseMeta{FinishReason: "stop", Usage: m.usageOf()}
+	return out, nil
+}
+
+func (m *scripted) Stream(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	out := m.record(in)
+	var chunks []*schema.Message
+	if len(out.ToolCalls) > 0 {
+		chunks = append(chunks, out)
+	} else {
+		for _, w := range strings.SplitAfter(out.Content, " ") {
+			chunks = append(chunks, schema.AssistantMessage(w, nil))
+		}
+	}
+	last := schema.AssistantMessage("", nil)
+	last.ResponseMeta = &schema.ResponseMeta{FinishReason: "stop", Usage: m.usageOf()}
+	return schema.StreamReaderFromArray(append(chunks, last)), nil
+}
+
+func (m *scripted) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return m, nil }
+
+func call(name, args string) *schema.Message {
+	return schema.AssistantMessage("", []schema.ToolCall{{ID: "call-" + name, Type: "function", Function: schema.FunctionCall{Name: name, Arguments: args}}})
+}
+
+// lastOf is the last message of in.
+func lastOf(in []*schema.Message) *schema.Message { return in[len(in)-1] }
+
+func agentConfig(t *testing.T, js string) *worker.AgentConfig {
+	t.Helper()
+	c, err := worker.ParseAgentConfig([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func completedOf(t *testing.T, evs []events.Event) *events.RunCompletedEvent {
+	t.Helper()
+	c, ok := evs[len(evs)-1].(*events.RunCompletedEvent)
+	if !ok {
+		t.Fatalf("last event %T, want run.completed", evs[len(evs)-1])
+	}
+	return c
+}
+
+// waitCounter waits until the counter name with labels (name=value
+// pairs) reaches want: a run's metrics are counted right after its
+// run.completed is written.
+func waitCounter(t *testing.T, ctx context.Context, reg *prometheus.Registry, want float64, name string, labels ...string) {
+	t.Helper()
+	for {
+		got := counterValue(t, reg, name, labels...)
+		if got == want {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s%v = %v, want %v", name, labels, got, want)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }
 
-func TestARedeliveredRequestCompletesWithoutRunningAgain(t *testing.T) {
-	t.Parallel()
-	ctx := testenv.Context(t, 60*time.Second)
-	s := newStack(t, history.NewMemoryStore())
-	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "dup"}
-	s.produce(t, ctx, id.Key(), request(id, "req-1", "hello"))
-	s.produce(t, ctx, id.Key(), request(id, "req-1", "hello"))
-	reg := prometheus.NewRegistry()
-	s.start(t, ctx, worker.Deps{Registerer: reg})
-	got := s.stream(t).untilCompleted(t, ctx, 2)
-	var started, completed int
-	for _, e := range got["req-1"] {
-		switch e.Type() {
-		case events.TypeRunStarted:
-			started++
-		case events.TypeRunCompleted:
-			completed++
-			if e.(*events.RunCompletedEvent).Status != events.StatusComplete {
-				t.Fatalf("duplicate completed %s", e.(*events.RunCompletedEvent).Status)
+// counterValue is the sum of the counter name's series that carry labels
+// (name=value pairs).
+func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			match := true
+			for k := 0; k+1 < len(labels); k += 2 {
+				match = match && have[labels[k]] == labels[k+1]
+			}
+			if match {
+				got += m.GetCounter().GetValue()
 			}
 		}
 	}
-	if started != 1 || completed != 2 {
-		t.Fatalf("run.started %d, run.completed %d: want the model run once and both records completed", started, completed)
-	}
-	page, err := s.store.List(ctx, id, 0, 10)
-	if err != nil || len(page.Messages) != 2 {
-		t.Fatalf("history %+v %v: want exactly one turn", page, err)
-	}
+	return got
 }
 
-// flakyStore fails the first n commits, as a MongoDB outage would.
-type flakyStore struct {
-	history.Store
-	fails atomic.Int32
+// gatedModel answers "ok <content>"; the first run of a gated content
+// waits until its gate is closed or its context ends (an aborted run).
+// It records every run, in start order.
+type gatedModel struct {
+	mu    sync.Mutex
+	gates map[string]chan struct{}
+	runs  []string
 }
 
-func (f *flakyStore) Commit(ctx context.Context, id events.Identity, t history.Turn) (history.Committed, error) {
-	if f.fails.Add(-1) >= 0 {
-		return history.Committed{}, errors.New("mongo unavailable")
+func newGatedModel(gated ...string) *gatedModel {
+	m := &gatedModel{gates: map[string]chan struct{}{}}
+	for _, c := range gated {
+		m.gates[c] = make(chan struct{})
 	}
-	return f.Store.Commit(ctx, id, t)
+	return m
 }
 
-func TestAStoreOutageIsRetriedWithoutLosingOrDuplicatingTheTurn(t *testing.T) {
-	t.Parallel()
-	ctx := testenv.Context(t, 60*time.Second)
-	store := &flakyStore{Store: history.NewMemoryStore()}
-	store.fails.Store(3)
-	s := newStack(t, store)
-	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "flaky"}
-	s.produce(t, ctx, id.Key(), request(id, "req-1", "persist me"))
-	s.produce(t, ctx, id.Key(), request(id, "req-2", "and me"))
-	s.start(t, ctx, worker.Deps{})
-	got := s.stream(t).untilCompleted(t, ctx, 2)
-	if txt, st := text(got["req-2"]); txt != "echo #2: and me" || st != events.StatusComplete {
-		t.Fatalf("second request: %q %s", txt, st)
-	}
-	page, err := s.store.List(ctx, id, 0, 10)
-	if err != nil || len(page.Messages) != 4 || page.Messages[1].Content != "echo #1: persist me" {
-		t.Fatalf("history %+v %v", page, err)
-	}
+func (m *gatedModel) Generate(context.Context, []*schema.Message, ...model.Option) (*schema.Message, error) {
+	return nil, fmt.Errorf("gatedModel streams only")
 }
 
-func TestDirectivesShapeTheRun(t *testing.T) {
-	t.Parallel()
-	ctx := testenv.Context(t, 60*time.Second)
-	s := newStack(t, history.NewMemoryStore())
-	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "shapes"}
-	s.produce(t, ctx, id.Key(), request(id, "req-fail", "a b c d e [[fail-after:3]]"))
-	s.produce(t, ctx, id.Key(), request(id, "req-empty", "[[empty]]"))
-	s.start(t, ctx, worker.Deps{})
-	got := s.stream(t).untilCompleted(t, ctx, 2)
-	txt, st := text(got["req-fail"])
-	if txt != "echo #1: a " || st != events.StatusIncomplete {
-		t.Fatalf("fail-after:3 streamed %q %s", txt, st)
-	}
-	var notices int
-	for _, e := range got["req-fail"] {
-		if e.Type() == events.TypeNotice {
-			notices++
+func (m *gatedModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return m, nil }
+
+func (m *gatedModel) Stream(ctx context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	content := in[len(in)-1].Content
+	m.mu.Lock()
+	gate := m.gates[content]
+	delete(m.gates, content) // only the first run waits
+	m.runs = append(m.runs, content)
+	m.mu.Unlock()
+	sr, sw := schema.Pipe[*schema.Message](1)
+	go func() {
+		defer sw.Close()
+		sw.Send(schema.AssistantMessage("ok ", nil), nil)
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				sw.Send(nil, ctx.Err())
+				return
+			}
 		}
-	}
-	if notices != 1 {
-		t.Fatalf("%d notices, want 1", notices)
-	}
-	if _, st := text(got["req-empty"]); st != events.StatusDiscarded {
-		t.Fatalf("empty: %s", st)
-	}
-	page, err := s.store.List(ctx, id, 0, 10)
-	if err != nil || len(page.Messages) != 2 {
-		t.Fatalf("history %+v %v: want only the incomplete turn", page, err)
-	}
-	if m := page.Messages[1]; m.Content != "echo #1: a " || m.Status != events.StatusIncomplete || m.Incomplete() != true {
-		t.Fatalf("incomplete message %+v", m)
-	}
-	if m := page.Messages[0]; m.Content != "a b c d e [[fail-after:3]]" {
-		t.Fatalf("user message not verbatim: %q", m.Content)
-	}
+		sw.Send(schema.AssistantMessage(content, nil), nil)
+	}()
+	return sr, nil
 }
 
-func TestRestartResumesFromTheCommittedOffset(t *testing.T) {
-	t.Parallel()
-	ctx := testenv.Context(t, 90*time.Second)
-	s := newStack(t, history.NewMemoryStore())
-	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "restart"}
-	s.produce(t, ctx, id.Key(), request(id, "req-1", "first"))
-	reg1 := prometheus.NewRegistry()
-	stop := s.start(t, ctx, worker.Deps{Registerer: reg1})
-	sr := s.stream(t)
-	sr.untilCompleted(t, ctx, 1)
-	stop()
-	s.produce(t, ctx, id.Key(), request(id, "req-2", "second"))
-	reg2 := prometheus.NewRegistry()
-	s.start(t, ctx, worker.Deps{Registerer: reg2})
-	got := sr.untilCompleted(t, ctx, 1)
-	if txt, _ := text(got["req-2"]); txt != "echo #2: second" {
-		t.Fatalf("after restart: %q", txt)
+// gate returns the gate of content's first run (nil once it started).
+func (m *gatedModel) gate(content string) chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gates[content]
+}
+
+// ran returns how many runs each content had.
+func (m *gatedModel) ran() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := map[string]int{}
+	for _, c := range m.runs {
+		n[c]++
 	}
-	if _, ok := got["req-1"]; ok {
-		t.Fatal("the committed record was processed again after a clean restart")
+	return n
+}
+
+// strategyRequest is request with a send strategy.
+func strategyRequest(id events.Identity, requestID, content string, strategy events.Strategy) []byte {
+	b, _ := events.EncodeRequest(events.Request{V: 1, RequestID: requestID, Tenant: id.Tenant, User: id.User, Conversation: id.Conversation,
+		Content: content, Strategy: strategy, CreatedAt: time.Now().UTC()})
+	return b
+}
+
+// outcomeModel ends each run as the first word of the request's content
+// says, so that one worker can end requests every way there is:
+//
+//   - "fail": a transient error (503) before any content;
+//   - "ask": a call of the ask_user tool (the agent must have it);
+//   - "empty": an answer without content;
+//   - "break": "answer to ", then the stream breaks off with an error;
+//   - "hold": "answer to ", then nothing until the run's context ends;
+//   - anything else: "answer to <content>".
+//
+// It counts the runs of each content.
+type outcomeModel struct {
+	mu   sync.Mutex
+	runs map[string]int
+}
+
+func (m *outcomeModel) Generate(context.Context, []*schema.Message, ...model.Option) (*schema.Message, error) {
+	return nil, errors.New("outcomeModel streams only")
+}
+
+func (m *outcomeModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	return m, nil
+}
+
+func (m *outcomeModel) ran(content string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.runs[content]
+}
+
+func (m *outcomeModel) Stream(ctx context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	content := in[len(in)-1].Content
+	kind, _, _ := strings.Cut(content, " ")
+	m.mu.Lock()
+	if m.runs == nil {
+		m.runs = map[string]int{}
 	}
+	m.runs[content]++
+	m.mu.Unlock()
+	switch kind {
+	case "fail":
+		return nil, status503{}
+	case "ask":
+		return schema.StreamReaderFromArray([]*schema.Message{call(worker.ToolAskUser, `{"question":"Which one?"}`)}), nil
+	case "empty":
+		return schema.StreamReaderFromArray([]*schema.Message{schema.AssistantMessage("", nil)}), nil
+	}
+	sr, sw := schema.Pipe[*schema.Message](1)
+	go func() {
+		defer sw.Close()
+		if sw.Send(schema.AssistantMessage("answer to ", nil), nil) {
+			return
+		}
+		switch kind {
+		case "break":
+			sw.Send(nil, errors.New("the model's stream broke off"))
+		case "hold":
+			<-ctx.Done()
+			sw.Send(nil, ctx.Err())
+		default:
+			sw.Send(schema.AssistantMessage(content, nil), nil)
+		}
+	}()
+	return sr, nil
 }

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,13 +14,6 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/history"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
-
-// strategyRequest is request with a send strategy.
-func strategyRequest(id events.Identity, requestID, content string, strategy events.Strategy) []byte {
-	b, _ := events.EncodeRequest(events.Request{V: 1, RequestID: requestID, Tenant: id.Tenant, User: id.User, Conversation: id.Conversation,
-		Content: content, Strategy: strategy, CreatedAt: time.Now().UTC()})
-	return b
-}
 
 // Under --ordering=partition every record of a partition shares one
 // queue, but the send strategies still apply per conversation
@@ -168,5 +162,91 @@ func TestADuplicateOfARunningRequestIsNeitherRejectedNorInterrupting(t *testing.
 	page, err := store.List(ctx, id, 0, 10)
 	if err != nil || len(page.Messages) != 2 || page.Messages[1].Content != "ok dup m1" || page.Messages[1].Status != events.StatusComplete {
 		t.Fatalf("history %+v, %v: want the one turn, complete", page.Messages, err)
+	}
+}
+
+func TestConversationsOfOnePartitionRunConcurrentlyEachInOrder(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	const convs, msgs = 8, 3
+	store := history.NewMemoryStore()
+	s := newStack(t, store)
+	s.cfg.Partitions = 1
+	produceAll(t, ctx, s, convs, msgs)
+	m := &probeModel{hold: make(chan struct{})}
+	reg := prometheus.NewRegistry()
+	s.start(t, ctx, worker.Deps{Model: m, Registerer: reg})
+	// Every conversation's first run is in flight at once, although they
+	// all sit in one partition.
+	waitFor(t, ctx, "all conversations running at once", func() bool { return m.inFlight() == convs })
+	close(m.hold)
+	sr := s.stream(t)
+	sr.untilCompleted(t, ctx, convs*msgs)
+	maxAll, maxConv, order := m.stats()
+	if maxAll < convs || maxConv != 1 {
+		t.Fatalf("max in flight %d overall (want >= %d) and %d per conversation (want 1)", maxAll, convs, maxConv)
+	}
+	for conv, got := range order {
+		for j, c := range got {
+			if want := fmt.Sprintf("%s m%d", conv, j+1); c != want {
+				t.Fatalf("%s ran %v: out of order", conv, got)
+			}
+		}
+	}
+	checkHistory(t, ctx, store, convs, msgs)
+}
+
+func TestPartitionOrderingRunsOneRecordAtATime(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	const convs, msgs = 4, 2
+	store := history.NewMemoryStore()
+	s := newStack(t, store)
+	s.cfg.Partitions = 1
+	s.cfg.Ordering = "partition"
+	produceAll(t, ctx, s, convs, msgs)
+	m := &probeModel{}
+	s.start(t, ctx, worker.Deps{Model: m})
+	s.stream(t).untilCompleted(t, ctx, convs*msgs)
+	if maxAll, _, _ := m.stats(); maxAll != 1 {
+		t.Fatalf("%d runs at once under partition ordering, want 1", maxAll)
+	}
+	checkHistory(t, ctx, store, convs, msgs)
+}
+
+// The records fetched and not yet done are bounded worker-wide by
+// MaxInflight and per partition by ReadAhead (DESIGN.md "Worker":
+// "Bounds"): with either at 3, ten conversations of one partition never
+// have more than three runs at once.
+func TestInFlightIsBoundedByMaxInflightAndReadAhead(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	tests := []struct {
+		name string
+		set  func(c *worker.Config)
+	}{
+		{"MaxInflight 3 bounds the worker.", func(c *worker.Config) { c.MaxInflight = 3 }},
+		{"ReadAhead 3 bounds the partition.", func(c *worker.Config) { c.ReadAhead = 3 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			const convs = 10
+			store := history.NewMemoryStore()
+			s := newStack(t, store)
+			s.cfg.Partitions = 1
+			tt.set(&s.cfg)
+			produceAll(t, ctx, s, convs, 1)
+			m := &probeModel{hold: make(chan struct{})}
+			s.start(t, ctx, worker.Deps{Model: m})
+			waitFor(t, ctx, "three runs", func() bool { return m.inFlight() == 3 })
+			close(m.hold)
+			s.stream(t).untilCompleted(t, ctx, convs)
+			checkHistory(t, ctx, store, convs, 1)
+			// The model saw every run, so its peak is the bound held throughout.
+			if maxAll, _, _ := m.stats(); maxAll != 3 {
+				t.Fatalf("%d runs in flight at once, want 3", maxAll)
+			}
+		})
 	}
 }

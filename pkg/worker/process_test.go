@@ -6,13 +6,11 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cloudwego/eino/components/model"
-	"github.com/cloudwego/eino/schema"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -330,72 +328,6 @@ func TestARunLongerThanRunTimeoutEnds(t *testing.T) {
 	}
 }
 
-// outcomeModel ends each run as the first word of the request's content
-// says, so that one worker can end requests every way there is:
-//
-//   - "fail": a transient error (503) before any content;
-//   - "ask": a call of the ask_user tool (the agent must have it);
-//   - "empty": an answer without content;
-//   - "break": "answer to ", then the stream breaks off with an error;
-//   - "hold": "answer to ", then nothing until the run's context ends;
-//   - anything else: "answer to <content>".
-//
-// It counts the runs of each content.
-type outcomeModel struct {
-	mu   sync.Mutex
-	runs map[string]int
-}
-
-func (m *outcomeModel) Generate(context.Context, []*schema.Message, ...model.Option) (*schema.Message, error) {
-	return nil, errors.New("outcomeModel streams only")
-}
-
-func (m *outcomeModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
-	return m, nil
-}
-
-func (m *outcomeModel) ran(content string) int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.runs[content]
-}
-
-func (m *outcomeModel) Stream(ctx context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
-	content := in[len(in)-1].Content
-	kind, _, _ := strings.Cut(content, " ")
-	m.mu.Lock()
-	if m.runs == nil {
-		m.runs = map[string]int{}
-	}
-	m.runs[content]++
-	m.mu.Unlock()
-	switch kind {
-	case "fail":
-		return nil, status503{}
-	case "ask":
-		return schema.StreamReaderFromArray([]*schema.Message{call(worker.ToolAskUser, `{"question":"Which one?"}`)}), nil
-	case "empty":
-		return schema.StreamReaderFromArray([]*schema.Message{schema.AssistantMessage("", nil)}), nil
-	}
-	sr, sw := schema.Pipe[*schema.Message](1)
-	go func() {
-		defer sw.Close()
-		if sw.Send(schema.AssistantMessage("answer to ", nil), nil) {
-			return
-		}
-		switch kind {
-		case "break":
-			sw.Send(nil, errors.New("the model's stream broke off"))
-		case "hold":
-			<-ctx.Done()
-			sw.Send(nil, ctx.Err())
-		default:
-			sw.Send(schema.AssistantMessage(content, nil), nil)
-		}
-	}()
-	return sr, nil
-}
-
 // outcomeAgent is the agent configuration outcomeModel's "ask" needs.
 const outcomeAgent = `{"agent":{"name":"assistant","tools":["ask_user"]}}`
 
@@ -622,6 +554,55 @@ func TestEveryRunOfARequestHasItsOwnRunIDAndOnlyTheLastIsPersisted(t *testing.T)
 			page, err := store.List(ctx, id, 0, 10)
 			if err != nil || len(page.Messages) != 2 || page.Messages[1].Content != "ok rerun m1" || page.Messages[1].Status != events.StatusComplete {
 				t.Fatalf("history %+v, %v: want the last run's turn alone", page.Messages, err)
+			}
+		})
+	}
+}
+
+func TestATransientModelFailureIsRetriedThenDeadLetteredAndCompletedFailed(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	tests := []struct {
+		name      string
+		failFirst int
+		want      events.Status
+	}{
+		{name: "two transient failures, then the run succeeds", failFirst: 2, want: events.StatusComplete},
+		{name: "failing beyond MaxAttempts dead-letters the record and completes it failed", failFirst: 100, want: events.StatusFailed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			store := history.NewMemoryStore()
+			s := newStack(t, store)
+			s.cfg.MaxAttempts = 3
+			id := events.Identity{Tenant: "acme", User: "ann", Conversation: "c1"}
+			s.produce(t, ctx, id.Key(), request(id, "req-1", "c1 m1"))
+			s.produce(t, ctx, id.Key(), request(id, "req-2", "c1 m2"))
+			s.start(t, ctx, worker.Deps{Model: &probeModel{failFirst: tt.failFirst}})
+			got := s.stream(t).untilCompleted(t, ctx, 2)
+			if _, st := text(got["req-1"]); st != tt.want {
+				t.Fatalf("req-1 completed %s, want %s", st, tt.want)
+			}
+			if tt.want != events.StatusFailed {
+				return
+			}
+			c, found, err := store.Lookup(ctx, id, "req-1")
+			if err != nil || !found || c.Status != events.StatusFailed {
+				t.Fatalf("outcome of req-1: %+v %v %v", c, found, err)
+			}
+			dlq := kafka.NewReader(kafka.ReaderConfig{Brokers: s.brokers, GroupID: testenv.Name(t, "dlq"), Topic: s.topics.DLQ, StartOffset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond})
+			defer dlq.Close()
+			rec, err := dlq.ReadMessage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := map[string]string{}
+			for _, x := range rec.Headers {
+				h[x.Key] = string(x.Value)
+			}
+			if h[worker.HeaderDLQAttempts] != "3" || !strings.Contains(h[worker.HeaderDLQReason], "503") {
+				t.Fatalf("DLQ headers %v", h)
 			}
 		})
 	}

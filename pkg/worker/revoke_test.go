@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -11,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudwego/eino/components/model"
-	"github.com/cloudwego/eino/schema"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
@@ -21,71 +18,6 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/history"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
-
-// gatedModel answers "ok <content>"; the first run of a gated content
-// waits until its gate is closed or its context ends (an aborted run).
-// It records every run, in start order.
-type gatedModel struct {
-	mu    sync.Mutex
-	gates map[string]chan struct{}
-	runs  []string
-}
-
-func newGatedModel(gated ...string) *gatedModel {
-	m := &gatedModel{gates: map[string]chan struct{}{}}
-	for _, c := range gated {
-		m.gates[c] = make(chan struct{})
-	}
-	return m
-}
-
-func (m *gatedModel) Generate(context.Context, []*schema.Message, ...model.Option) (*schema.Message, error) {
-	return nil, fmt.Errorf("gatedModel streams only")
-}
-
-func (m *gatedModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return m, nil }
-
-func (m *gatedModel) Stream(ctx context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
-	content := in[len(in)-1].Content
-	m.mu.Lock()
-	gate := m.gates[content]
-	delete(m.gates, content) // only the first run waits
-	m.runs = append(m.runs, content)
-	m.mu.Unlock()
-	sr, sw := schema.Pipe[*schema.Message](1)
-	go func() {
-		defer sw.Close()
-		sw.Send(schema.AssistantMessage("ok ", nil), nil)
-		if gate != nil {
-			select {
-			case <-gate:
-			case <-ctx.Done():
-				sw.Send(nil, ctx.Err())
-				return
-			}
-		}
-		sw.Send(schema.AssistantMessage(content, nil), nil)
-	}()
-	return sr, nil
-}
-
-// gate returns the gate of content's first run (nil once it started).
-func (m *gatedModel) gate(content string) chan struct{} {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.gates[content]
-}
-
-// ran returns how many runs each content had.
-func (m *gatedModel) ran() map[string]int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	n := map[string]int{}
-	for _, c := range m.runs {
-		n[c]++
-	}
-	return n
-}
 
 // waitQueued waits until c1 m1 (offset 0 of produceAll(…, 2, 3)) is
 // running and c2 is done: c2 m3, at offset 5, was fetched after c1 m2 and
