@@ -11,15 +11,15 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/topic"
 )
 
-// DLQ header names of docs/api.md.
+// The dead letters' header names (docs/api.md#dead-letters).
 const (
-	HeaderDLQReason       = "turnpike-dlq-reason"
-	HeaderSourceTopic     = topic.HeaderSourceTopic
-	HeaderSourcePartition = topic.HeaderSourcePartition
-	HeaderSourceOffset    = topic.HeaderSourceOffset
-	// HeaderDLQAttempts is how many times the record was run before it was
+	headerDLQReason       = "turnpike-dlq-reason"
+	headerSourceTopic     = topic.HeaderSourceTopic
+	headerSourcePartition = topic.HeaderSourcePartition
+	headerSourceOffset    = topic.HeaderSourceOffset
+	// headerDLQAttempts is how many times the record was run before it was
 	// dead-lettered (1 for a record that failed validation).
-	HeaderDLQAttempts = "turnpike-dlq-attempts"
+	headerDLQAttempts = "turnpike-dlq-attempts"
 )
 
 // deadLetters writes records that cannot be processed to the DLQ topic with
@@ -49,9 +49,9 @@ func (d *deadLetters) send(ctx context.Context, m kafka.Message, reason string, 
 	// The source coordinates are where the record was first written: a
 	// record moved to its home partition names its original placement,
 	// from which a missing request id is derived.
-	headers := append(topic.SourceHeaders(m, HeaderDLQReason, HeaderDLQAttempts),
-		kafka.Header{Key: HeaderDLQReason, Value: []byte(reason)},
-		kafka.Header{Key: HeaderDLQAttempts, Value: []byte(strconv.Itoa(attempts))},
+	headers := append(topic.SourceHeaders(m, headerDLQReason, headerDLQAttempts),
+		kafka.Header{Key: headerDLQReason, Value: []byte(reason)},
+		kafka.Header{Key: headerDLQAttempts, Value: []byte(strconv.Itoa(attempts))},
 	)
 	err := d.w.WriteMessages(ctx, kafka.Message{Key: m.Key, Value: m.Value, Headers: headers, Time: m.Time})
 	if err != nil {

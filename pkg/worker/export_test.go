@@ -31,3 +31,12 @@ const (
 // partition count before it joined, as if the count changed around its
 // first join. Call it before Run.
 func SetCountBeforeJoin(w *Consumer, n int) { w.countBeforeJoin.Store(int64(n)) }
+
+// The dead letters' header names.
+const (
+	HeaderDLQReason       = headerDLQReason
+	HeaderDLQAttempts     = headerDLQAttempts
+	HeaderSourceTopic     = headerSourceTopic
+	HeaderSourcePartition = headerSourcePartition
+	HeaderSourceOffset    = headerSourceOffset
+)
