@@ -227,3 +227,81 @@ func TestVerifyChecksTheTokensFormExactly(t *testing.T) {
 		})
 	}
 }
+
+// docs/api.md, Authentication: exp, nbf and iat are seconds since the
+// epoch, from the epoch itself (0) to 2^40 (about the year 36812); a date
+// outside that range is refused, one at either end accepted.
+func TestVerifyTakesDatesFromTheEpochTo2Pow40(t *testing.T) {
+	t.Parallel()
+	const hs256 = `{"alg":"HS256","typ":"JWT"}`
+	exp := now.Add(time.Hour).Unix()
+	v := newVerifier(t)
+	for _, tt := range []struct {
+		name    string
+		payload string
+		ok      bool
+	}{
+		{"nbf and iat at the epoch are accepted.", fmt.Sprintf(`{"sub":"alice","exp":%d,"nbf":0,"iat":0}`, exp), true},
+		{"exp at 2^40 is accepted.", `{"sub":"alice","exp":1099511627776}`, true},
+		{"exp past 2^40 is refused.", `{"sub":"alice","exp":1099511627776.5}`, false},
+		{"nbf before the epoch is refused.", fmt.Sprintf(`{"sub":"alice","exp":%d,"nbf":-0.5}`, exp), false},
+		{"iat before the epoch is refused.", fmt.Sprintf(`{"sub":"alice","exp":%d,"iat":-1}`, exp), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := v.Verify(handToken(hs256, tt.payload, secret))
+			if tt.ok && (err != nil || got.User != "alice") {
+				t.Fatalf("Verify(%s) = %+v, %v; want alice", tt.payload, got, err)
+			}
+			if !tt.ok && !errors.Is(err, auth.ErrUnauthenticated) {
+				t.Fatalf("Verify(%s) = %+v, %v; want ErrUnauthenticated", tt.payload, got, err)
+			}
+		})
+	}
+}
+
+// A refusal names the member it refuses, clipped after 32 bytes so that an
+// attacker's long name does not fill the logs: a name of 32 bytes whole, a
+// longer one as its first 32 and an ellipsis.
+func TestRefusalsNameTheMemberClippedAfter32Bytes(t *testing.T) {
+	t.Parallel()
+	const hs256 = `{"alg":"HS256","typ":"JWT"}`
+	exp := now.Add(time.Hour).Unix()
+	v := newVerifier(t)
+	for _, name := range []string{strings.Repeat("x", 32), strings.Repeat("y", 33)} {
+		payload := fmt.Sprintf(`{"sub":"alice","exp":%d,%q:1,%q:2}`, exp, name, name)
+		_, err := v.Verify(handToken(hs256, payload, secret))
+		want := fmt.Sprintf("duplicate member %q", name)
+		if len(name) > 32 {
+			want = fmt.Sprintf("duplicate member %q", name[:32]+"…")
+		}
+		if !errors.Is(err, auth.ErrUnauthenticated) || !strings.HasSuffix(err.Error(), want) {
+			t.Errorf("a duplicated %d-byte member: %v, want it to end with %s", len(name), err, want)
+		}
+	}
+}
+
+// Mint writes exp as an integer when it falls on a whole second, and with
+// milliseconds only when it does not.
+func TestMintWritesExpAsAnIntegerOnAWholeSecond(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		ttl  time.Duration
+		want string
+	}{
+		{time.Hour, fmt.Sprintf(`"exp":%d,`, now.Add(time.Hour).Unix())},
+		{1500 * time.Millisecond, fmt.Sprintf(`"exp":%d.500,`, now.Unix()+1)},
+	} {
+		tok, err := auth.Mint(secret, auth.DefaultTenant, "alice", tt.ttl, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		payload, err := base64.RawURLEncoding.DecodeString(strings.Split(tok, ".")[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(payload), tt.want) {
+			t.Errorf("Mint(ttl %v) payload %s, want it to hold %s", tt.ttl, payload, tt.want)
+		}
+	}
+}

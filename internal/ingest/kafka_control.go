@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -67,11 +68,16 @@ func (k *KafkaPositions) End(ctx context.Context, key []byte) (Position, error) 
 type KafkaCompletions struct {
 	brokers []string
 	topic   string
+	log     *slog.Logger
 }
 
-// NewKafkaCompletions returns a reader of controlTopic.
-func NewKafkaCompletions(brokers []string, controlTopic string) *KafkaCompletions {
-	return &KafkaCompletions{brokers: brokers, topic: controlTopic}
+// NewKafkaCompletions returns a reader of controlTopic, which logs a failed
+// read (retried) to log at warn, or discards it when log is nil.
+func NewKafkaCompletions(brokers []string, controlTopic string, log *slog.Logger) *KafkaCompletions {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &KafkaCompletions{brokers: brokers, topic: controlTopic, log: log}
 }
 
 // Run calls done with the request id of every completion until ctx ends.
@@ -80,5 +86,5 @@ func (k *KafkaCompletions) Run(ctx context.Context, done func(requestID string))
 		if c, err := events.DecodeControl(m.Value); err == nil && c.Type == events.ControlCompleted {
 			done(c.RequestID)
 		}
-	}, nil)
+	}, func(err error) { k.log.Warn("read control topic", slog.Any("error", err)) })
 }

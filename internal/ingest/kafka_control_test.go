@@ -44,7 +44,7 @@ func TestQueueCountsDropOnTheCompletedRecordsOfTheControlTopic(t *testing.T) {
 	}
 	seen := make(chan string, 64)
 	s := newTestServiceWith(t, Config{RatePerSecond: -1, MaxQueuedPerConversation: 1}, nil, nil, nil, func(d *Deps) {
-		d.Completions = seenCompletions{NewKafkaCompletions(brokers, control), seen}
+		d.Completions = seenCompletions{NewKafkaCompletions(brokers, control, nil), seen}
 	})
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)

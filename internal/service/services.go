@@ -118,7 +118,7 @@ func RunIngest(ctx context.Context, c IngestConfig, env Env, ln net.Listener) er
 	deps := ingest.Deps{
 		Verifier: verifier, Producer: producer, History: store, Page: page, Registerer: env.Registry, Logger: env.Logger,
 		Cancels: store, Control: control, Positions: ingest.NewKafkaPositions(c.Brokers, c.Topics().Requests),
-		Completions: ingest.NewKafkaCompletions(c.Brokers, c.Topics().Control),
+		Completions: ingest.NewKafkaCompletions(c.Brokers, c.Topics().Control, env.Logger),
 		Tracing:     tr,
 	}
 	if c.Ingest.DevTokens {

@@ -10,23 +10,47 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// tailRetry is the pause after a failed read before the next one.
-const tailRetry = 200 * time.Millisecond
+// tailRetry is the pause after a failed read before the next one, and
+// the first pause after a failed listing of the partitions; those double
+// up to tailStartRetryMax.
+const (
+	tailRetry         = 200 * time.Millisecond
+	tailStartRetryMax = 5 * time.Second
+)
 
 // Tail calls handle with every record written to topic from now on, from
 // every partition (no consumer group: nothing is committed), until ctx
 // ends. handle is called from one goroutine per partition. A failed read is
-// reported to onErr (if set) and retried; Tail returns an error only when it
-// cannot start, and then it has started nothing. A ctx that ends while Tail
-// is still starting (listing the partitions) is a stop like any other: Tail
-// returns nil. It owns its readers and waits for them.
+// reported to onErr (if set) and retried. So is a failed listing of the
+// partitions at start (a broker not up yet, a leader being elected, a
+// topic that does not exist yet or that the broker asked does not know of
+// yet), with pauses doubling from 200 ms to 5 s: a tail that gave up there
+// would stay stopped for the life of its service. Tail returns an error
+// only when it cannot configure a reader, and then it has started
+// nothing. A ctx that ends while Tail is still starting is a stop
+// like any other: Tail returns nil. It owns its readers and waits for
+// them.
 func Tail(ctx context.Context, brokers []string, topic string, handle func(kafka.Message), onErr func(error)) error {
-	parts, err := Partitions(ctx, brokers, topic)
-	if err != nil {
+	var parts []int
+	for pause := tailRetry; ; pause = min(2*pause, tailStartRetryMax) {
+		var err error
+		parts, err = Partitions(ctx, brokers, topic)
 		if ctx.Err() != nil {
 			return nil // stopped, not failed: "metadata <topic>: context canceled" is no error
 		}
-		return err
+		if err == nil {
+			break
+		}
+		if onErr != nil {
+			onErr(err)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		}
 	}
 	readers := make([]*kafka.Reader, 0, len(parts))
 	closeAll := func() {

@@ -74,11 +74,61 @@ func TestTailSeesEveryPartitionFromNowOn(t *testing.T) {
 	}
 }
 
-func TestTailOfAMissingTopicFailsAtOnce(t *testing.T) {
+// A Tail that cannot list the partitions at start (here: the topic does
+// not exist yet, as when the broker asked has not heard of a topic created
+// a moment ago) reports it and tries again, and tails the topic once it is
+// there: the worker's control reader and ingest's completions would
+// otherwise stop for the life of their service.
+func TestTailRetriesAFailedStartAndTailsTheTopicOnceItIsThere(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
-	if err := topic.Tail(ctx, testenv.Kafka(t), "no-such-topic-"+testenv.Name(t, "x"), func(kafka.Message) {}, nil); err == nil {
-		t.Fatal("Tail of a missing topic returned nil")
+	brokers := testenv.Kafka(t)
+	name := testenv.Name(t, "tail-late")
+	failed := make(chan error, 1)
+	got := make(chan string, 100)
+	tailCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- topic.Tail(tailCtx, brokers, name, func(m kafka.Message) { got <- string(m.Value) }, func(err error) {
+			select {
+			case failed <- err:
+			default:
+			}
+		})
+	}()
+	select {
+	case err := <-failed:
+		t.Logf("reported while starting: %v", err)
+	case err := <-done:
+		t.Fatalf("Tail of a topic that does not exist yet returned %v, want it to retry", err)
+	case <-ctx.Done():
+		t.Fatal("Tail reported no failure for a topic that does not exist")
+	}
+	if err := topic.Ensure(ctx, brokers, 2, name); err != nil {
+		t.Fatal(err)
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: name, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	defer w.Close()
+	// Tail starts at each partition's end once it has its readers; write
+	// until a record written after that arrives.
+	for i := 0; ; i++ {
+		if err := w.WriteMessages(ctx, kafka.Message{Key: []byte("k"), Value: []byte(fmt.Sprint(i))}); err != nil && ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		select {
+		case v := <-got:
+			t.Logf("tailed record %s", v)
+			stop()
+			if err := <-done; err != nil {
+				t.Fatalf("Tail: %v", err)
+			}
+			return
+		case err := <-done:
+			t.Fatalf("Tail returned %v before it tailed a record", err)
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatal("no record tailed once the topic was there")
+		}
 	}
 }
 

@@ -219,7 +219,10 @@ func checkSurrogates(b []byte) error {
 			i += 5
 			continue
 		}
-		if r < 0xdc00 && i+12 <= len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+		// A high surrogate is followed, in valid JSON, by at least the
+		// string's closing quote and the object's brace: b[i+7] exists, and
+		// a \u there is a whole escape.
+		if r < 0xdc00 && b[i+6] == '\\' && b[i+7] == 'u' {
 			if lo := hex4(b[i+8 : i+12]); 0xdc00 <= lo && lo <= 0xdfff {
 				i += 11
 				continue
