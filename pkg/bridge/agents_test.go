@@ -117,6 +117,60 @@ func TestUsageIsSummedOverModelCallsIncludingToolCalls(t *testing.T) {
 	}
 }
 
+// Messages neither streamed nor persisted (another agent's, a tool
+// result) count with the usage they report, streamed or whole; a message
+// whose metadata reports no usage adds none.
+func TestUsageOfMessagesLeftOutCounts(t *testing.T) {
+	t.Parallel()
+	noUsage := func(m *schema.Message) *schema.Message {
+		m.ResponseMeta = &schema.ResponseMeta{FinishReason: "stop"}
+		return m
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{name: "A whole message of an agent not selected counts with its usage.", steps: []step{
+			{agent: "researcher", whole: withUsage(text("raw notes"), 7, 3)},
+			{agent: "researcher", whole: noUsage(text("more notes"))},
+			{agent: "supervisor", whole: withUsage(text("Paris."), 20, 2)},
+		}},
+		{name: "A streamed message of an agent not selected counts with its usage.", steps: []step{
+			{agent: "researcher", chunks: []*schema.Message{text("raw notes"), withUsage(text(""), 7, 3)}},
+			{agent: "researcher", chunks: []*schema.Message{noUsage(text("more notes"))}},
+			{agent: "supervisor", chunks: []*schema.Message{text("Paris."), withUsage(text(""), 20, 2)}},
+		}},
+		{name: "A tool result counts with its usage.", steps: []step{
+			{agent: "researcher", role: schema.Tool, whole: withUsage(schema.ToolMessage("raw notes", "call-1"), 7, 3)},
+			{agent: "researcher", role: schema.Tool, whole: noUsage(schema.ToolMessage("more notes", "call-2"))},
+			{agent: "supervisor", whole: withUsage(text("Paris."), 20, 2)},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			sink := &recordingSink{}
+			supervisor := bridge.AgentRole("supervisor", schema.Assistant)
+			b := newBridge(t, sink, func(c *bridge.Config) { c.Stream, c.Persist = supervisor, supervisor })
+			iter, done := script(ctx, tt.steps...)
+			turn := &answerTurn{}
+			res, err := b.Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+			<-done
+			if err != nil || res.Answer != "Paris." {
+				t.Fatalf("got %+v, %v; want the supervisor's answer", res, err)
+			}
+			want := events.Usage{PromptTokens: 27, CompletionTokens: 5, TotalTokens: 32}
+			if u := turn.answers[0].Usage; u == nil || *u != want {
+				t.Fatalf("persisted usage %+v, want %+v", u, want)
+			}
+			if res.UsageByAgent["researcher"].TotalTokens != 10 || res.UsageByAgent["supervisor"].TotalTokens != 22 {
+				t.Fatalf("usage by agent %+v, want researcher 10 and supervisor 22", res.UsageByAgent)
+			}
+		})
+	}
+}
+
 func TestARunWithoutUsageCompletesWithoutUsage(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
@@ -142,6 +196,7 @@ func TestAnInterruptPersistsThePartialAnswerWithTheQuestion(t *testing.T) {
 		cancel     bool
 		wantStatus events.Status
 		wantText   string // persisted; "" with wantStatus discarded means nothing
+		wantAgent  string // persisted with the text
 		wantAsked  bool   // run.interrupted streamed and the interrupt persisted
 	}{
 		{
@@ -151,23 +206,33 @@ func TestAnInterruptPersistsThePartialAnswerWithTheQuestion(t *testing.T) {
 				{agent: "a", chunks: []*schema.Message{toolCall()}},
 				{agent: "a", action: askUser("a", "Which city?")},
 			},
-			wantStatus: events.StatusInterrupted, wantText: "Let me check. ", wantAsked: true,
+			wantStatus: events.StatusInterrupted, wantText: "Let me check. ", wantAgent: "a", wantAsked: true,
 		},
 		{
-			name:       "an interrupt before any text persists the question alone",
+			name:       "an interrupt before any text persists the question alone, by the agent that asked",
 			steps:      []step{{agent: "a", chunks: []*schema.Message{toolCall()}}, {agent: "a", action: askUser("a", "Which city?")}},
-			wantStatus: events.StatusInterrupted, wantAsked: true,
+			wantStatus: events.StatusInterrupted, wantAgent: "a", wantAsked: true,
+		},
+		{
+			name: "an interrupt raised by another agent persists the text by the agent that wrote it",
+			steps: []step{
+				{agent: "writer", chunks: []*schema.Message{text("Let me check. ")}},
+				{agent: "writer", role: schema.Tool, whole: schema.ToolMessage("transferred", "call-1"), action: transfer("a")},
+				{agent: "a", chunks: []*schema.Message{toolCall()}},
+				{agent: "a", action: askUser("a", "Which city?")},
+			},
+			wantStatus: events.StatusInterrupted, wantText: "Let me check. ", wantAgent: "writer", wantAsked: true,
 		},
 		{
 			name:       "an error with the interrupt makes the run incomplete and not resumable",
 			steps:      []step{{agent: "a", chunks: []*schema.Message{text("Let me check. ")}}, {agent: "a", err: context.DeadlineExceeded}, {agent: "a", action: askUser("a", "Which city?")}},
-			wantStatus: events.StatusIncomplete, wantText: "Let me check. ",
+			wantStatus: events.StatusIncomplete, wantText: "Let me check. ", wantAgent: "a",
 		},
 		{
 			name:       "a turn that cannot hold an interrupt persists the text as incomplete",
 			steps:      []step{{agent: "a", chunks: []*schema.Message{text("Let me check. ")}}, {agent: "a", action: askUser("a", "Which city?")}},
 			plain:      true,
-			wantStatus: events.StatusIncomplete, wantText: "Let me check. ",
+			wantStatus: events.StatusIncomplete, wantText: "Let me check. ", wantAgent: "a",
 		},
 		{
 			name:       "a turn that cannot hold an interrupt without text persists nothing",
@@ -225,8 +290,11 @@ func TestAnInterruptPersistsThePartialAnswerWithTheQuestion(t *testing.T) {
 				}
 				return
 			}
-			if len(at.committed) != 1 || at.committed[0] != tt.wantText || at.statuses[0] != tt.wantStatus {
-				t.Fatalf("committed %q %v, want %q %s", at.committed, at.statuses, tt.wantText, tt.wantStatus)
+			if len(at.committed) != 1 || at.committed[0] != tt.wantText || at.statuses[0] != tt.wantStatus || at.agents[0] != tt.wantAgent {
+				t.Fatalf("committed %q %v by %q, want %q %s by %q", at.committed, at.statuses, at.agents, tt.wantText, tt.wantStatus, tt.wantAgent)
+			}
+			if res.Agent != tt.wantAgent {
+				t.Fatalf("result agent %q, want %q", res.Agent, tt.wantAgent)
 			}
 		})
 	}
@@ -251,5 +319,51 @@ func TestACancelBeforeTheInterruptWinsOverIt(t *testing.T) {
 	<-done
 	if err != nil || res.Status != events.StatusCancelled || res.Interrupt != nil {
 		t.Fatalf("result %+v %v, want cancelled without an interrupt", res, err)
+	}
+}
+
+// The question of an interrupt is the info of its root causes; only when
+// none has any is it the interrupt's Data (what an agent that interrupts by
+// itself, without a tool, sets).
+func TestTheQuestionIsTheRootCausesInfoElseTheInterruptsData(t *testing.T) {
+	t.Parallel()
+	rootCause := func(info any) *adk.InterruptCtx {
+		return &adk.InterruptCtx{ID: "agent:a", Address: adk.Address{{Type: adk.AddressSegmentAgent, ID: "a"}}, Info: info, IsRootCause: true}
+	}
+	tests := []struct {
+		name string
+		info *adk.InterruptInfo
+		want string
+	}{
+		{name: "A root cause's info is the question.", info: &adk.InterruptInfo{InterruptContexts: []*adk.InterruptCtx{rootCause("Which city?")}}, want: "Which city?"},
+		{name: "Without any root cause info, the interrupt's data is the question.", info: &adk.InterruptInfo{Data: "Which city?", InterruptContexts: []*adk.InterruptCtx{rootCause(nil)}}, want: "Which city?"},
+		{name: "With a root cause's info, the interrupt's data is left out.", info: &adk.InterruptInfo{Data: "internal state", InterruptContexts: []*adk.InterruptCtx{rootCause("Which city?")}}, want: "Which city?"},
+		{name: "The info of every root cause is asked, one per line.", info: &adk.InterruptInfo{Data: "internal state", InterruptContexts: []*adk.InterruptCtx{rootCause("Which city?"), rootCause("Which day?")}}, want: "Which city?\nWhich day?"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			sink := &recordingSink{}
+			iter, done := script(ctx, step{agent: "a", action: &adk.AgentAction{Interrupted: tt.info}})
+			turn := &answerTurn{}
+			res, err := newBridge(t, sink, nil).Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+			<-done
+			if err != nil || res.Status != events.StatusInterrupted {
+				t.Fatalf("got %+v, %v; want interrupted", res, err)
+			}
+			if len(turn.answers) != 1 || turn.answers[0].Interrupt == nil || turn.answers[0].Interrupt.Question != tt.want {
+				t.Fatalf("persisted %d answers (the first's interrupt: %+v), want one asking %q", len(turn.answers), turn.answers[0].Interrupt, tt.want)
+			}
+			var asked string
+			for _, e := range sink.snapshot() {
+				if e, ok := e.(*events.RunInterruptedEvent); ok {
+					asked = e.Interrupt.Question
+				}
+			}
+			if asked != tt.want {
+				t.Fatalf("run.interrupted asked %q, want %q", asked, tt.want)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cloudwego/eino/adk"
 	"github.com/cloudwego/eino/schema"
@@ -86,7 +87,8 @@ type Config struct {
 	// streaming/persisting half. When it is full the reader waits: the
 	// sink's pace bounds memory. Default DefaultBufferSize.
 	BufferSize int
-	// MaxDeltaBytes caps a coalesced token event. Default 4096.
+	// MaxDeltaBytes caps a token event's delta: deltas are coalesced up to
+	// it, and a longer one is cut at rune boundaries. Default 4096.
 	MaxDeltaBytes int
 	// Now is the clock for event timestamps. Default time.Now.
 	Now func() time.Time
@@ -502,8 +504,8 @@ func (r *runner) coordinate() (Result, error) {
 	var (
 		res        Result
 		answer     []byte
-		msgStart   = -1 // offset in answer where the current persisted message starts
-		curMsg     = -1
+		msgStart   int // offset in answer where message curMsg starts
+		curMsg     int // the message being persisted (messages count from 1)
 		sinkErr    error
 		incomplete bool
 		retry      bool // a transient model error before any content
@@ -570,14 +572,29 @@ loop:
 					res.Agent = it.agent
 				}
 				if it.stream {
-					if it.agent != deltaAgent || len(delta)+len(it.text) > r.cfg.MaxDeltaBytes {
+					if it.agent != deltaAgent {
 						flush()
 					}
 					deltaAgent = it.agent
-					delta = append(delta, it.text...)
+					// A delta longer than the cap (a whole message, a
+					// large chunk) leaves in pieces cut at rune boundaries.
+					for t := it.text; t != ""; {
+						if len(delta)+len(t) <= r.cfg.MaxDeltaBytes {
+							delta = append(delta, t...)
+							break
+						}
+						if len(delta) > 0 {
+							flush()
+							continue
+						}
+						n := runeCut(t, r.cfg.MaxDeltaBytes)
+						delta = append(delta, t[:n]...)
+						flush()
+						t = t[n:]
+					}
 				}
 			case itemToolCall:
-				if it.msg == curMsg && msgStart >= 0 {
+				if it.msg == curMsg {
 					answer = answer[:msgStart]
 				}
 			case itemErr, itemCutOff:
@@ -680,6 +697,20 @@ loop:
 	emit(func() error { return r.emit.CompletedWithUsage(ctx, res.Status, toEventsUsage(res.Usage)) })
 	res.Events = int(r.emit.Seq())
 	return res, sinkErr
+}
+
+// runeCut returns where to cut s, longer than n bytes, to keep at most n
+// bytes at a rune boundary: never 0, so a cap below a rune's size still
+// moves on by one whole rune.
+func runeCut(s string, n int) int {
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	if cut == 0 {
+		_, cut = utf8.DecodeRuneInString(s)
+	}
+	return cut
 }
 
 // sumUsage adds up the last usage each message reported, in total and by

@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -95,26 +96,27 @@ func TestRunGuarantees(t *testing.T) {
 		wantNotices  int
 		wantStatus   events.Status
 		wantPersist  string // "" means the turn must be discarded
+		wantTokens   int    // Result.Tokens: the deltas read from the model
 	}{
 		{
 			name:         "a streamed answer is streamed and persisted complete",
 			steps:        []step{{agent: "a", chunks: []*schema.Message{text("Hello "), text("there "), text("world")}}},
-			wantStreamed: "Hello there world", wantStatus: events.StatusComplete, wantPersist: "Hello there world",
+			wantStreamed: "Hello there world", wantStatus: events.StatusComplete, wantPersist: "Hello there world", wantTokens: 3,
 		},
 		{
 			name:         "a non-streamed answer is streamed as one delta and persisted complete",
 			steps:        []step{{agent: "a", whole: text("all at once")}},
-			wantStreamed: "all at once", wantStatus: events.StatusComplete, wantPersist: "all at once",
+			wantStreamed: "all at once", wantStatus: events.StatusComplete, wantPersist: "all at once", wantTokens: 1,
 		},
 		{
 			name:         "an error from the stream's Recv persists the partial answer as incomplete with one notice",
 			steps:        []step{{agent: "a", chunks: []*schema.Message{text("half "), text("an ")}, recvErr: boom}, {agent: "a", err: boom}},
-			wantStreamed: "half an ", wantNotices: 1, wantStatus: events.StatusIncomplete, wantPersist: "half an ",
+			wantStreamed: "half an ", wantNotices: 1, wantStatus: events.StatusIncomplete, wantPersist: "half an ", wantTokens: 2,
 		},
 		{
 			name:         "an event error after content persists the answer as incomplete",
 			steps:        []step{{agent: "a", chunks: []*schema.Message{text("partial")}}, {agent: "a", err: boom}},
-			wantStreamed: "partial", wantNotices: 1, wantStatus: events.StatusIncomplete, wantPersist: "partial",
+			wantStreamed: "partial", wantNotices: 1, wantStatus: events.StatusIncomplete, wantPersist: "partial", wantTokens: 1,
 		},
 		{
 			name:        "an error before any content persists nothing, not even the user message",
@@ -133,7 +135,7 @@ func TestRunGuarantees(t *testing.T) {
 		{
 			name:         "a stream cut off at the length limit is incomplete",
 			steps:        []step{{agent: "a", chunks: []*schema.Message{text("cut "), finish("off", "length")}}},
-			wantStreamed: "cut off", wantNotices: 1, wantStatus: events.StatusIncomplete, wantPersist: "cut off",
+			wantStreamed: "cut off", wantNotices: 1, wantStatus: events.StatusIncomplete, wantPersist: "cut off", wantTokens: 2,
 		},
 		{
 			name: "tool calls and tool results are neither streamed nor persisted",
@@ -143,7 +145,7 @@ func TestRunGuarantees(t *testing.T) {
 				{agent: "a", whole: toolCall()},
 				{agent: "a", chunks: []*schema.Message{text("It is "), finish("noon", "stop")}},
 			},
-			wantStreamed: "It is noon", wantStatus: events.StatusComplete, wantPersist: "It is noon",
+			wantStreamed: "It is noon", wantStatus: events.StatusComplete, wantPersist: "It is noon", wantTokens: 2,
 		},
 		{
 			name: "text before a tool call in the same message is streamed but not persisted",
@@ -151,12 +153,20 @@ func TestRunGuarantees(t *testing.T) {
 				{agent: "a", chunks: []*schema.Message{text("let me check "), toolCall()}},
 				{agent: "a", chunks: []*schema.Message{text("done")}},
 			},
-			wantStreamed: "let me check done", wantStatus: events.StatusComplete, wantPersist: "done",
+			wantStreamed: "let me check done", wantStatus: events.StatusComplete, wantPersist: "done", wantTokens: 2,
+		},
+		{
+			name: "the rest of a tool-call message after the call is neither streamed nor persisted",
+			steps: []step{
+				{agent: "a", chunks: []*schema.Message{toolCall(), text("stray text"), finish("", "length")}},
+				{agent: "a", chunks: []*schema.Message{text("done")}},
+			},
+			wantStreamed: "done", wantStatus: events.StatusComplete, wantPersist: "done", wantTokens: 1,
 		},
 		{
 			name:         "actions are skipped",
 			steps:        []step{{agent: "a", action: adk.NewExitAction()}, {agent: "a", whole: text("bye")}},
-			wantStreamed: "bye", wantStatus: events.StatusComplete, wantPersist: "bye",
+			wantStreamed: "bye", wantStatus: events.StatusComplete, wantPersist: "bye", wantTokens: 1,
 		},
 	}
 	for _, tt := range tests {
@@ -177,6 +187,9 @@ func TestRunGuarantees(t *testing.T) {
 			}
 			if res.Status != tt.wantStatus {
 				t.Fatalf("result status %s, want %s", res.Status, tt.wantStatus)
+			}
+			if n := len(sink.snapshot()); res.Tokens != tt.wantTokens || res.Events != n {
+				t.Fatalf("result counts %d tokens and %d events, want %d deltas read and the %d events emitted", res.Tokens, res.Events, tt.wantTokens, n)
 			}
 			if tt.wantPersist == "" {
 				if len(turn.committed) != 0 || turn.discarded != 1 {
@@ -588,11 +601,16 @@ func TestAbortPersistsAndEmitsNothingMore(t *testing.T) {
 	iter, done := script(genCtx, step{agent: "a", chunks: []*schema.Message{text("partial")}}, step{agent: "a", hold: hold, chunks: []*schema.Message{text("x")}})
 	sink := &recordingSink{}
 	turn := &fakeTurn{}
-	h := newBridge(t, sink, nil).Start(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn, StopGeneration: stopGen}, iter)
+	var stopped atomic.Bool
+	h := newBridge(t, sink, nil).Start(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn,
+		StopGeneration: func() { stopped.Store(true); stopGen() }}, iter)
 	sink.waitEvents(t, ctx, 2) // run.started and the first token
 	h.Abort()
+	if !stopped.Load() { // Abort calls StopGeneration before it returns
+		t.Fatal("Abort did not stop the generation")
+	}
 	_, err := h.Wait()
-	<-done
+	<-done // the script saw the generation context end
 	if !errors.Is(err, bridge.ErrAborted) {
 		t.Fatalf("Wait: %v, want ErrAborted", err)
 	}
@@ -692,11 +710,133 @@ func testTheBufferIsBounded(t *testing.T) {
 	}
 }
 
+// Deltas that pile up behind a busy sink leave as token events of up to
+// MaxDeltaBytes each: a coalesced event may reach the cap exactly.
+func TestCoalescedTokenEventsFillUpToMaxDeltaBytes(t *testing.T) {
+	t.Parallel()
+	// In a synctest bubble, synctest.Wait returns once the reader has put
+	// every delta in the buffer and the sink still holds run.started: the
+	// coordinator then takes them all at once.
+	synctest.Test(t, func(t *testing.T) {
+		ctx := testCtx(t)
+		block := make(chan struct{})
+		sink := &recordingSink{block: block}
+		iter, done := script(ctx, step{agent: "a", chunks: []*schema.Message{text("ab"), text("cd"), text("ef"), text("gh"), text("i")}})
+		h := newBridge(t, sink, func(c *bridge.Config) { c.MaxDeltaBytes = 4 }).Start(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: &fakeTurn{}}, iter)
+		synctest.Wait()
+		close(block)
+		res, err := h.Wait()
+		<-done
+		if err != nil || res.Status != events.StatusComplete {
+			t.Fatal(res, err)
+		}
+		var deltas []string
+		for _, e := range sink.snapshot() {
+			if e, ok := e.(*events.TokenEvent); ok {
+				deltas = append(deltas, e.Delta)
+			}
+		}
+		if want := []string{"abcd", "efgh", "i"}; !slices.Equal(deltas, want) {
+			t.Fatalf("token events %q, want %q (coalesced up to 4 bytes)", deltas, want)
+		}
+	})
+}
+
+// No token event's delta is longer than MaxDeltaBytes: a delta longer than
+// the cap (a whole message, a large chunk) leaves in pieces cut at rune
+// boundaries, so every token event stays valid on the wire.
+func TestADeltaLongerThanMaxDeltaBytesLeavesInPiecesCutAtRuneBoundaries(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", events.MaxDeltaBytes+1000)
+	tests := []struct {
+		name string
+		max  int // 0: the default
+		step step
+		want []string
+	}{
+		{name: "A whole message over the event limit leaves in pieces of the default cap.", step: step{agent: "a", whole: text(big)},
+			want: []string{big[:4096], big[4096:8192], big[8192:]}},
+		{name: "A streamed chunk over the cap leaves in pieces of the cap.", max: events.MaxDeltaBytes, step: step{agent: "a", chunks: []*schema.Message{text(big)}},
+			want: []string{big[:events.MaxDeltaBytes], big[events.MaxDeltaBytes:]}},
+		{name: "A piece ends before a rune that would cross the cap.", max: 4, step: step{agent: "a", whole: text("ab€€")},
+			want: []string{"ab", "€", "€"}},
+		{name: "A rune longer than the cap leaves whole, on its own.", max: 2, step: step{agent: "a", whole: text("€x")},
+			want: []string{"€", "x"}},
+		{name: "Stray continuation bytes (no rune start to cut at) leave one byte at a time until the rest fits.", max: 2, step: step{agent: "a", whole: text("\x80\x80\x80")},
+			want: []string{"\x80", "\x80\x80"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			sink := &recordingSink{}
+			turn := &fakeTurn{}
+			iter, done := script(ctx, tt.step)
+			b := newBridge(t, sink, func(c *bridge.Config) { c.MaxDeltaBytes = tt.max })
+			res, err := b.Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+			<-done
+			if err != nil || res.Status != events.StatusComplete {
+				t.Fatal(res, err)
+			}
+			summarize(t, sink.snapshot(), "run-1") // every event survives the wire
+			var deltas []string
+			for _, e := range sink.snapshot() {
+				if e, ok := e.(*events.TokenEvent); ok {
+					deltas = append(deltas, e.Delta)
+				}
+			}
+			if !slices.Equal(deltas, tt.want) {
+				t.Fatalf("token events of %d bytes, want %d", lens(deltas), lens(tt.want))
+			}
+			if whole := strings.Join(tt.want, ""); len(turn.committed) != 1 || turn.committed[0] != whole || res.Tokens != 1 {
+				t.Fatalf("committed %d answers, %d tokens read; want the whole delta, read as one", len(turn.committed), res.Tokens)
+			}
+		})
+	}
+}
+
+func lens(ss []string) []int {
+	n := make([]int, len(ss))
+	for i, s := range ss {
+		n[i] = len(s)
+	}
+	return n
+}
+
 func TestConfigValidateJoinsProblems(t *testing.T) {
 	t.Parallel()
 	err := bridge.Config{BufferSize: -1, MaxDeltaBytes: -1}.Validate()
 	if err == nil || !strings.Contains(err.Error(), "BufferSize") || !strings.Contains(err.Error(), "MaxDeltaBytes") {
 		t.Fatalf("Validate: %v", err)
+	}
+}
+
+// MaxDeltaBytes may go up to the wire's limit for a token event, and no
+// further: New accepts exactly what Validate accepts.
+func TestConfigValidateAcceptsMaxDeltaBytesUpToTheEventLimit(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		max     int
+		wantErr bool
+	}{
+		{name: "Zero (the default) is valid.", max: 0},
+		{name: "The event limit itself is valid.", max: events.MaxDeltaBytes},
+		{name: "One byte over the event limit is refused.", max: events.MaxDeltaBytes + 1, wantErr: true},
+		{name: "A negative cap is refused.", max: -1, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := bridge.Config{Sink: &recordingSink{}, MaxDeltaBytes: tt.max}
+			err := cfg.Validate()
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Validate with MaxDeltaBytes %d: %v, want an error: %v", tt.max, err, tt.wantErr)
+			}
+			if _, nerr := bridge.New(cfg); (nerr != nil) != tt.wantErr {
+				t.Fatalf("New with MaxDeltaBytes %d: %v, want an error: %v", tt.max, nerr, tt.wantErr)
+			}
+		})
 	}
 }
 
