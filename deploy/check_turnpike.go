@@ -23,7 +23,7 @@ const binDir = "/usr/local/bin/"
 // How long Turnpike's processes take to stop, mirrored from the code
 // (TestShutdownConstantsMirrorTheCode keeps them equal).
 const (
-	// serverShutdownGrace is internal/service's shutdownGrace: an HTTP
+	// serverShutdownGrace is internal/server's ShutdownGrace: an HTTP
 	// server's graceful shutdown.
 	serverShutdownGrace = 10 * time.Second
 	// kafkaWriteTimeout is the WriteTimeout of internal/topic.StreamWriter:

@@ -145,7 +145,7 @@ func TestDockerignoreLeavesOutWhatNoBinaryNeeds(t *testing.T) {
 		{"third_party/ferretdb/go.mod", true},
 		{"deploy/k8s/base/ingest.yaml", true},
 		{"go.work", true},
-		{"internal/worker/worker_test.go", true},
+		{"pkg/worker/worker_test.go", true},
 		{"go.mod", false},
 		{"go.sum", false},
 		{"cmd/ingest/main.go", false},

@@ -29,7 +29,7 @@ func TestServiceBinariesLeaveOutKubernetes(t *testing.T) {
 			t.Errorf("the binaries link %s", dep)
 		}
 	}
-	if !slices.Contains(deps, "github.com/turnpike-dev/turnpike/internal/worker") {
+	if !slices.Contains(deps, "github.com/turnpike-dev/turnpike/pkg/worker") {
 		t.Fatalf("go list -deps missed the worker: %v", deps)
 	}
 }
@@ -125,8 +125,8 @@ func constDuration(t *testing.T, file, name string) time.Duration {
 // when the code changes them, the manifests' checks must change with it.
 func TestShutdownConstantsMirrorTheCode(t *testing.T) {
 	t.Parallel()
-	if got := constDuration(t, "internal/service/services.go", "shutdownGrace"); got != serverShutdownGrace {
-		t.Errorf("internal/service shutdownGrace %v, serverShutdownGrace %v", got, serverShutdownGrace)
+	if got := constDuration(t, "internal/server/pprof.go", "ShutdownGrace"); got != serverShutdownGrace {
+		t.Errorf("internal/server ShutdownGrace %v, serverShutdownGrace %v", got, serverShutdownGrace)
 	}
 	closeTime := constDuration(t, "internal/pushgw/config.go", "DefaultWriteTimeout") + constDuration(t, "internal/pushgw/client.go", "closeLinger")
 	if closeTime != pushgwCloseTime {

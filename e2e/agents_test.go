@@ -16,9 +16,9 @@ import (
 
 	"github.com/turnpike-dev/turnpike/internal/devstack"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
-	"github.com/turnpike-dev/turnpike/internal/worker"
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // storedMessage is a message of GET …/messages with the fields of the
@@ -274,8 +274,9 @@ func TestAnInvalidAgentConfigurationFailsAtStart(t *testing.T) {
 	}
 	var cfg devstack.Config
 	cfg.KafkaAddr, cfg.MongoAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
-	cfg.MongoDB, cfg.TopicPrefix, cfg.Model, cfg.LogLevel = "turnpike", "turnpike.", "echo", "warn"
-	cfg.Worker.Worker.AgentFile = path
+	cfg.MongoDB, cfg.TopicPrefix, cfg.LogLevel = "turnpike", "turnpike.", "warn"
+	cfg.Worker = worker.DefaultConfig()
+	cfg.Worker.AgentFile = path
 	lns := devstack.Listeners{}
 	for _, p := range []*net.Listener{&lns.Ingest, &lns.Pushgw} {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")

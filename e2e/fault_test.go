@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +29,7 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // TestMain lets the test binary stand in for cmd/worker, cmd/ingest and
@@ -54,8 +58,7 @@ func runServiceProcess(role string) int {
 		c := &service.IngestConfig{}
 		cfg, run = c, func(ctx context.Context, env service.Env) error { return service.RunIngest(ctx, *c, env, ln) }
 	case "worker":
-		c := &service.WorkerConfig{}
-		cfg, run = c, func(ctx context.Context, env service.Env) error { return service.RunWorker(ctx, *c, env, ln) }
+		return runWorkerProcess(ln)
 	case "pushgw":
 		c := &service.PushgwConfig{}
 		cfg, run = c, func(ctx context.Context, env service.Env) error { return service.RunPushgw(ctx, *c, env, ln) }
@@ -64,6 +67,28 @@ func runServiceProcess(role string) int {
 		return 2
 	}
 	return service.Main(role, nil, os.LookupEnv, os.Stderr, cfg, run)
+}
+
+// runWorkerProcess runs the worker as cmd/worker does (pkg/worker's
+// Main), configured from the environment, with its ops endpoints on ln.
+func runWorkerProcess(ln net.Listener) int {
+	c, err := worker.LoadConfig(nil, os.LookupEnv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 2
+	}
+	w, err := worker.New(c, worker.WithListener(ln))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := w.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "worker stopped:", err)
+		return 1
+	}
+	return 0
 }
 
 // faultPartitions is the partition count of the fault stack's topics.

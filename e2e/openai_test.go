@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/turnpike-dev/turnpike/internal/devstack"
-	"github.com/turnpike-dev/turnpike/internal/worker"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // fakeOpenAI is a local OpenAI-compatible server speaking the streaming
@@ -220,7 +220,7 @@ func (s *sse) toolCall(id, name, args string) {
 // withOpenAI runs the worker on the fake server (TURNPIKE_MODEL=openai).
 func withOpenAI(f *fakeOpenAI, model string) stackOption {
 	return func(c *devstack.Config) {
-		c.Model, c.OpenAI.BaseURL, c.OpenAI.APIKey, c.OpenAI.Model = "openai", f.URL(), "test-key", model
+		c.Worker.Model, c.Worker.OpenAIBaseURL, c.Worker.OpenAIAPIKey, c.Worker.OpenAIModel = "openai", f.URL(), "test-key", model
 	}
 }
 
@@ -232,10 +232,10 @@ func withAgentConfig(t *testing.T, js string) stackOption {
 	if err := os.WriteFile(path, []byte(js), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return func(c *devstack.Config) { c.Worker.Worker.AgentFile = path }
+	return func(c *devstack.Config) { c.Worker.AgentFile = path }
 }
 
 // withWorker changes the worker's settings.
 func withWorker(f func(*worker.Config)) stackOption {
-	return func(c *devstack.Config) { f(&c.Worker.Worker) }
+	return func(c *devstack.Config) { f(&c.Worker) }
 }

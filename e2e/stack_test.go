@@ -13,6 +13,7 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/devstack"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/pkg/client"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // stack is a running devstack.
@@ -36,7 +37,9 @@ func startStack(t *testing.T, dir string, opts ...stackOption) *stack {
 	}
 	var cfg devstack.Config
 	cfg.KafkaAddr, cfg.MongoAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", dir
-	cfg.MongoDB, cfg.TopicPrefix, cfg.Model, cfg.LogLevel = "turnpike", "turnpike.", "echo", "warn"
+	cfg.MongoDB, cfg.TopicPrefix, cfg.LogLevel = "turnpike", "turnpike.", "warn"
+	cfg.Worker = worker.DefaultConfig()
+	cfg.Worker.EchoDelay = 0 // the echo model answers at once unless a test asks otherwise
 	// Real servers when the environment names them.
 	if v := os.Getenv("TURNPIKE_KAFKA_BROKERS"); v != "" {
 		cfg.Brokers = strings.Split(v, ",")
@@ -46,10 +49,10 @@ func startStack(t *testing.T, dir string, opts ...stackOption) *stack {
 		cfg.MongoURI, cfg.MongoDB = v, testenv.Name(t, "e2e")
 	}
 	cfg.Partitions = stackPartitions
-	cfg.Worker.Worker.RetryBackoffMin = 10 * time.Millisecond
-	cfg.Worker.Worker.RetryBackoffMax = 200 * time.Millisecond
-	cfg.Worker.Worker.SessionTimeout = 6 * time.Second
-	cfg.Worker.Worker.DrainTimeout = 5 * time.Second
+	cfg.Worker.RetryBackoffMin = 10 * time.Millisecond
+	cfg.Worker.RetryBackoffMax = 200 * time.Millisecond
+	cfg.Worker.SessionTimeout = 6 * time.Second
+	cfg.Worker.DrainTimeout = 5 * time.Second
 	for _, o := range opts {
 		o(&cfg)
 	}

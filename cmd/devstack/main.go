@@ -16,4 +16,4 @@ import (
 
 func main() { os.Exit(run()) }
 
-func run() int { return devstack.Main(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr, nil) }
+func run() int { return devstack.Main(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr) }

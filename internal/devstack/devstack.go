@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,8 +19,10 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
+	"github.com/turnpike-dev/turnpike/internal/server"
 	"github.com/turnpike-dev/turnpike/internal/service"
 	"github.com/turnpike-dev/turnpike/internal/webui"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // ReadyLine is logged once every part serves.
@@ -61,14 +64,26 @@ type Config struct {
 	PublicStreamURL string
 
 	Ingest service.IngestConfig
-	Worker service.WorkerConfig
 	Pushgw service.PushgwConfig
+	// Worker configures the worker; the devstack sets its brokers,
+	// MongoDB, topics, logs and tracing from Shared, and it serves no ops
+	// endpoints or pprof of its own (the ingest port serves the
+	// devstack's /metrics and /readyz).
+	Worker worker.Config
+	// WorkerOptions are the worker's agent and hooks (pkg/worker's
+	// options); the devstack sets their logger, registry and ready hook.
+	WorkerOptions []worker.Option
 }
 
+// modelFlags are the shared settings that are the worker's alone: its
+// RegisterFlags binds them, and only for the agent built without Go code.
+var modelFlags = []string{"model", "echo-delay", "openai-base-url", "openai-api-key", "openai-model"}
+
 // Bind registers the devstack's flags: the shared ones, its own, and the
-// services' own settings.
+// services' own settings; the worker's (pkg/worker's RegisterFlags) share
+// the flags of the settings every part reads.
 func (c *Config) Bind(set *flagenv.Set) {
-	c.Shared.BindLogFormat(set, "text")
+	c.Shared.BindWithout(set, "text", modelFlags...)
 	set.String(&c.KafkaAddr, "kafka-addr", "TURNPIKE_KAFKA_ADDR", DefaultKafkaAddr, "address of the embedded Kafka-protocol broker")
 	set.String(&c.MongoAddr, "mongo-addr", "TURNPIKE_MONGO_ADDR", DefaultMongoAddr, "address of the embedded MongoDB-compatible store")
 	set.String(&c.DataDir, "data-dir", "TURNPIKE_DATA_DIR", DefaultDataDir, "directory of the embedded broker's and store's files")
@@ -79,7 +94,7 @@ func (c *Config) Bind(set *flagenv.Set) {
 	set.String(&c.DevUser, "dev-user", "TURNPIKE_DEV_USER", DefaultDevUser, "user of the printed dev token")
 	set.String(&c.PublicStreamURL, "public-stream-url", "TURNPIKE_PUBLIC_STREAM_URL", "",
 		"push gateway WebSocket URL for the demo page; {host} is the page's host name (default: the gateway's listener)")
-	c.Worker.Worker.BindFlags(set)
+	set.Fail(c.Worker.RegisterFlags(set.FlagSet(), set.Lookup(), c.WorkerOptions...))
 	c.Ingest.Ingest.BindFlags(set)
 	c.Pushgw.Pushgw.BindFlags(set)
 }
@@ -211,14 +226,18 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 	if lns.Pushgw == nil {
 		ports = append(ports, port{env: "TURNPIKE_PUSHGW_ADDR", addr: c.PushgwAddr, keep: &lns.Pushgw})
 	}
+	var pprofLn net.Listener
 	if c.PprofAddr != "" {
-		ports = append(ports, port{env: "TURNPIKE_PPROF_ADDR", addr: c.PprofAddr})
+		ports = append(ports, port{env: "TURNPIKE_PPROF_ADDR", addr: c.PprofAddr, keep: &pprofLn})
 	}
 	if err := listenAll(ports); err != nil {
 		return fmt.Errorf("devstack: %w", err)
 	}
 	defer lns.Ingest.Close()
 	defer lns.Pushgw.Close()
+	if pprofLn != nil {
+		defer pprofLn.Close()
+	}
 	st.IngestAddr, st.PushgwAddr = lns.Ingest.Addr().String(), lns.Pushgw.Addr().String()
 
 	if c.AuthSecret == "" {
@@ -277,10 +296,11 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 			once.Do(func() { readyc <- struct{}{} })
 		}}
 	}
-	ic, wc, pc := c.Ingest, c.Worker, c.Pushgw
-	ic.Shared, wc.Shared, pc.Shared = c.Shared, c.Shared, c.Shared
-	ic.PprofAddr, wc.PprofAddr, pc.PprofAddr = "", "", "" // one for the process, below
-	ic.Ingest.MaxContentBytes = wc.Worker.MaxContentBytes // one flag for both
+	ic, pc := c.Ingest, c.Pushgw
+	ic.Shared, pc.Shared = c.Shared, c.Shared
+	ic.PprofAddr, pc.PprofAddr = "", "" // one for the process, below
+	wc := c.workerConfig()
+	ic.Ingest.MaxContentBytes = wc.MaxContentBytes // one flag for both
 	// The demo page signs in by picking a user: the devstack mints tokens.
 	ic.Ingest.DevTokens = true
 	ic.PublicStreamURL = cmp.Or(c.PublicStreamURL, pageStreamURL(st.PushgwAddr))
@@ -289,7 +309,6 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 	pc.Pushgw.AllowedOrigins = append(pageOrigins(st.IngestAddr), pc.Pushgw.AllowedOrigins...)
 	ic.Ingest.DevTokenOrigins = pc.Pushgw.AllowedOrigins
 	ic.Ingest.DevTokensRemote = c.DevTokensRemote
-	wc.Addr = "" // the ingest port serves the devstack's /metrics and /readyz
 
 	// The push gateway outlives ingest and worker so that the events of
 	// draining runs still reach clients. A failure anywhere stops it all.
@@ -312,8 +331,16 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 	var front, back errgroup.Group
 	back.Go(func() error { return fail(service.RunPushgw(pushCtx, pc, env("pushgw"), lns.Pushgw)) })
 	front.Go(func() error { return fail(service.RunIngest(frontCtx, ic, env("ingest"), lns.Ingest)) })
-	front.Go(func() error { return fail(service.RunWorker(frontCtx, wc, env("worker"), nil)) })
-	front.Go(func() error { return fail(service.ServePprof(frontCtx, c.PprofAddr, log)) })
+	front.Go(func() error {
+		we := env("worker")
+		opts := append(slices.Clip(c.WorkerOptions), worker.WithLogger(we.Logger), worker.WithRegistry(reg), worker.WithReady(we.Ready))
+		w, err := worker.New(wc, opts...)
+		if err == nil {
+			err = w.Run(frontCtx)
+		}
+		return fail(err)
+	})
+	front.Go(func() error { return fail(server.ServePprof(frontCtx, pprofLn, log)) })
 	front.Go(func() error {
 		for range parts {
 			select {
@@ -336,6 +363,30 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 		return stopCause(cause, ferr, berr)
 	}
 	return errors.Join(ferr, berr)
+}
+
+// workerConfig is the worker's configuration: c.Worker with the settings
+// every part shares taken from c.Shared (the embedded broker's and
+// store's addresses included), and no ops or pprof server of its own.
+func (c Config) workerConfig() worker.Config {
+	w := c.Worker
+	w.Brokers, w.MongoURI, w.MongoDB, w.MongoPool = c.Brokers, c.MongoURI, c.MongoDB, c.MongoPool
+	w.TopicPrefix, w.LogLevel, w.LogFormat = c.TopicPrefix, c.LogLevel, c.LogFormat
+	w.OTLPEndpoint, w.TraceSampleRatio = c.OTLPEndpoint, c.TraceSampleRatio
+	if c.Partitions > 0 {
+		w.Partitions = c.Partitions
+	}
+	w.Addr, w.PprofAddr = "", ""
+	return w
+}
+
+// SharedOf is the shared settings of a worker configuration, for a
+// devstack configured through its worker's (pkg/devstack, turnpiketest).
+func SharedOf(w worker.Config) service.Shared {
+	return service.Shared{Brokers: w.Brokers, MongoURI: w.MongoURI, MongoDB: w.MongoDB, MongoPool: w.MongoPool, TopicPrefix: w.TopicPrefix,
+		Model: w.Model, EchoDelay: w.EchoDelay, OpenAI: service.OpenAIConfig{BaseURL: w.OpenAIBaseURL, APIKey: w.OpenAIAPIKey, Model: w.OpenAIModel},
+		LogLevel: w.LogLevel, LogFormat: w.LogFormat, Partitions: w.Partitions, PprofAddr: w.PprofAddr, OTLPEndpoint: w.OTLPEndpoint,
+		TraceSampleRatio: w.TraceSampleRatio}
 }
 
 // stopCause is the error of a devstack stopped by cause: cause, and any

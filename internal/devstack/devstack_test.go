@@ -14,6 +14,7 @@ import (
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 func TestPageStreamURL(t *testing.T) {
@@ -136,8 +137,9 @@ func TestABadAgentFileIsTheOnlyErrorReported(t *testing.T) {
 	}
 	c := Config{KafkaAddr: "127.0.0.1:0", MongoAddr: "127.0.0.1:0", IngestAddr: "127.0.0.1:0", PushgwAddr: "127.0.0.1:0",
 		DataDir: filepath.Join(dir, "data")}
-	c.Model, c.MongoDB = "echo", "turnpike"
-	c.Worker.Worker.AgentFile = file
+	c.MongoDB = "turnpike"
+	c.Worker = worker.DefaultConfig()
+	c.Worker.AgentFile = file
 	err := Run(ctx, c, Listeners{}, slog.New(slog.DiscardHandler), nil)
 	if err == nil || !strings.Contains(err.Error(), `unknown tool "rm_rf"`) {
 		t.Fatalf("Run = %v, want the agent file's problem", err)

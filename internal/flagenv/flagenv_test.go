@@ -1,6 +1,7 @@
 package flagenv_test
 
 import (
+	"errors"
 	"flag"
 	"io"
 	"reflect"
@@ -175,5 +176,83 @@ func TestSplitList(t *testing.T) {
 				t.Fatalf("SplitList(%q) = %#v, want %#v", tt.in, got, tt.want)
 			}
 		})
+	}
+}
+
+// Two configurations that share settings bind them on one flag set (the
+// devstack: the worker's settings beside ingest's and the push gateway's):
+// each shared flag is registered once, and writes both configurations,
+// from the first binding's default and environment variable to the value
+// given on the command line.
+func TestASharedFlagWritesEveryConfigurationThatBindsIt(t *testing.T) {
+	t.Parallel()
+	allEnv := map[string]string{
+		"TURNPIKE_ADDR": ":9000", "TURNPIKE_N": "7", "TURNPIKE_BROKERS": "k1:9092,k2:9092",
+	}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	first := flagenv.New(fs, env(allEnv))
+	var a config
+	bind(first, &a)
+	second := flagenv.New(fs, env(nil)) // another configuration, another lookup
+	var b config
+	var own string
+	bind(second, &b)
+	second.String(&own, "own", "TURNPIKE_OWN", "mine", "a setting of the second only")
+	if err := second.Err(); err != nil {
+		t.Fatalf("binding twice: %v", err)
+	}
+	want := config{addr: ":9000", n: 7, delay: 20 * time.Millisecond, brokers: []string{"k1:9092", "k2:9092"}}
+	if !reflect.DeepEqual(b, want) || !reflect.DeepEqual(a, want) {
+		t.Fatalf("before parsing: first %+v, second %+v; want both %+v (the first binding's defaults and environment)", a, b, want)
+	}
+	if err := first.Parse([]string{"-addr", ":1", "-n=3", "-delay", "1s", "-verbose", "-brokers", "x:1", "-own", "yours"}); err != nil {
+		t.Fatal(err)
+	}
+	want = config{addr: ":1", n: 3, delay: time.Second, verbose: true, brokers: []string{"x:1"}}
+	if !reflect.DeepEqual(a, want) || !reflect.DeepEqual(b, want) || own != "yours" {
+		t.Fatalf("after parsing: first %+v, second %+v, own %q; want both %+v and yours", a, b, own, want)
+	}
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n != 6 {
+		t.Errorf("%d flags registered, want 6: each shared one once", n)
+	}
+}
+
+// A setting bound twice with two types is an error of the binding, not a
+// panic.
+func TestASharedFlagOfAnotherTypeIsReported(t *testing.T) {
+	t.Parallel()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	var s string
+	var n int
+	flagenv.New(fs, env(nil)).String(&s, "n", "TURNPIKE_N", "x", "a string")
+	second := flagenv.New(fs, env(nil))
+	second.Int(&n, "n", "TURNPIKE_N", 5, "a number")
+	if err := second.Err(); err == nil || !strings.Contains(err.Error(), "-n") {
+		t.Fatalf("Err = %v, want the flag named", err)
+	}
+}
+
+// -h shows a shared flag as any other: its type and its default.
+func TestHelpShowsASharedFlagAsAnyOther(t *testing.T) {
+	t.Parallel()
+	help := func(share bool) string {
+		var out strings.Builder
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(&out)
+		var a, b config
+		bind(flagenv.New(fs, env(nil)), &a)
+		if share {
+			bind(flagenv.New(fs, env(nil)), &b)
+		}
+		if err := fs.Parse([]string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+			t.Fatalf("-h: %v", err)
+		}
+		return out.String()
+	}
+	if alone, shared := help(false), help(true); shared != alone {
+		t.Errorf("-h with shared flags:\n%s\nwithout:\n%s", shared, alone)
 	}
 }

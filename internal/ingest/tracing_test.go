@@ -23,7 +23,7 @@ func TestAPostContinuesTheCallersTraceIntoTheRequestRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	exp := tracetest.NewInMemoryExporter()
-	tr, err := tracing.New(ctx, tracing.Config{ServiceName: "ingest", Exporter: exp})
+	tr, err := tracing.New(ctx, tracing.Config{ServiceName: "ingest", SampleRatio: 1, Exporter: exp})
 	if err != nil {
 		t.Fatal(err)
 	}

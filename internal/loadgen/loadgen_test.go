@@ -13,6 +13,7 @@ import (
 
 	"github.com/turnpike-dev/turnpike/internal/devstack"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // testStack is a running in-process devstack.
@@ -28,7 +29,9 @@ func startStack(t *testing.T) testStack {
 	t.Helper()
 	var cfg devstack.Config
 	cfg.KafkaAddr, cfg.MongoAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
-	cfg.MongoDB, cfg.TopicPrefix, cfg.Model, cfg.LogLevel = "turnpike", "turnpike.", "echo", "warn"
+	cfg.MongoDB, cfg.TopicPrefix, cfg.LogLevel = "turnpike", "turnpike.", "warn"
+	cfg.Worker = worker.DefaultConfig()
+	cfg.Worker.EchoDelay = 0 // the echo model answers at once unless a test asks otherwise
 	if v := os.Getenv("TURNPIKE_KAFKA_BROKERS"); v != "" {
 		cfg.Brokers = strings.Split(v, ",")
 		cfg.TopicPrefix = testenv.Name(t, "lg") + "."
@@ -36,9 +39,9 @@ func startStack(t *testing.T) testStack {
 	if v := os.Getenv("TURNPIKE_MONGO_URI"); v != "" {
 		cfg.MongoURI, cfg.MongoDB = v, testenv.Name(t, "lg")
 	}
-	cfg.Worker.Worker.Partitions = 4
-	cfg.Worker.Worker.SessionTimeout = 6 * time.Second
-	cfg.Worker.Worker.DrainTimeout = 5 * time.Second
+	cfg.Worker.Partitions = 4
+	cfg.Worker.SessionTimeout = 6 * time.Second
+	cfg.Worker.DrainTimeout = 5 * time.Second
 	ingestLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

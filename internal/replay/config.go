@@ -9,8 +9,8 @@ import (
 
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
 	"github.com/turnpike-dev/turnpike/internal/service"
-	"github.com/turnpike-dev/turnpike/internal/worker"
 	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // Modes of a replay.
@@ -312,9 +312,6 @@ func (c Config) validateShadow() []error {
 		if c.Agent == AgentDirect {
 			errs = append(errs, errors.New("agent direct cannot run an agent configuration file (tools, sub-agents): use -agent adk"))
 		}
-		if _, err := worker.LoadAgentConfig(c.AgentFile); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	if c.ShadowMongoDB == "" {
 		return errs
@@ -326,6 +323,20 @@ func (c Config) validateShadow() []error {
 		errs = append(errs, fmt.Errorf("shadow-mongo-db %q is the live database (TURNPIKE_MONGO_DB): shadow never writes live history; choose another name", c.ShadowMongoDB))
 	}
 	return errs
+}
+
+// WorkerConfig is the worker configuration of the agent a shadow replay
+// runs: the model, the agent file, the agent's name and instruction, the
+// window, the run timeout and the content limit, as the worker reads them.
+func (c Config) WorkerConfig() worker.Config {
+	c.setDefaults()
+	w := worker.DefaultConfig()
+	w.Model, w.EchoDelay = c.Model, c.EchoDelay
+	w.OpenAIBaseURL, w.OpenAIAPIKey, w.OpenAIModel = c.OpenAI.BaseURL, c.OpenAI.APIKey, c.OpenAI.Model
+	w.AgentFile, w.AgentName, w.Instruction = c.AgentFile, c.AgentName, c.Instruction
+	w.WindowMessages, w.RunTimeout, w.MaxContentBytes = c.WindowMessages, c.RunTimeout, c.MaxContentBytes
+	w.LogLevel, w.LogFormat = c.LogLevel, c.LogFormat
+	return w
 }
 
 // parsePartitions parses "0,3,5".

@@ -7,11 +7,9 @@ import (
 	"io"
 	"os"
 
-	"github.com/cloudwego/eino/components/model"
+	"log/slog"
 
-	"github.com/turnpike-dev/turnpike/internal/worker"
-	"github.com/turnpike-dev/turnpike/pkg/bridge"
-	"github.com/turnpike-dev/turnpike/pkg/history"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // Connect builds the dependencies a replay needs from cfg, as cmd/replay
@@ -51,15 +49,12 @@ func Connect(ctx context.Context, cfg Config, stderr io.Writer) (d Deps, closeDe
 		closers = append(closers, closeStore)
 		d.Decisions = store
 	case ModeShadow:
-		m, err := cfg.NewModel()
-		if err != nil {
-			return Deps{}, closeDeps, err
-		}
-		d.Model = m
 		if cfg.AgentFile != "" {
-			if d.Agent, d.Persist, err = fileAgent(ctx, cfg, m); err != nil {
+			if d.Step, err = fileStep(cfg, d.Logger); err != nil {
 				return Deps{}, closeDeps, err
 			}
+		} else if d.Model, err = cfg.NewModel(); err != nil {
+			return Deps{}, closeDeps, err
 		}
 		if cfg.ShadowMongoDB != "" {
 			sh := cfg.Shared
@@ -75,21 +70,14 @@ func Connect(ctx context.Context, cfg Config, stderr io.Writer) (d Deps, closeDe
 	return d, closeDeps, nil
 }
 
-// fileAgent builds the agent of cfg.AgentFile as the worker would, with m
-// as its default model. Interrupted runs are checkpointed in memory: a
-// shadow replay never resumes them.
-func fileAgent(ctx context.Context, cfg Config, m model.ToolCallingChatModel) (Agent, bridge.Predicate, error) {
-	spec, err := worker.LoadAgentConfig(cfg.AgentFile)
+// fileStep is the worker's run step for cfg.AgentFile's agent, with m's
+// settings as its default model: the window, compaction and what is
+// persisted are the worker's. Interrupted runs are checkpointed in the
+// shadow store.
+func fileStep(cfg Config, log *slog.Logger) (Step, error) {
+	st, err := worker.NewStep(cfg.WorkerConfig(), worker.WithLogger(log))
 	if err != nil {
-		return nil, nil, err
+		return nil, fmt.Errorf("agent config %s: %w", cfg.AgentFile, err)
 	}
-	models, err := cfg.NewAgentModels(spec, os.Getenv)
-	if err != nil {
-		return nil, nil, err
-	}
-	fa, err := worker.NewFileAgent(ctx, spec, worker.Deps{Store: history.NewMemoryStore(), Model: m, ModelName: cfg.ModelName(), Models: models})
-	if err != nil {
-		return nil, nil, fmt.Errorf("agent config %s: %w", cfg.AgentFile, err)
-	}
-	return fa, fa.Persist(), nil
+	return st, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudwego/eino/adk"
 	"github.com/cloudwego/eino/components/model"
 	"github.com/cloudwego/eino/schema"
 	"github.com/segmentio/kafka-go"
@@ -22,10 +24,10 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/service"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
-	"github.com/turnpike-dev/turnpike/internal/worker"
 	"github.com/turnpike-dev/turnpike/pkg/echo"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // testPartitions is the partition count of every test topic.
@@ -191,19 +193,24 @@ func (e *env) waitHandled(t *testing.T, ctx context.Context) {
 // or stop is called.
 func (e *env) startWorker(t *testing.T, ctx context.Context, store history.Store, m model.ToolCallingChatModel, tweak func(*worker.Config)) (stop func()) {
 	t.Helper()
-	if m == nil {
-		var err error
-		if m, err = echo.New(echo.Config{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := worker.Config{Brokers: e.brokers, Topics: e.names, GroupID: e.group, Partitions: testPartitions,
-		RetryBackoffMin: 5 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond, SessionTimeout: 6 * time.Second,
-		DrainTimeout: 2 * time.Second, CommitInterval: 20 * time.Millisecond}
+	cfg := worker.DefaultConfig()
+	cfg.Brokers, cfg.TopicPrefix, cfg.GroupID, cfg.Partitions = e.brokers, e.prefix, e.group, testPartitions
+	cfg.RetryBackoffMin, cfg.RetryBackoffMax, cfg.SessionTimeout = 5*time.Millisecond, 50*time.Millisecond, 6*time.Second
+	cfg.DrainTimeout, cfg.CommitInterval = 2*time.Second, 20*time.Millisecond
+	cfg.EchoDelay, cfg.Addr = 0, ""
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	w, err := worker.New(cfg, worker.Deps{Store: store, Model: m})
+	opts := []worker.Option{worker.WithStore(store), worker.WithLogger(slog.New(slog.DiscardHandler))}
+	if m != nil {
+		// The agent cmd/worker builds, on m.
+		agent, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: DefaultAgentName, Description: "Turnpike conversation agent", Model: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts = append(opts, worker.WithAgent(agent))
+	}
+	w, err := worker.New(cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

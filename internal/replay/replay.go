@@ -27,6 +27,11 @@ type Decisions interface {
 	Lookup(ctx context.Context, id events.Identity, requestID string) (history.Committed, bool, error)
 }
 
+// Step runs one request against a store, as pkg/worker's Step does.
+type Step interface {
+	Run(ctx context.Context, req events.Request, store history.Store, sink bridge.Sink) (bridge.Result, error)
+}
+
 // Deps are a replay's collaborators.
 type Deps struct {
 	// Decisions (redrive) is the live store, read only: requests already
@@ -38,14 +43,13 @@ type Deps struct {
 	Model model.ToolCallingChatModel
 	// Agent (shadow), if set, is run instead of NewAgent's.
 	Agent Agent
-	// AgentFor (shadow), if set, builds the agent of each request (an
-	// agent written in Go, pkg/replay): it is called concurrently for
-	// requests of different conversations. Agent and Model are then
-	// unused. An error ends that request's line with status error.
-	AgentFor func(ctx context.Context, req events.Request) (Agent, error)
-	// Persist (shadow) selects the messages of the answer, as the
-	// worker's. Default: assistant text of any agent.
-	Persist bridge.Predicate
+	// Step (shadow), if set, runs each request as the worker does: the
+	// worker's own run step (pkg/worker's Step, of an agent configuration
+	// file or of an agent written in Go, pkg/replay), against the shadow
+	// store with a sink that keeps nothing. Agent and Model are then
+	// unused. It is called concurrently for requests of different
+	// conversations.
+	Step Step
 	// ShadowStore (shadow) keeps the rebuilt histories. Default: a fresh
 	// history.MemoryStore, rebuilt from the report on resume. Never the
 	// live store.
@@ -92,7 +96,7 @@ func Run(ctx context.Context, cfg Config, d Deps) (*Summary, error) {
 	switch {
 	case cfg.Mode == ModeRedrive && d.Decisions == nil:
 		return nil, errors.New("redrive needs the live store to look decisions up (set -mongo-uri or TURNPIKE_MONGO_URI)")
-	case cfg.Mode == ModeShadow && d.Agent == nil && d.Model == nil:
+	case cfg.Mode == ModeShadow && d.Step == nil && d.Agent == nil && d.Model == nil:
 		return nil, errors.New("shadow needs a model or an agent")
 	}
 	r, err := newRun(ctx, cfg, d)

@@ -53,8 +53,11 @@ type shadowRun struct {
 	store  history.Store
 	bridge *bridge.Bridge
 	// abort is closed when the drain deadline after an interrupt passed:
-	// runs still going are aborted (and replayed on resume).
-	abort chan struct{}
+	// runs still going are aborted (and replayed on resume). abortCtx
+	// ends then too, for Deps.Step.
+	abort       chan struct{}
+	abortCtx    context.Context
+	cancelAbort context.CancelFunc
 
 	mu    sync.Mutex // guards convs
 	convs map[string]*conv
@@ -76,8 +79,10 @@ func (r *run) shadow(ctx context.Context) error {
 		r.seed = nil
 		s.store = mem
 	}
+	s.abortCtx, s.cancelAbort = context.WithCancel(context.Background())
+	defer s.cancelAbort()
 	s.agent = r.d.Agent
-	if s.agent == nil && r.d.AgentFor == nil {
+	if s.agent == nil && r.d.Step == nil {
 		ac := AgentConfig{Name: r.cfg.AgentName, Instruction: r.cfg.Instruction, Model: r.d.Model}
 		var a Agent
 		var err error
@@ -91,7 +96,7 @@ func (r *run) shadow(ctx context.Context) error {
 		}
 		s.agent = a
 	}
-	b, err := bridge.New(bridge.Config{Sink: discardSink{}, BufferSize: shadowBufferSize, Logger: r.d.Logger, Now: r.d.Now, Persist: r.d.Persist})
+	b, err := bridge.New(bridge.Config{Sink: discardSink{}, BufferSize: shadowBufferSize, Logger: r.d.Logger, Now: r.d.Now})
 	if err != nil {
 		return err
 	}
@@ -108,6 +113,7 @@ func (r *run) shadow(ctx context.Context) error {
 		select {
 		case <-t.C:
 			close(s.abort)
+			s.cancelAbort()
 		case <-finished:
 		}
 	})
@@ -299,6 +305,9 @@ func (s *shadowRun) runJob(ctx context.Context, j *job) (Line, bool) {
 		l.Status, l.Error = string(c.Status), "duplicate request id: decided before, not run again"
 		return l, true
 	}
+	if s.d.Step != nil {
+		return s.runStep(ctx, l, start, req)
+	}
 	pending := history.Begin(s.store, id, req.RequestID, req.Content, req.CreatedAt)
 	window, err := pending.Window(ctx, s.cfg.WindowMessages)
 	if err != nil {
@@ -307,14 +316,7 @@ func (s *shadowRun) runJob(ctx context.Context, j *job) (Line, bool) {
 	}
 	runCtx, stopGeneration := context.WithTimeout(ctx, s.cfg.RunTimeout)
 	defer stopGeneration()
-	agent := s.agent
-	if s.d.AgentFor != nil {
-		if agent, err = s.d.AgentFor(runCtx, req); err != nil {
-			l.Status, l.Error = StatusError, fmt.Sprintf("build agent: %v", err)
-			return l, true
-		}
-	}
-	iter := agent.Run(runCtx, toMessages(window))
+	iter := s.agent.Run(runCtx, toMessages(window))
 	h := s.bridge.Start(ctx, bridge.Run{Identity: id, RequestID: req.RequestID, RunID: newRunID(), Turn: pending, StopGeneration: stopGeneration}, iter)
 	select {
 	case <-h.Done():
@@ -330,6 +332,37 @@ func (s *shadowRun) runJob(ctx context.Context, j *job) (Line, bool) {
 	l.LatencyMS = float64(lat.Microseconds()) / 1000
 	l.Status = string(res.Status)
 	switch {
+	case err != nil:
+		l.Status, l.Error = StatusError, err.Error()
+	case res.ModelErr != nil:
+		l.Error = res.ModelErr.Error()
+		if res.Answer == "" {
+			l.Status = string(events.StatusFailed)
+		}
+	}
+	s.stats.tokens.Add(int64(res.Tokens))
+	s.stats.lat.add(lat)
+	return l, true
+}
+
+// runStep runs req through Deps.Step, aborted when the drain deadline
+// after an interrupt passed or when ctx ends (a failed replay).
+func (s *shadowRun) runStep(ctx context.Context, l Line, start time.Time, req events.Request) (Line, bool) {
+	stepCtx, cancel := context.WithCancel(s.abortCtx)
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	res, err := s.d.Step.Run(stepCtx, req, s.store, discardSink{})
+	lat := time.Since(start)
+	if errors.Is(err, bridge.ErrAborted) || (err != nil && stepCtx.Err() != nil) {
+		return l, false
+	}
+	l.Answer, l.Agent, l.Tokens = res.Answer, res.Agent, res.Tokens
+	l.LatencyMS = float64(lat.Microseconds()) / 1000
+	l.Status = string(res.Status)
+	switch {
+	case errors.Is(err, bridge.ErrModelRetry):
+		// The worker would retry it; a shadow replay reports the failure.
+		l.Status, l.Error = string(events.StatusFailed), err.Error()
 	case err != nil:
 		l.Status, l.Error = StatusError, err.Error()
 	case res.ModelErr != nil:

@@ -1,14 +1,21 @@
 package service_test
 
 import (
+	"context"
 	"flag"
 	"io"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
 	"github.com/turnpike-dev/turnpike/internal/service"
+	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/webui"
+	"github.com/turnpike-dev/turnpike/pkg/client"
 )
 
 // cmd/ingest never mints dev tokens: no flag or environment variable turns
@@ -42,5 +49,42 @@ func TestIngestConfigRefusesABadPublicStreamURL(t *testing.T) {
 	c := service.IngestConfig{PublicStreamURL: "http://localhost:8081/v1/stream"}
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "ws:// or wss://") {
 		t.Fatalf("Validate: %v, want the stream URL refused", err)
+	}
+}
+
+// Ingest creates the requests topic itself: a message POSTed before any
+// worker has started is queued (202), not refused with 503 for an unknown
+// topic, so the services may start in any order.
+func TestIngestQueuesAMessageBeforeAnyWorkerHasStarted(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	secret := strings.Repeat("s", 32)
+	brokers := []string{testenv.EmbeddedKafka(t, embedded.KafkaConfig{}).Addr()}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := service.IngestConfig{Shared: service.Shared{Brokers: brokers, MongoURI: testenv.MongoURI(t), MongoDB: testenv.Name(t, "ingest"),
+		AuthSecret: secret, TopicPrefix: testenv.Name(t, "ingest") + ".", Model: "echo", Partitions: 2}}
+	runCtx, stop := context.WithCancel(ctx)
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- service.RunIngest(runCtx, c, service.Env{Ready: func() { close(ready) }}, ln) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("RunIngest: %v", err)
+	}
+	tok, err := auth.Mint(secret, auth.DefaultTenant, "ann", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &client.Client{BaseURL: "http://" + ln.Addr().String(), Token: tok}
+	if _, err := cl.Send(ctx, "c1", "hello", client.SendOptions{}); err != nil {
+		t.Errorf("a message before any worker: %v", err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("RunIngest: %v", err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,12 +19,7 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/server"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/internal/webui"
-	"github.com/turnpike-dev/turnpike/internal/worker"
-	"github.com/turnpike-dev/turnpike/pkg/history"
 )
-
-// shutdownGrace bounds the HTTP servers' graceful shutdown.
-const shutdownGrace = 10 * time.Second
 
 // Env carries what a service needs from its process: a logger, a metrics
 // registry, and a hook called once the service serves.
@@ -146,122 +140,24 @@ func RunIngest(ctx context.Context, c IngestConfig, env Env, ln net.Listener) er
 			return fmt.Errorf("ingest: %w", err)
 		}
 	}
+	pprofLn, err := server.ListenPprof(c.PprofAddr)
+	if err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	if pprofLn != nil {
+		defer pprofLn.Close()
+	}
 	// The requests topic must exist for the first POST, whether or not a
 	// worker has started yet; the control topic for the completions reader.
 	if err := topic.Ensure(ctx, c.Brokers, c.partitions(), c.Topics().Requests, c.Topics().Control); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return ServePprof(gctx, c.PprofAddr, env.Logger) })
+	g.Go(func() error { return server.ServePprof(gctx, pprofLn, env.Logger) })
 	g.Go(func() error { return svc.Run(gctx) })
-	g.Go(func() error { return server.Serve(gctx, ln, mux, shutdownGrace) })
+	g.Go(func() error { return server.Serve(gctx, ln, mux, server.ShutdownGrace) })
 	env.Logger.Info("ingest listening", slog.String("addr", ln.Addr().String()))
 	env.ready()
-	return g.Wait()
-}
-
-// WorkerConfig configures cmd/worker.
-type WorkerConfig struct {
-	Shared
-	Addr   string // TURNPIKE_WORKER_ADDR: health and metrics, default ":8082"
-	Worker worker.Config
-	// Custom, if set, is the agent, written in Go (pkg/worker), instead of
-	// the agent configuration file's; not a flag.
-	Custom *worker.Custom
-}
-
-// Bind registers the worker flags.
-func (c *WorkerConfig) Bind(set *flagenv.Set) {
-	c.Shared.Bind(set)
-	set.String(&c.Addr, "addr", "TURNPIKE_WORKER_ADDR", ":8082", "listen address of /healthz, /readyz and /metrics")
-	c.Worker.BindFlags(set)
-}
-
-// Validate reports every problem, those of the agent configuration file
-// (TURNPIKE_AGENT_CONFIG) included.
-func (c WorkerConfig) Validate() error {
-	w := c.Worker
-	w.Brokers = c.Brokers
-	errs := []error{c.Shared.validate(true, true, false), w.Validate()}
-	if c.Model == "openai" && c.OpenAI.Model == "" {
-		errs = append(errs, errors.New("TURNPIKE_OPENAI_MODEL is required with TURNPIKE_MODEL=openai"))
-	}
-	if _, err := c.agentConfig(); err != nil {
-		errs = append(errs, err)
-	}
-	if c.Custom != nil && c.Worker.AgentFile != "" {
-		errs = append(errs, errors.New("TURNPIKE_AGENT_CONFIG is set, but the worker runs an agent written in Go"))
-	}
-	return errors.Join(errs...)
-}
-
-// agentConfig loads the agent configuration file, if one is set.
-func (c WorkerConfig) agentConfig() (*worker.AgentConfig, error) {
-	if c.Worker.AgentFile == "" {
-		return nil, nil
-	}
-	return worker.LoadAgentConfig(c.Worker.AgentFile)
-}
-
-// RunWorker runs the worker until ctx ends; with a non-nil ln it also
-// serves the ops endpoints there (or on c.Addr when ln is nil and c.Addr
-// is set).
-func RunWorker(ctx context.Context, c WorkerConfig, env Env, ln net.Listener) error {
-	env = env.withDefaults()
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	store, pingMongo, closeStore, err := c.OpenStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	return runWorker(ctx, c, env, ln, store, pingMongo)
-}
-
-func runWorker(ctx context.Context, c WorkerConfig, env Env, ln net.Listener, store history.Store, pingMongo func(context.Context) error) error {
-	m, err := c.NewModel()
-	if err != nil {
-		return err
-	}
-	agent, err := c.agentConfig()
-	if err != nil {
-		return err
-	}
-	models, err := c.NewAgentModels(agent, os.Getenv)
-	if err != nil {
-		return err
-	}
-	wc := c.Worker
-	wc.Brokers, wc.Topics = c.Brokers, c.Topics()
-	if c.Partitions > 0 { // TURNPIKE_PARTITIONS, shared by every service
-		wc.Partitions = c.Partitions
-	}
-	tr, err := c.NewTracing(ctx, "worker")
-	if err != nil {
-		return err
-	}
-	defer tr.Shutdown(context.WithoutCancel(ctx))
-	w, err := worker.New(wc, worker.Deps{Store: store, Model: m, ModelName: c.ModelName(), Agent: agent, Models: models,
-		Registerer: env.Registry, Logger: env.Logger, Tracing: tr, Custom: c.Custom,
-		// Ready once the topics exist: ingest's produce needs them.
-		Ready: env.ready})
-	if err != nil {
-		return err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return ServePprof(gctx, c.PprofAddr, env.Logger) })
-	g.Go(func() error { return w.Run(gctx) })
-	if ln == nil && c.Addr != "" {
-		if ln, err = net.Listen("tcp", c.Addr); err != nil {
-			return fmt.Errorf("worker: %w", err)
-		}
-	}
-	if ln != nil {
-		mux := http.NewServeMux()
-		server.HandleOps(mux, env.Registry, kafkaCheck(c.Brokers), server.Check{Name: "mongo", Fn: pingMongo})
-		g.Go(func() error { return server.Serve(gctx, ln, mux, shutdownGrace) })
-	}
 	return g.Wait()
 }
 
@@ -318,10 +214,17 @@ func RunPushgw(ctx context.Context, c PushgwConfig, env Env, ln net.Listener) er
 			return fmt.Errorf("pushgw: %w", err)
 		}
 	}
+	pprofLn, err := server.ListenPprof(c.PprofAddr)
+	if err != nil {
+		return fmt.Errorf("pushgw: %w", err)
+	}
+	if pprofLn != nil {
+		defer pprofLn.Close()
+	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return ServePprof(gctx, c.PprofAddr, env.Logger) })
+	g.Go(func() error { return server.ServePprof(gctx, pprofLn, env.Logger) })
 	g.Go(func() error { return gw.Run(gctx) })
-	g.Go(func() error { return server.Serve(gctx, ln, mux, shutdownGrace) })
+	g.Go(func() error { return server.Serve(gctx, ln, mux, server.ShutdownGrace) })
 	g.Go(func() error {
 		// Ready once the live readers have their start positions.
 		for gctx.Err() == nil {

@@ -1,27 +1,23 @@
 package service
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/cloudwego/eino-ext/components/model/openai"
 	"github.com/cloudwego/eino/components/model"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
+	"github.com/turnpike-dev/turnpike/internal/logging"
+	"github.com/turnpike-dev/turnpike/internal/mongodial"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/internal/tracing"
-	"github.com/turnpike-dev/turnpike/internal/worker"
 	"github.com/turnpike-dev/turnpike/pkg/echo"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 )
@@ -160,43 +156,12 @@ func (s Shared) validate(kafka, mongo, authSecret bool) error {
 	if authSecret && len(s.AuthSecret) < auth.MinSecretBytes {
 		errs = append(errs, fmt.Errorf("TURNPIKE_AUTH_SECRET must be at least %d bytes", auth.MinSecretBytes))
 	}
-	switch s.Model {
-	case "echo", "openai":
-	default:
-		errs = append(errs, fmt.Errorf("TURNPIKE_MODEL %q: want echo or openai", s.Model))
-	}
-	if _, err := parseLevel(s.LogLevel); err != nil {
-		errs = append(errs, err)
-	}
-	if s.LogFormat != "" && s.LogFormat != "json" && s.LogFormat != "text" {
-		errs = append(errs, fmt.Errorf("TURNPIKE_LOG_FORMAT %q: want json or text", s.LogFormat))
-	}
+	errs = append(errs, logging.Check(s.LogLevel, s.LogFormat))
 	return errors.Join(errs...)
 }
 
-func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if s == "" {
-		return slog.LevelInfo, nil
-	}
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, fmt.Errorf("TURNPIKE_LOG_LEVEL %q: want debug, info, warn or error", s)
-	}
-	return l, nil
-}
-
 // NewLogger returns the configured structured logger writing to w.
-func (s Shared) NewLogger(w io.Writer) *slog.Logger {
-	lvl, err := parseLevel(s.LogLevel)
-	if err != nil {
-		lvl = slog.LevelInfo
-	}
-	opts := &slog.HandlerOptions{Level: lvl}
-	if strings.EqualFold(s.LogFormat, "text") {
-		return slog.New(slog.NewTextHandler(w, opts))
-	}
-	return slog.New(slog.NewJSONHandler(w, opts))
-}
+func (s Shared) NewLogger(w io.Writer) *slog.Logger { return logging.New(w, s.LogLevel, s.LogFormat) }
 
 // NewModel builds the configured chat model.
 func (s Shared) NewModel() (model.ToolCallingChatModel, error) {
@@ -232,65 +197,19 @@ func newOpenAIModel(baseURL, apiKey, name string) (model.ToolCallingChatModel, e
 	return m, nil
 }
 
-// NewAgentModels builds the models the agent configuration names. An
-// openai model without a base_url uses TURNPIKE_OPENAI_BASE_URL, and reads
-// its API key from api_key_env, else TURNPIKE_OPENAI_API_KEY.
-func (s Shared) NewAgentModels(c *worker.AgentConfig, getenv func(string) string) (map[string]model.ToolCallingChatModel, error) {
-	if c == nil {
-		return nil, nil
-	}
-	out := make(map[string]model.ToolCallingChatModel, len(c.Models))
-	var errs []error
-	for name, spec := range c.Models {
-		var m model.ToolCallingChatModel
-		var err error
-		switch spec.Provider {
-		case worker.ProviderEcho:
-			m, err = echo.New(echo.Config{Delay: s.EchoDelay})
-		case worker.ProviderOpenAI:
-			baseURL, key := cmp.Or(spec.BaseURL, s.OpenAI.BaseURL), s.OpenAI.APIKey
-			if spec.APIKeyEnv != "" {
-				if key = getenv(spec.APIKeyEnv); key == "" {
-					err = fmt.Errorf("api_key_env %s is not set", spec.APIKeyEnv)
-					break
-				}
-			}
-			m, err = newOpenAIModel(baseURL, key, spec.Model)
-		default:
-			err = fmt.Errorf("provider %q: want echo or openai", spec.Provider)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("agent config: models.%s: %w", name, err))
-			continue
-		}
-		out[name] = m
-	}
-	return out, errors.Join(errs...)
-}
-
 // OpenStore connects to MongoDB and opens the history store (creating its
 // indexes). close disconnects.
 func (s Shared) OpenStore(ctx context.Context) (store *history.MongoStore, ping func(context.Context) error, close func(), err error) {
-	opts := options.Client().ApplyURI(s.MongoURI).SetTimeout(30 * time.Second)
-	if s.MongoPool > 0 {
-		opts.SetMaxPoolSize(uint64(s.MongoPool))
-	}
-	client, err := mongo.Connect(opts)
+	conn, err := mongodial.Dial(s.MongoURI, s.MongoDB, s.MongoPool)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("connect mongo: %w", err)
+		return nil, nil, nil, err
 	}
-	close = func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = client.Disconnect(ctx)
-	}
-	store, err = history.NewMongoStore(ctx, client.Database(s.MongoDB), history.MongoConfig{})
+	store, err = history.NewMongoStore(ctx, conn.DB, history.MongoConfig{})
 	if err != nil {
-		close()
+		conn.Close()
 		return nil, nil, nil, fmt.Errorf("open history store: %w", err)
 	}
-	ping = func(ctx context.Context) error { return client.Ping(ctx, readpref.Primary()) }
-	return store, ping, close, nil
+	return store, conn.Ping, conn.Close, nil
 }
 
 // NewTracing returns the tracing of service name.

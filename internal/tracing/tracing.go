@@ -24,8 +24,9 @@ type Config struct {
 	// /v1/traces. An endpoint with another path is the URL spans are
 	// posted to. Empty: nothing is exported (default).
 	Endpoint string
-	// SampleRatio of new traces, 0..1 (default 1); a caller's sampling
-	// decision is kept.
+	// SampleRatio of new traces, 0..1: 0 samples none, 1 every one
+	// (TURNPIKE_TRACE_SAMPLE_RATIO, whose default is 1). A caller's
+	// sampling decision is kept.
 	SampleRatio float64
 	// Exporter, if set, receives the spans instead of an OTLP endpoint
 	// (tests record spans in memory).
@@ -41,9 +42,6 @@ type Tracing struct {
 
 // New returns tracing for cfg. Shutdown flushes exported spans.
 func New(ctx context.Context, cfg Config) (*Tracing, error) {
-	if cfg.SampleRatio == 0 {
-		cfg.SampleRatio = 1
-	}
 	if cfg.SampleRatio < 0 || cfg.SampleRatio > 1 {
 		return nil, fmt.Errorf("tracing: sample ratio %v not in 0..1", cfg.SampleRatio)
 	}

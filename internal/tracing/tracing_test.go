@@ -45,7 +45,7 @@ func header(hs []kafka.Header, key string) (string, int) {
 func TestTraceStateAndBaggageTravelWithTraceparentAtEveryHop(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	tr, err := New(ctx, Config{ServiceName: "test"})
+	tr, err := New(ctx, Config{ServiceName: "test", SampleRatio: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +197,8 @@ func TestSpansAreExportedOverOTLPHTTPSampledByTheRatio(t *testing.T) {
 		// 1e-12 of the trace id space: no trace of 20 is in it but once
 		// in 10^10 runs.
 		{"At a ratio near 0 no new trace is exported.", func(c *collector) string { return c.URL }, 1e-12, 0},
+		// TURNPIKE_TRACE_SAMPLE_RATIO=0 is none, not the default.
+		{"At ratio 0 no new trace is exported.", func(c *collector) string { return c.URL }, 0, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

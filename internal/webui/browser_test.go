@@ -27,6 +27,7 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/devstack"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/pkg/client"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // The browser test drives the demo page in Debian's headless Chromium
@@ -657,8 +658,9 @@ func newStack(t *testing.T) *stack {
 	t.Helper()
 	var cfg devstack.Config
 	cfg.KafkaAddr, cfg.MongoAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
-	cfg.MongoDB, cfg.TopicPrefix, cfg.Model, cfg.LogLevel = "turnpike", "turnpike.", "echo", "warn"
-	cfg.EchoDelay = 30 * time.Millisecond
+	cfg.MongoDB, cfg.TopicPrefix, cfg.LogLevel = "turnpike", "turnpike.", "warn"
+	cfg.Worker = worker.DefaultConfig()
+	cfg.Worker.EchoDelay = 30 * time.Millisecond
 	if v := os.Getenv("TURNPIKE_KAFKA_BROKERS"); v != "" {
 		cfg.Brokers = strings.Split(v, ",")
 		cfg.TopicPrefix = testenv.Name(t, "webui") + "."
@@ -666,7 +668,7 @@ func newStack(t *testing.T) *stack {
 	if v := os.Getenv("TURNPIKE_MONGO_URI"); v != "" {
 		cfg.MongoURI, cfg.MongoDB = v, testenv.Name(t, "webui")
 	}
-	cfg.Worker.Worker.Partitions = 2
+	cfg.Worker.Partitions = 2
 	s := &stack{cfg: cfg}
 	t.Cleanup(func() { s.stop(t) })
 	return s

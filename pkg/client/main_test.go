@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/turnpike-dev/turnpike/internal/devstack"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // stack is the Turnpike stack the Examples talk to: the devstack (embedded
@@ -32,8 +33,10 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	var cfg devstack.Config
 	cfg.KafkaAddr, cfg.MongoAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", dir
-	cfg.MongoDB, cfg.TopicPrefix, cfg.Model, cfg.Partitions = "turnpike", "turnpike.", "echo", 3
-	cfg.Worker.Worker.SessionTimeout = 6 * time.Second
+	cfg.MongoDB, cfg.TopicPrefix, cfg.Partitions = "turnpike", "turnpike.", 3
+	cfg.Worker = worker.DefaultConfig()
+	cfg.Worker.EchoDelay = 0
+	cfg.Worker.SessionTimeout = 6 * time.Second
 	var lns devstack.Listeners
 	for _, ln := range []*net.Listener{&lns.Ingest, &lns.Pushgw} {
 		if *ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {

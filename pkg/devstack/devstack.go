@@ -17,9 +17,9 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"reflect"
 
 	"github.com/turnpike-dev/turnpike/internal/devstack"
-	"github.com/turnpike-dev/turnpike/internal/publicapi"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
@@ -40,8 +40,11 @@ type Config struct {
 	// Worker configures the worker (and the settings every part shares:
 	// topics, log level and format, the model of the agent built without
 	// Go code). Its Brokers and MongoURI, when set, replace the embedded
-	// broker and store. A zero Worker (no Model) means
-	// DefaultConfig().Worker: worker.DefaultConfig() with text logs.
+	// broker and store. Each zero field takes its value in
+	// DefaultConfig().Worker (worker.DefaultConfig() with text logs), so
+	// setting Worker.Brokers alone uses that broker with every other
+	// default; a zero TraceSampleRatio, too, takes the default 1. Its Addr
+	// and PprofAddr do not apply (the ingest port serves /metrics).
 	Worker worker.Config
 	// Ready, if set, is called once every part serves.
 	Ready func(Stack)
@@ -68,20 +71,12 @@ func DefaultConfig() Config {
 }
 
 // Run runs the devstack with the worker's agent and hooks of opts until
-// ctx ends. Empty fields of c take their defaults.
+// ctx ends. Zero fields of c take their defaults, field by field (those of
+// c.Worker included).
 func Run(ctx context.Context, c Config, opts ...worker.Option) error {
 	def := DefaultConfig()
-	if c.Worker.Model == "" { // an unset worker configuration
-		c.Worker = def.Worker
-	}
-	wc, err := publicapi.WorkerConfig(c.Worker, opts)
-	if err != nil {
-		return err
-	}
-	var dc devstack.Config
-	dc.Shared = wc.Shared
-	dc.Worker = wc
-	dc.Worker.Addr = ""
+	fillZero(&c.Worker, def.Worker)
+	dc := devstack.Config{Shared: devstack.SharedOf(c.Worker), Worker: c.Worker, WorkerOptions: opts}
 	dc.DataDir, dc.KafkaAddr, dc.MongoAddr = cmp.Or(c.DataDir, def.DataDir), cmp.Or(c.KafkaAddr, def.KafkaAddr), cmp.Or(c.MongoAddr, def.MongoAddr)
 	dc.IngestAddr, dc.PushgwAddr, dc.DevUser = cmp.Or(c.IngestAddr, def.IngestAddr), cmp.Or(c.PushgwAddr, def.PushgwAddr), cmp.Or(c.DevUser, def.DevUser)
 	log := c.Logger
@@ -97,16 +92,23 @@ func Run(ctx context.Context, c Config, opts ...worker.Option) error {
 
 // Main is the body of a devstack binary with the agent of opts: it reads
 // the settings of cmd/devstack from os.Args and TURNPIKE_* environment
-// variables (-h lists them), runs until SIGINT or SIGTERM, prints where it
-// serves and a dev token, and exits: 0 after a clean stop, 1 when it
-// fails, 2 for bad flags or options. The worker options' logger, registry
-// and ready hook do not apply: the devstack logs as its settings say and
-// serves one registry at the ingest port's /metrics.
+// variables (-h lists them; with an agent written in Go, without those of
+// the agent built without Go code, as worker.Main), runs until SIGINT or
+// SIGTERM, prints where it serves and a dev token, and exits: 0 after a
+// clean stop, 1 when it fails, 2 for bad flags or options. The worker
+// options' logger, registry and ready hook do not apply: the devstack logs
+// as its settings say and serves one registry at the ingest port's
+// /metrics.
 func Main(opts ...worker.Option) {
-	wc, err := publicapi.WorkerConfig(worker.DefaultConfig(), opts)
-	if err != nil {
-		slog.Error("devstack", "error", err)
-		os.Exit(2)
+	os.Exit(devstack.Main(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr, opts...))
+}
+
+// fillZero sets each zero field of *c to def's.
+func fillZero(c *worker.Config, def worker.Config) {
+	v, d := reflect.ValueOf(c).Elem(), reflect.ValueOf(def)
+	for i := range v.NumField() {
+		if f := v.Field(i); f.CanSet() && f.IsZero() {
+			f.Set(d.Field(i))
+		}
 	}
-	os.Exit(devstack.Main(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr, wc.Custom))
 }

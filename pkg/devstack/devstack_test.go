@@ -3,7 +3,10 @@ package devstack_test
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -11,7 +14,10 @@ import (
 	"github.com/cloudwego/eino/adk"
 
 	internaldevstack "github.com/turnpike-dev/turnpike/internal/devstack"
+	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/devstack"
 	"github.com/turnpike-dev/turnpike/pkg/events"
@@ -94,5 +100,44 @@ func TestDefaultConfigIsCmdDevstacks(t *testing.T) {
 		if host, _, err := net.SplitHostPort(a); err != nil || !net.ParseIP(host).IsLoopback() {
 			t.Errorf("default address %q is not on loopback", a)
 		}
+	}
+}
+
+// Config.Worker's zero fields take their defaults one by one: a caller
+// who sets only Worker.Brokers, as its documentation invites, gets a
+// devstack on that broker (and every other default): no embedded broker
+// starts, and the topics are created on the caller's. (Before, a Worker
+// without a Model was replaced whole by the defaults, brokers included.)
+func TestAWorkerConfigWithOnlyBrokersRunsOnThatBroker(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 2*time.Minute)
+	k := testenv.EmbeddedKafka(t, embedded.KafkaConfig{})
+	dir := t.TempDir()
+	ready := make(chan devstack.Stack, 1)
+	c := devstack.Config{DataDir: dir, IngestAddr: "127.0.0.1:0", PushgwAddr: "127.0.0.1:0", KafkaAddr: "127.0.0.1:0", MongoAddr: "127.0.0.1:0",
+		Worker: worker.Config{Brokers: []string{k.Addr()}}, Logger: slog.New(slog.DiscardHandler),
+		Ready: func(s devstack.Stack) { ready <- s }}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- devstack.Run(runCtx, c) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the devstack did not start")
+	}
+	names := topic.NewNames(worker.DefaultConfig().TopicPrefix)
+	for _, name := range names.All() {
+		if _, err := topic.Partitions(ctx, []string{k.Addr()}, name); err != nil {
+			t.Errorf("topic %s on the given broker: %v", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "kafka")); !os.IsNotExist(err) {
+		t.Errorf("an embedded broker started beside the given one (%s: %v)", filepath.Join(dir, "kafka"), err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("Run after stop: %v", err)
 	}
 }

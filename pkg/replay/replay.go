@@ -9,23 +9,20 @@
 //	func main() { replay.Main(worker.WithAgentFactory(newAgent)) }
 //	// go run . -mode shadow -since 2h -kafka-brokers kafka:9092 -report new.jsonl
 //
-// The settings are cmd/replay's (-h lists them); the agent and the
-// persist predicate (worker.WithPersist) come from the options, so the
-// report's answers are what the worker would persist.
+// The settings are cmd/replay's (-h lists them); the agent and its hooks
+// (worker.WithPersist…) come from the options, and each request runs
+// through the worker's own run step (worker.Step: the window, compaction,
+// the agent, what is persisted), so the report's answers are what the
+// worker would persist.
 package replay
 
 import (
-	"context"
 	"errors"
+	"flag"
 	"io"
 	"os"
 
-	"github.com/cloudwego/eino/adk"
-
-	"github.com/turnpike-dev/turnpike/internal/publicapi"
 	ireplay "github.com/turnpike-dev/turnpike/internal/replay"
-	iworker "github.com/turnpike-dev/turnpike/internal/worker"
-	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
@@ -41,38 +38,35 @@ func Main(opts ...worker.Option) {
 // MainArgs is Main with the arguments, the environment and the outputs
 // given; it returns the exit code.
 func MainArgs(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer, opts ...worker.Option) int {
-	wc, err := publicapi.WorkerConfig(worker.DefaultConfig(), opts)
-	if err == nil && wc.Custom == nil {
+	goAgent, err := hasGoAgent(opts)
+	if err == nil && !goAgent {
 		err = errors.New("replay: no agent: use worker.WithAgent or worker.WithAgentFactory")
 	}
 	if err != nil {
 		_, _ = io.WriteString(stderr, err.Error()+"\n")
 		return 2
 	}
-	custom := wc.Custom
-	return ireplay.Main(args, lookupEnv, stdout, stderr, func(d *ireplay.Deps) {
-		d.Persist = custom.Persist
-		d.AgentFor = func(ctx context.Context, req events.Request) (ireplay.Agent, error) {
-			ri := iworker.RunInfo{Identity: req.Identity(), RequestID: req.RequestID, ResumeOf: req.ResumeOf}
-			ag, err := custom.NewAgent(ctx, ri)
-			if err == nil && ag == nil {
-				err = errors.New("the agent factory returned no agent")
-			}
-			if err != nil {
-				return nil, err
-			}
-			return runner{adk.NewRunner(ctx, adk.RunnerConfig{Agent: ag, EnableStreaming: true}), ri}, nil
+	return ireplay.Main(args, lookupEnv, stdout, stderr, func(cfg ireplay.Config, d *ireplay.Deps) error {
+		// The worker's own run step, with the replay's window, run timeout
+		// and content limit: the report's answers are what the worker
+		// would persist.
+		st, err := worker.NewStep(cfg.WorkerConfig(), append(opts, worker.WithLogger(d.Logger))...)
+		if err != nil {
+			return err
 		}
+		d.Step = st
+		return nil
 	})
 }
 
-// runner runs an agent with its request in the context, as the worker
-// does (worker.RequestFromContext).
-type runner struct {
-	r  *adk.Runner
-	ri iworker.RunInfo
-}
-
-func (r runner) Run(ctx context.Context, messages []adk.Message, opts ...adk.AgentRunOption) *adk.AsyncIterator[*adk.AgentEvent] {
-	return r.r.Run(iworker.WithRunInfo(ctx, r.ri), messages, opts...)
+// hasGoAgent reports whether opts bring an agent written in Go, and their
+// conflicts: the flags of a worker with such an agent have no -model
+// (worker.Config.RegisterFlags).
+func hasGoAgent(opts []worker.Option) (bool, error) {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	c := worker.DefaultConfig()
+	if err := c.RegisterFlags(fs, func(string) (string, bool) { return "", false }, opts...); err != nil {
+		return false, err
+	}
+	return fs.Lookup("model") == nil, nil
 }

@@ -26,7 +26,6 @@ import (
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/devstack"
-	"github.com/turnpike-dev/turnpike/internal/publicapi"
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
@@ -83,17 +82,13 @@ func Start(t testing.TB, opts ...worker.Option) *Stack {
 // MongoURI and Addr are ignored).
 func StartConfig(t testing.TB, cfg worker.Config, opts ...worker.Option) *Stack {
 	t.Helper()
-	wc, err := publicapi.WorkerConfig(cfg, opts)
-	if err != nil {
+	if _, err := worker.New(withPlaceholders(cfg), opts...); err != nil {
 		t.Fatalf("turnpiketest: %v", err)
 	}
-	var dc devstack.Config
-	dc.Shared = wc.Shared
+	dc := devstack.Config{Shared: devstack.SharedOf(cfg), Worker: cfg, WorkerOptions: opts}
 	dc.Brokers, dc.MongoURI, dc.AuthSecret, dc.PprofAddr = nil, "", "", ""
 	dc.KafkaAddr, dc.MongoAddr, dc.IngestAddr, dc.PushgwAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	dc.DataDir = t.TempDir()
-	dc.Worker = wc
-	dc.Worker.Addr = ""
 
 	ctx, cancel := context.WithCancel(context.Background())
 	readyc := make(chan devstack.Stack, 1)
@@ -135,6 +130,14 @@ func StartConfig(t testing.TB, cfg worker.Config, opts ...worker.Option) *Stack 
 		t.Fatalf("turnpiketest: the stack did not start within %v", Timeout)
 	}
 	return nil
+}
+
+// withPlaceholders is cfg with the broker and store the stack will start:
+// their addresses are not known yet, but everything else of cfg (and of
+// the options) is checked before anything starts.
+func withPlaceholders(cfg worker.Config) worker.Config {
+	cfg.Brokers, cfg.MongoURI = []string{"127.0.0.1:0"}, "mongodb://127.0.0.1:0"
+	return cfg
 }
 
 type logWriter func(string)

@@ -2,203 +2,337 @@ package worker
 
 import (
 	"errors"
-	"flag"
+	"fmt"
 	"io"
-	"os"
+	"log/slog"
 	"time"
 
-	"github.com/turnpike-dev/turnpike/internal/flagenv"
-	"github.com/turnpike-dev/turnpike/internal/service"
-	iworker "github.com/turnpike-dev/turnpike/internal/worker"
+	"github.com/turnpike-dev/turnpike/internal/logging"
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/echo"
+	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
 // Config is the worker's configuration: the settings of cmd/worker, one
-// field per flag and TURNPIKE_* environment variable (named in each
-// field's comment, with its default). LoadConfig reads them; DefaultConfig
-// returns the defaults. A zero duration or count means its default, as in
-// cmd/worker.
+// field per flag and TURNPIKE_* environment variable, each named in the
+// field's comment with its default. LoadConfig reads them from a command
+// line and the environment, DefaultConfig returns the defaults, and
+// Validate reports every problem.
+//
+// A zero duration or count means its default, but for EchoDelay (0: no
+// delay) and CompactTokens (0: off). The other fields mean what they say
+// (an empty Addr serves nothing, a zero TraceSampleRatio samples no new
+// trace), so start from DefaultConfig.
+//
+// cmd/worker also accepts -auth-secret (TURNPIKE_AUTH_SECRET), which it
+// ignores: the worker verifies no token, and a command line shared with
+// ingest and the push gateway still parses. A binary whose agent is
+// written in Go (WithAgent, WithAgentFactory) has no -model, -echo-delay,
+// -openai-base-url, -openai-api-key, -openai-model, -instruction or
+// -agent-config: they configure the agent built without Go code.
 type Config struct {
-	// Brokers are the Kafka bootstrap addresses (TURNPIKE_KAFKA_BROKERS).
-	// Required.
+	// Brokers are the Kafka bootstrap addresses (-kafka-brokers,
+	// TURNPIKE_KAFKA_BROKERS, comma-separated). Required.
 	Brokers []string
-	// MongoURI is the MongoDB connection string (TURNPIKE_MONGO_URI).
-	// Required.
+	// MongoURI is the MongoDB connection string (-mongo-uri,
+	// TURNPIKE_MONGO_URI). Required, unless WithStore gives the store.
 	MongoURI string
-	// MongoDB is the database (TURNPIKE_MONGO_DB). Default "turnpike".
+	// MongoDB is the database (-mongo-db, TURNPIKE_MONGO_DB). Default
+	// "turnpike".
 	MongoDB string
 	// MongoPool bounds the MongoDB client's connections, and so its
-	// commands in flight (TURNPIKE_MONGO_POOL). Default 0: the driver's
-	// 100.
+	// commands in flight (-mongo-pool, TURNPIKE_MONGO_POOL). Default 0:
+	// the driver's 100.
 	MongoPool int
-	// TopicPrefix prefixes the Kafka topic names (TURNPIKE_TOPIC_PREFIX).
-	// Default "turnpike.".
+	// TopicPrefix prefixes the Kafka topic names (-topic-prefix,
+	// TURNPIKE_TOPIC_PREFIX). Default "turnpike.".
 	TopicPrefix string
 	// Partitions is the partition count of topics created at start
-	// (TURNPIKE_PARTITIONS). Default 12.
+	// (-topic-partitions, TURNPIKE_PARTITIONS). Default 12.
 	Partitions int
-	// GroupID is the Kafka consumer group (TURNPIKE_WORKER_GROUP). Default
-	// "turnpike-worker".
+	// GroupID is the Kafka consumer group (-group-id,
+	// TURNPIKE_WORKER_GROUP). Default "turnpike-worker".
 	GroupID string
-	// Addr serves /healthz, /readyz and /metrics (TURNPIKE_WORKER_ADDR).
-	// Default ":8082"; "" serves nothing.
+	// Addr serves /healthz, /readyz and /metrics (-addr,
+	// TURNPIKE_WORKER_ADDR). Default ":8082"; "" serves nothing.
 	Addr string
 
 	// Model is the model of the agent configuration's agents and the
-	// default compaction summarizer (TURNPIKE_MODEL): "echo" or "openai".
-	// Default "echo". An agent written in Go brings its own models.
+	// default compaction summarizer (-model, TURNPIKE_MODEL): "echo" or
+	// "openai". Default "echo". An agent written in Go brings its own
+	// models; it summarizes with WithSummarizer's, else with this one.
 	Model string
-	// EchoDelay is the echo model's per-token delay (TURNPIKE_ECHO_DELAY).
-	// Default 20ms.
+	// EchoDelay is the echo model's per-token delay (-echo-delay,
+	// TURNPIKE_ECHO_DELAY); 0: none. Default 20ms.
 	EchoDelay time.Duration
 	// OpenAIBaseURL, OpenAIAPIKey and OpenAIModel configure Model "openai"
-	// (TURNPIKE_OPENAI_BASE_URL, TURNPIKE_OPENAI_API_KEY,
-	// TURNPIKE_OPENAI_MODEL). Default: none.
+	// (-openai-base-url, -openai-api-key, -openai-model;
+	// TURNPIKE_OPENAI_BASE_URL, TURNPIKE_OPENAI_API_KEY,
+	// TURNPIKE_OPENAI_MODEL). Default: none (OpenAI's base URL).
 	OpenAIBaseURL, OpenAIAPIKey, OpenAIModel string
-	// AgentFile is the agent configuration file (TURNPIKE_AGENT_CONFIG),
-	// the way cmd/worker builds agents without Go code. It must be empty
-	// with WithAgent or WithAgentFactory. Default: none.
+	// AgentFile is the agent configuration file (-agent-config,
+	// TURNPIKE_AGENT_CONFIG), the way cmd/worker builds agents without Go
+	// code. It must be empty with WithAgent or WithAgentFactory. Default:
+	// none.
 	AgentFile string
 	// AgentName and Instruction describe the agent built without an agent
-	// file or Go code (TURNPIKE_INSTRUCTION). Defaults "assistant" and none.
+	// file or Go code (Instruction: -instruction, TURNPIKE_INSTRUCTION;
+	// AgentName has no flag). Defaults "assistant" and none.
 	AgentName, Instruction string
 
 	// WindowMessages is how many stored messages the agent sees before
-	// the new one (TURNPIKE_WINDOW_MESSAGES). Default 20.
+	// the new one (-window, TURNPIKE_WINDOW_MESSAGES). Default 20.
 	WindowMessages int
-	// MaxContentBytes bounds a request's content
-	// (TURNPIKE_MAX_CONTENT_BYTES). Default 32768.
+	// MaxContentBytes bounds a request's content (-max-content-bytes,
+	// TURNPIKE_MAX_CONTENT_BYTES). Default 32768.
 	MaxContentBytes int
-	// CompactTokens is the token budget of the agent's window, over which
-	// older messages are condensed into a summary
-	// (TURNPIKE_COMPACT_TOKENS). Default 0: off.
+	// CompactTokens is the token budget of the agent's window (estimated
+	// as bytes/4 per message, plus 4), over which the older messages are
+	// condensed into a summary (-compact-tokens, TURNPIKE_COMPACT_TOKENS).
+	// Default 0: off.
 	CompactTokens int
-	// CompactKeep is how many newest messages compaction keeps verbatim
-	// (TURNPIKE_COMPACT_KEEP). Default 6.
+	// CompactKeep is how many newest stored messages compaction keeps
+	// verbatim, rounded so that they start with a user message
+	// (-compact-keep, TURNPIKE_COMPACT_KEEP). Default 6.
 	CompactKeep int
 
 	// Ordering is "key" (conversations of a partition run concurrently,
-	// each in order) or "partition" (one record at a time per partition)
-	// (TURNPIKE_ORDERING). Default "key".
+	// each strictly in topic order) or "partition" (one record at a time
+	// per partition) (-ordering, TURNPIKE_ORDERING). Default "key".
 	Ordering string
 	// MaxInflight bounds the records fetched and not yet done across
-	// partitions (TURNPIKE_MAX_INFLIGHT). Default 1024.
+	// partitions (-max-inflight, TURNPIKE_MAX_INFLIGHT). Default 1024.
 	MaxInflight int
-	// ReadAhead bounds them per partition (TURNPIKE_READ_AHEAD). Default 512.
+	// ReadAhead bounds them per partition (-read-ahead,
+	// TURNPIKE_READ_AHEAD). Default 512.
 	ReadAhead int
 	// MaxAttempts bounds the runs of a record failing transiently in the
 	// model (or in the agent factory) before it is dead-lettered
-	// (TURNPIKE_MAX_ATTEMPTS). Default 5.
+	// (-max-attempts, TURNPIKE_MAX_ATTEMPTS). Store and Kafka outages are
+	// retried for as long as they last. Default 5.
 	MaxAttempts int
-	// RunTimeout bounds one run (TURNPIKE_RUN_TIMEOUT). Default 10m.
+	// RunTimeout bounds one run (-run-timeout, TURNPIKE_RUN_TIMEOUT).
+	// Default 10m.
 	RunTimeout time.Duration
 	// DrainTimeout is how long in-flight runs may finish on shutdown or a
 	// lost partition before they are aborted and re-delivered
-	// (TURNPIKE_DRAIN_TIMEOUT). Default 30s.
+	// (-drain-timeout, TURNPIKE_DRAIN_TIMEOUT). Default 30s.
 	DrainTimeout time.Duration
 	// SessionTimeout is the consumer group's session timeout
-	// (TURNPIKE_SESSION_TIMEOUT). Default 10s.
+	// (-session-timeout, TURNPIKE_SESSION_TIMEOUT). Default 10s.
 	SessionTimeout time.Duration
 	// PartitionWatchInterval is how often the requests topic's partition
 	// count is checked; a change rebalances the workers, which then place
-	// records by the new count (TURNPIKE_PARTITION_WATCH_INTERVAL).
-	// Default 10s.
+	// records by the new count (-partition-watch-interval,
+	// TURNPIKE_PARTITION_WATCH_INTERVAL). Default 10s.
 	PartitionWatchInterval time.Duration
 	// StreamBatchTimeout is the longest a stream event waits for a batch
-	// (TURNPIKE_STREAM_BATCH_TIMEOUT). Default 2ms.
+	// (-stream-batch-timeout, TURNPIKE_STREAM_BATCH_TIMEOUT). Default 2ms.
 	StreamBatchTimeout time.Duration
-	// RetryBackoffMin and RetryBackoffMax bound the backoff between
-	// attempts (no flag). Defaults 100ms and 10s.
+	// RetryBackoffMin and RetryBackoffMax bound the exponential backoff
+	// between attempts (no flag). Defaults 100ms and 10s.
 	RetryBackoffMin, RetryBackoffMax time.Duration
-	// CommitInterval is how often each partition commits its offset (no
-	// flag). Default 200ms.
+	// CommitInterval is how often each partition commits its highest
+	// contiguous completed offset, when it moved (no flag). Default 200ms.
 	CommitInterval time.Duration
 
-	// LogLevel is debug, info, warn or error (TURNPIKE_LOG_LEVEL). Default
-	// "info".
+	// LogLevel is debug, info, warn or error (-log-level,
+	// TURNPIKE_LOG_LEVEL). Default "info".
 	LogLevel string
-	// LogFormat is json or text (TURNPIKE_LOG_FORMAT). Default "json".
+	// LogFormat is json or text (-log-format, TURNPIKE_LOG_FORMAT).
+	// Default "json".
 	LogFormat string
-	// OTLPEndpoint exports trace spans over OTLP/HTTP
-	// (TURNPIKE_OTLP_ENDPOINT). Default: off.
+	// OTLPEndpoint exports trace spans over OTLP/HTTP (-otlp-endpoint,
+	// TURNPIKE_OTLP_ENDPOINT). Default: off (trace context is still
+	// carried).
 	OTLPEndpoint string
-	// TraceSampleRatio samples new traces (TURNPIKE_TRACE_SAMPLE_RATIO).
-	// Default 1.
+	// TraceSampleRatio is the share of new traces sampled, 0..1
+	// (-trace-sample-ratio, TURNPIKE_TRACE_SAMPLE_RATIO); 0 samples none
+	// (a caller's sampled trace is still continued). Default 1.
 	TraceSampleRatio float64
-	// PprofAddr serves net/http/pprof (TURNPIKE_PPROF_ADDR). Default: off.
+	// PprofAddr serves net/http/pprof (-pprof-addr, TURNPIKE_PPROF_ADDR).
+	// Default: off. Keep it on loopback or a private network.
 	PprofAddr string
 }
+
+// Orderings of Config.Ordering.
+const (
+	orderingKey       = "key"
+	orderingPartition = "partition"
+)
+
+// Defaults of the fields whose zero value is not their default.
+const (
+	defaultAddr        = ":8082"
+	defaultGroupID     = "turnpike-worker"
+	defaultAgentName   = "assistant"
+	defaultMongoDB     = "turnpike"
+	defaultModelKind   = "echo"
+	defaultLogLevel    = "info"
+	defaultLogFormat   = "json"
+	defaultSampleRatio = 1
+)
 
 // DefaultConfig returns the configuration with every default and no
 // brokers or MongoDB URI.
 func DefaultConfig() Config {
-	c, err := LoadConfig(nil, func(string) (string, bool) { return "", false })
-	if err != nil {
-		panic(err) // the defaults parse
+	c := Config{
+		MongoDB: defaultMongoDB, TopicPrefix: topic.DefaultPrefix, GroupID: defaultGroupID, Addr: defaultAddr,
+		Model: defaultModelKind, EchoDelay: echo.DefaultDelay, AgentName: defaultAgentName, Ordering: orderingKey,
+		LogLevel: defaultLogLevel, LogFormat: defaultLogFormat, TraceSampleRatio: defaultSampleRatio,
 	}
+	c.setDefaults()
 	return c
 }
 
-// LoadConfig reads the configuration from command-line arguments (as
-// cmd/worker: -kafka-brokers, -window, …; -h lists them on stderr) and from
-// TURNPIKE_* environment variables looked up with lookupEnv (os.LookupEnv,
-// or nil for it). Flags win over the environment. A -h or -help returns
-// flag.ErrHelp.
-func LoadConfig(args []string, lookupEnv func(string) (string, bool)) (Config, error) {
-	return loadConfig(args, lookupEnv, os.Stderr)
-}
-
-func loadConfig(args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (Config, error) {
-	if lookupEnv == nil {
-		lookupEnv = os.LookupEnv
+// setDefaults fills the zero durations and counts (EchoDelay and
+// CompactTokens aside), and the zero strings
+// of the consumer's own settings (the group, the agent's name, the
+// ordering), with their defaults.
+func (c *Config) setDefaults() {
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
 	}
-	var sc service.WorkerConfig
-	set := flagenv.New(flag.NewFlagSet("worker", flag.ContinueOnError), lookupEnv)
-	set.FlagSet().SetOutput(stderr)
-	sc.Bind(set)
-	if err := set.Parse(args); err != nil {
-		return Config{}, err
+	defDur := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
 	}
-	return fromService(sc), nil
-}
-
-// Validate reports every problem with c, those of its agent file included.
-func (c Config) Validate() error {
-	return c.service(nil).Validate()
-}
-
-func (c Config) service(custom *iworker.Custom) service.WorkerConfig {
-	var s service.WorkerConfig
-	s.Brokers, s.MongoURI, s.MongoDB, s.MongoPool, s.TopicPrefix, s.Partitions = c.Brokers, c.MongoURI, c.MongoDB, c.MongoPool, c.TopicPrefix, c.Partitions
-	s.Model, s.EchoDelay = c.Model, c.EchoDelay
-	s.OpenAI.BaseURL, s.OpenAI.APIKey, s.OpenAI.Model = c.OpenAIBaseURL, c.OpenAIAPIKey, c.OpenAIModel
-	s.LogLevel, s.LogFormat, s.OTLPEndpoint, s.TraceSampleRatio, s.PprofAddr = c.LogLevel, c.LogFormat, c.OTLPEndpoint, c.TraceSampleRatio, c.PprofAddr
-	s.Addr = c.Addr
-	w := &s.Worker
-	w.GroupID, w.AgentFile, w.AgentName, w.Instruction = c.GroupID, c.AgentFile, c.AgentName, c.Instruction
-	w.WindowMessages, w.MaxContentBytes, w.CompactTokens, w.CompactKeep = c.WindowMessages, c.MaxContentBytes, c.CompactTokens, c.CompactKeep
-	w.Ordering, w.MaxInflight, w.ReadAhead, w.MaxAttempts = c.Ordering, c.MaxInflight, c.ReadAhead, c.MaxAttempts
-	w.RunTimeout, w.DrainTimeout, w.SessionTimeout, w.StreamBatchTimeout = c.RunTimeout, c.DrainTimeout, c.SessionTimeout, c.StreamBatchTimeout
-	w.RetryBackoffMin, w.RetryBackoffMax, w.CommitInterval = c.RetryBackoffMin, c.RetryBackoffMax, c.CommitInterval
-	w.PartitionWatchInterval = c.PartitionWatchInterval
-	s.Custom = custom
-	return s
-}
-
-func fromService(s service.WorkerConfig) Config {
-	w := s.Worker
-	return Config{
-		Brokers: s.Brokers, MongoURI: s.MongoURI, MongoDB: s.MongoDB, MongoPool: s.MongoPool, TopicPrefix: s.TopicPrefix, Partitions: s.Partitions,
-		GroupID: w.GroupID, Addr: s.Addr,
-		Model: s.Model, EchoDelay: s.EchoDelay,
-		OpenAIBaseURL: s.OpenAI.BaseURL, OpenAIAPIKey: s.OpenAI.APIKey, OpenAIModel: s.OpenAI.Model,
-		AgentFile: w.AgentFile, AgentName: w.AgentName, Instruction: w.Instruction,
-		WindowMessages: w.WindowMessages, MaxContentBytes: w.MaxContentBytes, CompactTokens: w.CompactTokens, CompactKeep: w.CompactKeep,
-		Ordering: w.Ordering, MaxInflight: w.MaxInflight, ReadAhead: w.ReadAhead, MaxAttempts: w.MaxAttempts,
-		RunTimeout: w.RunTimeout, DrainTimeout: w.DrainTimeout, SessionTimeout: w.SessionTimeout, StreamBatchTimeout: w.StreamBatchTimeout,
-		RetryBackoffMin: w.RetryBackoffMin, RetryBackoffMax: w.RetryBackoffMax, CommitInterval: w.CommitInterval,
-		PartitionWatchInterval: w.PartitionWatchInterval,
-		LogLevel:               s.LogLevel, LogFormat: s.LogFormat, OTLPEndpoint: s.OTLPEndpoint, TraceSampleRatio: s.TraceSampleRatio, PprofAddr: s.PprofAddr,
+	if c.GroupID == "" {
+		c.GroupID = defaultGroupID
 	}
+	if c.AgentName == "" {
+		c.AgentName = defaultAgentName
+	}
+	if c.Ordering == "" {
+		c.Ordering = orderingKey
+	}
+	def(&c.Partitions, topic.DefaultPartitions)
+	def(&c.WindowMessages, 20)
+	def(&c.MaxContentBytes, events.DefaultMaxContentBytes)
+	def(&c.CompactKeep, 6)
+	def(&c.MaxInflight, 1024)
+	def(&c.ReadAhead, 512)
+	def(&c.MaxAttempts, 5)
+	defDur(&c.StreamBatchTimeout, 2*time.Millisecond)
+	defDur(&c.RunTimeout, 10*time.Minute)
+	defDur(&c.DrainTimeout, 30*time.Second)
+	defDur(&c.RetryBackoffMin, 100*time.Millisecond)
+	defDur(&c.RetryBackoffMax, 10*time.Second)
+	defDur(&c.SessionTimeout, 10*time.Second)
+	defDur(&c.PartitionWatchInterval, 10*time.Second)
+	defDur(&c.CommitInterval, 200*time.Millisecond)
 }
 
-var errNoAgentForHooks = errors.New("worker: hooks (WithStream, WithPersist, WithNotice, WithTransientErrors, WithResume…) need WithAgent or WithAgentFactory")
+// topics returns the topic names under the configured prefix.
+func (c Config) topics() topic.Names { return topic.NewNames(c.TopicPrefix) }
+
+// Validate reports every problem with c, those of its agent file
+// included, joined.
+func (c Config) Validate() error { return c.validate(true, false) }
+
+// validate is Validate; needStore is false when the store is given
+// (WithStore), goAgent true when the agent is written in Go.
+func (c Config) validate(needStore, goAgent bool) error {
+	errs := []error{c.validateConsumer()}
+	if needStore && c.MongoURI == "" {
+		errs = append(errs, errors.New("TURNPIKE_MONGO_URI is required"))
+	}
+	if needStore && c.MongoDB == "" {
+		errs = append(errs, errors.New("TURNPIKE_MONGO_DB is empty"))
+	}
+	if c.MongoPool < 0 {
+		errs = append(errs, fmt.Errorf("TURNPIKE_MONGO_POOL %d: must not be negative", c.MongoPool))
+	}
+	switch c.Model {
+	case providerEcho:
+	case providerOpenAI:
+		if c.OpenAIModel == "" {
+			errs = append(errs, errors.New("TURNPIKE_OPENAI_MODEL is required with TURNPIKE_MODEL=openai"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("TURNPIKE_MODEL %q: want echo or openai", c.Model))
+	}
+	errs = append(errs, logging.Check(c.LogLevel, c.LogFormat))
+	if c.TraceSampleRatio < 0 || c.TraceSampleRatio > 1 {
+		errs = append(errs, fmt.Errorf("TURNPIKE_TRACE_SAMPLE_RATIO %v: want 0..1", c.TraceSampleRatio))
+	}
+	if goAgent && c.AgentFile != "" {
+		errs = append(errs, errAgentFileWithGoAgent)
+	}
+	if _, err := c.agentFile(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// errAgentFileWithGoAgent refuses an agent file beside an agent written
+// in Go.
+var errAgentFileWithGoAgent = errors.New("TURNPIKE_AGENT_CONFIG is set, but the worker runs an agent written in Go")
+
+// validateConsumer reports the problems of the consumer's own settings
+// (after their defaults are applied).
+func (c Config) validateConsumer() error {
+	c.setDefaults()
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("worker: no Kafka brokers (TURNPIKE_KAFKA_BROKERS)"))
+	}
+	if c.Partitions < 1 {
+		errs = append(errs, fmt.Errorf("worker: Partitions %d < 1", c.Partitions))
+	}
+	if c.WindowMessages < 0 {
+		errs = append(errs, fmt.Errorf("worker: WindowMessages %d < 0", c.WindowMessages))
+	}
+	if c.MaxContentBytes < 1 || c.MaxContentBytes > events.MaxRecordBytes {
+		errs = append(errs, fmt.Errorf("worker: MaxContentBytes %d not in 1..%d", c.MaxContentBytes, events.MaxRecordBytes))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"EchoDelay", c.EchoDelay}, {"StreamBatchTimeout", c.StreamBatchTimeout}, {"RunTimeout", c.RunTimeout}, {"DrainTimeout", c.DrainTimeout},
+		{"RetryBackoffMin", c.RetryBackoffMin}, {"RetryBackoffMax", c.RetryBackoffMax}, {"SessionTimeout", c.SessionTimeout},
+		{"PartitionWatchInterval", c.PartitionWatchInterval}, {"CommitInterval", c.CommitInterval},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("worker: %s %v < 0", d.name, d.v))
+		}
+	}
+	if c.Ordering != orderingKey && c.Ordering != orderingPartition {
+		errs = append(errs, fmt.Errorf("worker: Ordering %q: want key or partition", c.Ordering))
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"MaxInflight", c.MaxInflight}, {"ReadAhead", c.ReadAhead}, {"MaxAttempts", c.MaxAttempts}} {
+		if n.v < 1 {
+			errs = append(errs, fmt.Errorf("worker: %s %d < 1", n.name, n.v))
+		}
+	}
+	if c.CompactTokens < 0 {
+		errs = append(errs, fmt.Errorf("worker: CompactTokens %d < 0", c.CompactTokens))
+	}
+	if c.CompactKeep < 0 {
+		errs = append(errs, fmt.Errorf("worker: CompactKeep %d < 0", c.CompactKeep))
+	}
+	if c.RetryBackoffMax < c.RetryBackoffMin {
+		errs = append(errs, fmt.Errorf("worker: RetryBackoffMax %v < RetryBackoffMin %v", c.RetryBackoffMax, c.RetryBackoffMin))
+	}
+	return errors.Join(errs...)
+}
+
+// agentFile loads the agent configuration file, if one is set.
+func (c Config) agentFile() (*agentConfig, error) {
+	if c.AgentFile == "" {
+		return nil, nil
+	}
+	return loadAgentConfig(c.AgentFile)
+}
+
+// newLogger is the logger of LogLevel and LogFormat on w.
+func (c Config) newLogger(w io.Writer) *slog.Logger {
+	return logging.New(w, c.LogLevel, c.LogFormat)
+}

@@ -14,13 +14,36 @@
 // checkpoint store and the checkpoint ids: interrupts are checkpointed in
 // MongoDB and resumed by POST …/resume.
 //
+// This package is the worker itself, not a wrapper: cmd/worker is
+// Main() with no options, and the consumer group, the partitions and their
+// per-conversation queues, offsets, home moves, the run step, compaction,
+// the control reader, dead letters, the stream sink, the agent file and
+// its built-in tools and the metrics are this package's (unexported where
+// they are not API).
+//
 // # Configuration
 //
 // Config holds cmd/worker's settings, read by LoadConfig from flags and
 // TURNPIKE_* environment variables, with the defaults documented on each
-// field (DefaultConfig) and checked by Validate. The options (With…) hold
-// what is Go code: the agent and the hooks, listed with their defaults on
-// each function.
+// field (DefaultConfig) and checked by Validate (which reports every
+// problem at once). Config.RegisterFlags puts the same settings on another
+// program's flag set (pkg/devstack's). The options (With…) hold what is Go
+// code: the agent and the hooks, listed with their defaults on each
+// function.
+//
+// # The process and the run step
+//
+// Worker.Run is the whole process: it listens on Config.Addr (/healthz,
+// /readyz, /metrics) and Config.PprofAddr first, so that a taken address
+// stops it before anything starts, then opens the MongoDB store (or the
+// one of WithStore), tracing, the models and the consumer, and returns
+// once every goroutine it started has ended. Main is a binary's body
+// around it.
+//
+// Step is one request's run without Kafka: the window (with the pending
+// interrupt's question), compaction, the agent's first run or resume, and
+// what is streamed and persisted. The worker runs every request through
+// it; a shadow replay runs the same code against another store.
 //
 // # Guarantees
 //

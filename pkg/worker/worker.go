@@ -6,268 +6,23 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 
-	"github.com/cloudwego/eino/adk"
-	"github.com/cloudwego/eino/components/model"
-	"github.com/cloudwego/eino/components/tool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
 
-	"github.com/turnpike-dev/turnpike/internal/publicapi"
-	"github.com/turnpike-dev/turnpike/internal/service"
-	iworker "github.com/turnpike-dev/turnpike/internal/worker"
-	"github.com/turnpike-dev/turnpike/pkg/bridge"
-	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/internal/flagenv"
+	"github.com/turnpike-dev/turnpike/internal/mongodial"
+	"github.com/turnpike-dev/turnpike/internal/server"
+	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/internal/tracing"
+	"github.com/turnpike-dev/turnpike/pkg/history"
 )
-
-func init() {
-	publicapi.WorkerConfig = func(cfg, opts any) (service.WorkerConfig, error) {
-		c, ok := cfg.(Config)
-		if !ok {
-			return service.WorkerConfig{}, fmt.Errorf("worker: a %T is no worker.Config", cfg)
-		}
-		list, _ := opts.([]Option)
-		o := collect(list)
-		custom, err := o.custom()
-		if err != nil {
-			return service.WorkerConfig{}, err
-		}
-		return c.service(custom), nil
-	}
-}
-
-// Request identifies the request a run serves: who sent it, in which
-// conversation, and its request id, which stays the same when the run is
-// repeated (a redelivery, a retry), so tools key their side effects on it.
-type Request struct {
-	Tenant, User, Conversation string
-	RequestID                  string
-	// ResumeOf is the interrupted request this run resumes; "" for a
-	// first run.
-	ResumeOf string
-}
-
-func requestOf(r iworker.RunInfo) Request {
-	return Request{Tenant: r.Tenant, User: r.User, Conversation: r.Conversation, RequestID: r.RequestID, ResumeOf: r.ResumeOf}
-}
-
-// RequestFromContext returns the request of the run ctx belongs to. The
-// worker puts it in every context it hands an agent, and eino passes that
-// context on to models and tools.
-func RequestFromContext(ctx context.Context) (Request, bool) {
-	r, ok := iworker.RunInfoFrom(ctx)
-	if !ok {
-		return Request{}, false
-	}
-	return requestOf(r), true
-}
-
-// AgentFactory builds the agent of one run. It is called on the run's own
-// goroutine, once per run (a resume is a run too and must build the same
-// agent tree, so that the checkpoint fits), concurrently for runs of
-// different conversations: it must be safe for concurrent use. An error
-// fails the attempt: it is retried like a transient model error, up to
-// Config.MaxAttempts, then the request is dead-lettered and completes
-// failed; an error wrapped with Permanent is dead-lettered at once.
-type AgentFactory func(ctx context.Context, r Request) (adk.Agent, error)
-
-// Resume is one interrupt a resume request answers.
-type Resume struct {
-	Request
-	// Target is the interrupt's id, the key of adk.ResumeParams.Targets.
-	Target string
-	// Agent and Tool raised the interrupt; Question is what it asked.
-	Agent, Tool, Question string
-	// Answer is the user's answer, as posted.
-	Answer string
-}
-
-// Permanent marks err as one that retrying cannot help: an AgentFactory
-// error dead-letters the request at once, and a resume hook's error
-// rejects the resume (the interrupt stays pending and the user may answer
-// again).
-func Permanent(err error) error { return fmt.Errorf("%w: %w", events.ErrInvalid, err) }
-
-// An Option sets an agent or a hook of the worker.
-type Option func(*options)
-
-type options struct {
-	factory      AgentFactory
-	shared       adk.Agent
-	stream       bridge.Predicate
-	persist      bridge.Predicate
-	notice       func(error) string
-	transient    func(error) bool
-	resume       func(context.Context, Resume) (any, error)
-	resumeByTool map[string]func(context.Context, Resume) (any, error)
-	summarizer   model.BaseChatModel
-	modelLabel   func(agent string) string
-	logger       *slog.Logger
-	registry     *prometheus.Registry
-	ready        func()
-	hooks        bool // an agent hook was set
-}
-
-func collect(opts []Option) *options {
-	o := &options{}
-	for _, f := range opts {
-		f(o)
-	}
-	return o
-}
-
-// WithAgentFactory runs the agent factory builds for each run. This is
-// the safe default for any agent: eino v0.7.36's ChatModelAgent writes to
-// its graph on every run when it has tools (a data race between
-// concurrent runs of one agent), and supervisor.New binds its agents to
-// one parent; an agent built per run shares nothing. Building a
-// tool-calling ChatModelAgent for a run adds tens of microseconds to it
-// (BenchmarkToolCallingRun).
-func WithAgentFactory(factory AgentFactory) Option {
-	return func(o *options) { o.factory = factory }
-}
-
-// WithAgent runs agent, shared by every run. Only for agents safe for
-// concurrent runs: a ChatModelAgent without tools is; one with tools (or
-// a supervisor, whose transfers are tools) is not on eino v0.7.36, so use
-// WithAgentFactory for those.
-func WithAgent(agent adk.Agent) Option {
-	return func(o *options) { o.shared = agent }
-}
-
-// WithStream selects the messages whose tokens are streamed to clients
-// (bridge.Role, AgentRole, And, Or, Not). Default: the assistant text of
-// any agent. Tool calls and tool results are never streamed.
-func WithStream(p bridge.Predicate) Option {
-	return func(o *options) { o.stream, o.hooks = p, true }
-}
-
-// WithPersist selects the messages whose text makes the persisted answer.
-// Default: the assistant text of any agent. Tool calls and tool results
-// are never persisted.
-func WithPersist(p bridge.Predicate) Option {
-	return func(o *options) { o.persist, o.hooks = p, true }
-}
-
-// WithNotice maps a model error to the notice streamed to clients (never
-// persisted). Default: bridge.DefaultNotice. It is called on the run's
-// goroutine, concurrently for different runs.
-func WithNotice(notice func(err error) string) Option {
-	return func(o *options) { o.notice, o.hooks = notice, true }
-}
-
-// WithTransientErrors classifies a custom model's errors: transient says
-// whether an error that ended a run before any content is worth running
-// the request again (with backoff, up to Config.MaxAttempts, then the
-// request is dead-lettered). The worker itself recognises timeouts,
-// refused and reset connections, errors with Temporary() or Retriable()
-// true, and HTTP 408, 429 and 5xx of errors with a StatusCode() method or
-// of the OpenAI client. It is called on the run's goroutine, concurrently
-// for different runs.
-func WithTransientErrors(transient func(err error) bool) Option {
-	return func(o *options) { o.transient, o.hooks = transient, true }
-}
-
-// WithResume turns the user's answer into the value an interrupt resumes
-// with: eino's tool.GetResumeContext[T] is a type assertion, so a tool
-// that interrupted expecting a T must get a T. Default: the answer as a
-// string. An error wrapped with Permanent rejects the resume with a notice
-// (the interrupt stays pending); other errors are retried like a transient
-// model error (up to Config.MaxAttempts, then the resume is dead-lettered
-// and completes failed). Interrupts of a
-// tool with its own WithResumeAs do not reach it. It is called on the
-// run's goroutine, once per interrupt target.
-func WithResume(resume func(ctx context.Context, r Resume) (any, error)) Option {
-	return func(o *options) { o.resume, o.hooks = resume, true }
-}
-
-// WithResumeAs resumes the interrupts raised by the tool named tool with
-// the value parse makes of the user's answer; a parse error rejects the
-// resume (the user may answer again).
-func WithResumeAs[T any](tool string, parse func(answer string) (T, error)) Option {
-	return func(o *options) {
-		if o.resumeByTool == nil {
-			o.resumeByTool = map[string]func(context.Context, Resume) (any, error){}
-		}
-		o.resumeByTool[tool] = func(_ context.Context, r Resume) (any, error) {
-			v, err := parse(r.Answer)
-			if err != nil {
-				return nil, Permanent(err)
-			}
-			return v, nil
-		}
-		o.hooks = true
-	}
-}
-
-// WithSummarizer writes the summaries of context compaction
-// (Config.CompactTokens). Default: the model of Config.Model.
-func WithSummarizer(m model.BaseChatModel) Option {
-	return func(o *options) { o.summarizer, o.hooks = m, true }
-}
-
-// WithModelLabel labels each agent's token usage in the metrics
-// (turnpike_worker_tokens_total{model}). Default "custom".
-func WithModelLabel(label func(agent string) string) Option {
-	return func(o *options) { o.modelLabel, o.hooks = label, true }
-}
-
-// WithLogger logs there. Default: Config.LogLevel and LogFormat on stderr.
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
-
-// WithRegistry registers the worker's metrics there (served on
-// Config.Addr's /metrics). Default: a registry of its own, with the Go and
-// process collectors.
-func WithRegistry(r *prometheus.Registry) Option { return func(o *options) { o.registry = r } }
-
-// WithReady calls ready once the worker runs (after its topics exist).
-func WithReady(ready func()) Option { return func(o *options) { o.ready = ready } }
-
-// custom is the internal worker's custom agent of o; nil without one.
-func (o *options) custom() (*iworker.Custom, error) {
-	switch {
-	case o.factory != nil && o.shared != nil:
-		return nil, errors.New("worker: WithAgent and WithAgentFactory both set")
-	case o.factory == nil && o.shared == nil:
-		if o.hooks {
-			return nil, errNoAgentForHooks
-		}
-		return nil, nil
-	}
-	factory := o.factory
-	if factory == nil {
-		shared := o.shared
-		factory = func(context.Context, Request) (adk.Agent, error) { return shared, nil }
-	}
-	c := &iworker.Custom{
-		NewAgent: func(ctx context.Context, r iworker.RunInfo) (adk.Agent, error) {
-			return factory(ctx, requestOf(r))
-		},
-		Stream: o.stream, Persist: o.persist, Notice: o.notice, Transient: o.transient,
-		ModelLabel: o.modelLabel, Summarizer: o.summarizer,
-	}
-	if o.resume != nil || len(o.resumeByTool) > 0 {
-		byTool, fallback := o.resumeByTool, o.resume
-		c.ResumeValue = func(ctx context.Context, r iworker.ResumeInfo) (any, error) {
-			res := Resume{Request: requestOf(r.RunInfo), Target: r.Target, Agent: r.Agent, Tool: r.Tool, Question: r.Question, Answer: r.Answer}
-			if f, ok := byTool[r.Tool]; ok {
-				return f(ctx, res)
-			}
-			if fallback != nil {
-				return fallback(ctx, res)
-			}
-			return r.Answer, nil
-		}
-	}
-	return c, nil
-}
-
-// AskUser returns the ask_user tool of the agent configuration: it stops
-// the run to ask the user its "question" argument (an eino interrupt,
-// checkpointed by the worker) and, resumed, returns the user's answer as
-// its result (a string). A Go agent may use it as it is.
-func AskUser() tool.InvokableTool { return iworker.AskUserTool() }
 
 // A Worker runs an agent on Turnpike's pipeline: it consumes the requests
 // topic in a consumer group, runs the agent for each request (strictly in
@@ -277,68 +32,202 @@ func AskUser() tool.InvokableTool { return iworker.AskUserTool() }
 // aborted by a drain, or a retry after a transient error runs it again
 // (with a new run id, the same request id).
 type Worker struct {
-	cfg  service.WorkerConfig
+	cfg  Config
 	opts *options
 }
 
 // New validates cfg and the options and returns a Worker. With neither
 // WithAgent nor WithAgentFactory it runs the agent cmd/worker runs: the
-// agent file's (Config.AgentFile), else one agent on Config.Model.
+// agent file's (Config.AgentFile), else one agent on Config.Model. Zero
+// durations and counts of cfg take their defaults (see Config).
 func New(cfg Config, opts ...Option) (*Worker, error) {
 	o := collect(opts)
-	custom, err := o.custom()
-	if err != nil {
+	if err := o.checkAgent(); err != nil {
 		return nil, err
 	}
-	sc := cfg.service(custom)
-	if err := sc.Validate(); err != nil {
+	cfg.setDefaults()
+	if err := cfg.validate(o.store == nil, o.goAgent()); err != nil {
 		return nil, err
 	}
-	return &Worker{cfg: sc, opts: o}, nil
+	return &Worker{cfg: cfg, opts: o}, nil
 }
 
-// Run runs the worker until ctx ends, then drains: in-flight runs may
-// finish within Config.DrainTimeout, what is done is committed and the
-// consumer group is left. It returns nil after a clean stop. Run once.
+// Run runs the worker process until ctx ends: it listens on Config.Addr
+// (and Config.PprofAddr) first, so that a taken address stops it before
+// it starts anything, then opens the store, tracing and the agent's
+// models, serves /healthz, /readyz and /metrics, and consumes. When ctx
+// ends it drains: in-flight runs may finish within Config.DrainTimeout,
+// what is done is committed, the consumer group is left, and everything
+// Run started has stopped when it returns. It returns nil after a clean
+// stop. Run once.
 func (w *Worker) Run(ctx context.Context) error {
+	log := w.opts.logger
+	if log == nil {
+		log = w.cfg.newLogger(os.Stderr)
+	}
+	return w.run(ctx, log, w.registry())
+}
+
+// registry is the options' registry, else one with the Go and process
+// collectors.
+func (w *Worker) registry() *prometheus.Registry {
+	if w.opts.registry != nil {
+		return w.opts.registry
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	env := w.opts.env(service.Env{Logger: w.cfg.NewLogger(os.Stderr), Registry: reg})
-	return service.RunWorker(ctx, w.cfg, env, nil)
+	return reg
+}
+
+func (w *Worker) run(ctx context.Context, log *slog.Logger, reg *prometheus.Registry) error {
+	c, o := w.cfg, w.opts
+	// Every listener first: a taken address is reported before any part
+	// of the worker starts, so none is left running.
+	ln := o.listener
+	if ln == nil && c.Addr != "" {
+		var err error
+		if ln, err = net.Listen("tcp", c.Addr); err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+	}
+	if ln != nil {
+		defer ln.Close()
+	}
+	pprofLn, err := server.ListenPprof(c.PprofAddr)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if pprofLn != nil {
+		defer pprofLn.Close()
+	}
+
+	var checks []server.Check
+	checks = append(checks, server.Check{Name: "kafka", Fn: func(ctx context.Context) error { return topic.Ping(ctx, c.Brokers) }})
+	store := o.store
+	if store == nil {
+		conn, err := mongodial.Dial(c.MongoURI, c.MongoDB, c.MongoPool)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ms, err := history.NewMongoStore(ctx, conn.DB, history.MongoConfig{})
+		if err != nil {
+			return fmt.Errorf("open history store: %w", err)
+		}
+		store = ms
+		checks = append(checks, server.Check{Name: "mongo", Fn: conn.Ping})
+	}
+	tr, err := tracing.New(ctx, tracing.Config{ServiceName: "worker", Endpoint: c.OTLPEndpoint, SampleRatio: c.TraceSampleRatio})
+	if err != nil {
+		return err
+	}
+	defer tr.Shutdown(context.WithoutCancel(ctx))
+	d, err := c.agentDeps(o)
+	if err != nil {
+		return err
+	}
+	// Ready once the topics exist: ingest's produce needs them.
+	d.Store, d.Registerer, d.Logger, d.Tracing, d.Ready = store, reg, log, tr, o.ready
+	cons, err := newConsumer(c, d)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return server.ServePprof(gctx, pprofLn, log) })
+	g.Go(func() error { return cons.Run(gctx) })
+	if ln != nil {
+		mux := http.NewServeMux()
+		server.HandleOps(mux, reg, checks...)
+		g.Go(func() error { return server.Serve(gctx, ln, mux, server.ShutdownGrace) })
+	}
+	return g.Wait()
+}
+
+// agentDeps builds what the agent needs from c: Config.Model's model (the
+// agent configuration's "default", a Go agent's default summarizer) and,
+// without a Go agent in o, the agent configuration and its models.
+func (c Config) agentDeps(o *options) (deps, error) {
+	d := deps{Go: o}
+	m, err := c.newModel()
+	if err != nil {
+		return deps{}, err
+	}
+	d.Model, d.ModelName = m, c.modelLabel()
+	if o.goAgent() {
+		return d, nil
+	}
+	if d.Agent, err = c.agentFile(); err != nil {
+		return deps{}, err
+	}
+	if d.Models, err = c.newAgentModels(d.Agent, os.Getenv); err != nil {
+		return deps{}, err
+	}
+	return d, nil
+}
+
+// validateStep reports the problems of the settings a Step uses (after
+// their defaults are applied).
+func (c Config) validateStep(goAgent bool) error {
+	c.setDefaults()
+	var errs []error
+	if c.WindowMessages < 0 {
+		errs = append(errs, fmt.Errorf("worker: WindowMessages %d < 0", c.WindowMessages))
+	}
+	if c.CompactTokens < 0 {
+		errs = append(errs, fmt.Errorf("worker: CompactTokens %d < 0", c.CompactTokens))
+	}
+	if c.CompactKeep < 0 {
+		errs = append(errs, fmt.Errorf("worker: CompactKeep %d < 0", c.CompactKeep))
+	}
+	if c.RunTimeout < 0 {
+		errs = append(errs, fmt.Errorf("worker: RunTimeout %v < 0", c.RunTimeout))
+	}
+	if c.EchoDelay < 0 {
+		errs = append(errs, fmt.Errorf("worker: EchoDelay %v < 0", c.EchoDelay))
+	}
+	if _, err := c.newModel(); err != nil {
+		errs = append(errs, err)
+	}
+	if goAgent && c.AgentFile != "" {
+		errs = append(errs, errAgentFileWithGoAgent)
+	}
+	if _, err := c.agentFile(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // Main is the body of a worker binary: it reads the configuration from
-// os.Args and the environment (as LoadConfig), runs a Worker with opts
-// until SIGINT or SIGTERM, and exits: 0 after a clean stop, 1 when the
-// worker fails (bad settings included), 2 for bad flags.
+// os.Args and the environment (as LoadConfig; a binary with an agent
+// written in Go has no flags for the agent built without Go code), runs
+// a Worker with opts until SIGINT or SIGTERM, and exits: 0 after a clean
+// stop, 1 when the worker fails (bad settings included), 2 for bad flags
+// or options (an agent file given to a binary with an agent written in
+// Go included).
 func Main(opts ...Option) {
 	os.Exit(mainWith(os.Args[1:], os.LookupEnv, os.Stderr, opts))
 }
 
 func mainWith(args []string, lookupEnv func(string) (string, bool), stderr io.Writer, opts []Option) int {
 	o := collect(opts)
-	custom, err := o.custom()
+	c := DefaultConfig()
+	if code, ok := flagenv.ParseCommand("worker", args, lookupEnv, stderr, func(set *flagenv.Set) { c.register(set, o, false) }); !ok {
+		return code
+	}
+	log := o.logger
+	if log == nil {
+		log = c.newLogger(stderr)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	w, err := New(c, opts...)
+	if err == nil {
+		err = w.run(ctx, log, w.registry())
+	}
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
+		log.Error("worker stopped", "error", err)
+		return 1
 	}
-	var sc service.WorkerConfig
-	return service.Main("worker", args, lookupEnv, stderr, &sc, func(ctx context.Context, env service.Env) error {
-		sc.Custom = custom
-		return service.RunWorker(ctx, sc, o.env(env), nil)
-	})
-}
-
-// env is base with the options' logger, registry and ready hook.
-func (o *options) env(base service.Env) service.Env {
-	if o.logger != nil {
-		base.Logger = o.logger
-	}
-	if o.registry != nil {
-		base.Registry = o.registry
-	}
-	if o.ready != nil {
-		base.Ready = o.ready
-	}
-	return base
+	log.Info("worker stopped")
+	return 0
 }

@@ -1,11 +1,15 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,9 +22,14 @@ import (
 	"github.com/cloudwego/eino/components/tool/utils"
 	"github.com/cloudwego/eino/compose"
 	"github.com/cloudwego/eino/schema"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/turnpike-dev/turnpike/internal/embedded"
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
 	"github.com/turnpike-dev/turnpike/pkg/turnpiketest"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
@@ -470,4 +479,124 @@ func TestRefusedAnswerRejectsTheResume(t *testing.T) {
 	if r := f.Run(c.Resume("c", asked.RequestID, "Friday")); r.Status != events.StatusComplete || r.Text != "Booked for Friday." {
 		t.Errorf("resumed again: %v", r)
 	}
+}
+
+// The worker says it is ready only once its topics exist: the devstack
+// reports ready when every service has, and ingest's first produce fails
+// with "unknown topic" if the worker is still creating the requests topic.
+// The broker holds CreateTopics back, so a worker that reports ready
+// before its topics exist is seen doing so.
+func TestTheWorkerIsReadyOnlyOnceItsTopicsExist(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	k := testenv.EmbeddedKafka(t, embedded.KafkaConfig{})
+	var held, created atomic.Bool
+	k.Cluster().ControlKey(int16(kmsg.CreateTopics), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster().KeepControl()
+		if !held.Swap(true) {
+			time.Sleep(300 * time.Millisecond)
+		}
+		created.Store(true) // the broker creates them right after this returns
+		return nil, nil, false
+	})
+	prefix := testenv.Name(t, "ready") + "."
+	c := worker.DefaultConfig()
+	c.Brokers, c.MongoURI, c.MongoDB, c.TopicPrefix, c.Partitions, c.Addr = []string{k.Addr()}, testenv.MongoURI(t), testenv.Name(t, "ready"), prefix, 2, ""
+	ready := make(chan bool, 1)
+	w, err := worker.New(c, worker.WithReady(func() { ready <- created.Load() }), worker.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Error("the worker reported ready before the broker had created its topics")
+		}
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the worker never reported ready")
+	}
+	if _, err := topic.Partitions(ctx, []string{k.Addr()}, prefix+"requests"); err != nil {
+		t.Errorf("the requests topic after ready: %v", err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// Run listens first (docs/style.md: a long-running part owns and waits
+// for every goroutine it starts): with Config.Addr or Config.PprofAddr
+// taken, it returns the listen error, and nothing of the worker ran or is
+// left running when it returns. Every goroutine Run starts, and every one
+// those start, carries the pprof label of the goroutine that called it;
+// none may be left. (Before the fix, the consumer was started before the
+// ops listener, and left consuming, with its store and tracer closed
+// under it, when the listen failed.)
+func TestATakenAddressStopsRunBeforeAnyPartStarts(t *testing.T) {
+	t.Parallel()
+	brokers := testenv.Kafka(t)
+	for _, tt := range []struct {
+		name string
+		set  func(c *worker.Config, taken string)
+	}{
+		{"A taken ops address stops Run.", func(c *worker.Config, taken string) { c.Addr = taken }},
+		{"A taken pprof address stops Run.", func(c *worker.Config, taken string) { c.Addr, c.PprofAddr = "127.0.0.1:0", taken }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testenv.Context(t, 30*time.Second)
+			taken, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer taken.Close()
+			c := worker.DefaultConfig()
+			c.Brokers, c.TopicPrefix, c.Partitions = brokers, testenv.Name(t, "taken")+".", 2
+			tt.set(&c, taken.Addr().String())
+			var built, readied atomic.Int32
+			w, err := worker.New(c, worker.WithStore(history.NewMemoryStore()), worker.WithLogger(slog.New(slog.DiscardHandler)),
+				worker.WithReady(func() { readied.Add(1) }),
+				worker.WithAgentFactory(func(context.Context, worker.Request) (adk.Agent, error) {
+					built.Add(1)
+					return nil, errors.New("no agent")
+				}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			label := testenv.Name(t, "run")
+			var runErr error
+			pprof.Do(ctx, pprof.Labels("turnpike-test", label), func(ctx context.Context) { runErr = w.Run(ctx) })
+			if runErr == nil || !strings.Contains(runErr.Error(), "address already in use") {
+				t.Fatalf("Run = %v, want the listen error", runErr)
+			}
+			if left := labelled(t, label); left != "" {
+				t.Fatalf("goroutines of Run outlive it:\n%s", left)
+			}
+			if built.Load() != 0 || readied.Load() != 0 {
+				t.Errorf("the agent factory ran %d times and the worker was ready %d times; want neither", built.Load(), readied.Load())
+			}
+		})
+	}
+}
+
+// labelled returns the stacks of the goroutines carrying the pprof label
+// turnpike-test=label.
+func labelled(t *testing.T, label string) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, rec := range strings.Split(b.String(), "\n\n") {
+		if strings.Contains(rec, `"turnpike-test":"`+label+`"`) {
+			out = append(out, rec)
+		}
+	}
+	return strings.Join(out, "\n\n")
 }

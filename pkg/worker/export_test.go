@@ -1,0 +1,42 @@
+package worker
+
+// What the package's external tests reach of its insides.
+
+// Deps are a consumer's collaborators (deps).
+type Deps = deps
+
+// Consumer is the worker without its process (consumer).
+type Consumer = consumer
+
+// NewConsumer is newConsumer: a worker on d's store and models, without
+// the ops server, the MongoDB client or tracing of Worker.Run.
+func NewConsumer(cfg Config, d Deps) (*Consumer, error) { return newConsumer(cfg, d) }
+
+// AgentConfig is the agent configuration file (agentConfig).
+type AgentConfig = agentConfig
+
+// ParseAgentConfig and LoadAgentConfig read an agent configuration.
+var (
+	ParseAgentConfig = parseAgentConfig
+	LoadAgentConfig  = loadAgentConfig
+)
+
+// The built-in tools' names.
+const (
+	ToolAskUser     = toolAskUser
+	ToolCurrentTime = toolCurrentTime
+)
+
+// SetCountBeforeJoin makes w believe it read n as the requests topic's
+// partition count before it joined, as if the count changed around its
+// first join. Call it before Run.
+func SetCountBeforeJoin(w *Consumer, n int) { w.countBeforeJoin.Store(int64(n)) }
+
+// The dead letters' header names.
+const (
+	HeaderDLQReason       = headerDLQReason
+	HeaderDLQAttempts     = headerDLQAttempts
+	HeaderSourceTopic     = headerSourceTopic
+	HeaderSourcePartition = headerSourcePartition
+	HeaderSourceOffset    = headerSourceOffset
+)

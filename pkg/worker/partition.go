@@ -1,0 +1,356 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// partition consumes one assigned partition for the length of one
+// generation. The fetch loop (the goroutine kafka-go's Generation.Start
+// runs) dispatches each record to the queue of its key; one goroutine per
+// key with work runs that key's records in topic order; a committer
+// goroutine commits the highest contiguous completed offset. The fetch loop
+// starts the others and waits for all of them before it returns, so none
+// outlives the partition.
+type partition struct {
+	w   *consumer
+	gen *kafka.Generation
+	id  int
+	// partitions is the requests topic's partition count this generation
+	// places records by (see home.go).
+	partitions int
+	log        *slog.Logger
+	// slots bounds this partition's records fetched and not yet done.
+	slots chan struct{}
+
+	mu sync.Mutex // guards keys, busy, their queues' entries, and offsets
+	// keys holds the queue of every ordering key with a record queued or
+	// running; a key's goroutine removes it when the queue runs empty.
+	keys map[string]*keyQueue
+	// busy counts each conversation's records queued or running (by
+	// identity key), for the reject and interrupt strategies.
+	busy    map[string]int
+	offsets *offsetTracker
+}
+
+// keyQueue is one ordering key's records in topic order; the first is the
+// one running.
+type keyQueue struct {
+	entries []*entry // guarded by partition.mu
+}
+
+// entry is a fetched record, decoded once at dispatch.
+type entry struct {
+	m   kafka.Message
+	req events.Request
+	err error // the record failed validation
+	// cancelled: an interrupting request of the conversation came after
+	// this one while it was queued; it completes cancelled without
+	// running. Guarded by partition.mu.
+	cancelled bool
+	// move: the record is not in its key's home partition; it is copied
+	// to home (partition home) instead of run, and never counted busy.
+	move bool
+	home int
+}
+
+func (w *consumer) consumePartition(genCtx context.Context, gen *kafka.Generation, pa kafka.PartitionAssignment, partitions int) {
+	p := &partition{
+		w:          w,
+		gen:        gen,
+		id:         pa.ID,
+		partitions: partitions,
+		log:        w.log.With(slog.Int("partition", pa.ID)),
+		slots:      make(chan struct{}, w.cfg.ReadAhead),
+		keys:       make(map[string]*keyQueue),
+		busy:       make(map[string]int),
+		offsets:    newOffsetTracker(),
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:   w.cfg.Brokers,
+		Topic:     w.topics.Requests,
+		Partition: pa.ID,
+		MinBytes:  1,
+		MaxBytes:  10 << 20,
+		MaxWait:   500 * time.Millisecond,
+	})
+	defer r.Close()
+	if err := r.SetOffset(pa.Offset); err != nil {
+		p.log.Error("set offset", slog.Int64("offset", pa.Offset), slog.Any("error", err))
+		return
+	}
+	p.log.Debug("partition started", slog.Int64("offset", pa.Offset))
+
+	var runners sync.WaitGroup
+	commitCtx, stopCommitting := context.WithCancel(context.Background())
+	committed := make(chan struct{})
+	go func() {
+		defer close(committed)
+		p.commitLoop(commitCtx, r)
+	}()
+
+	for p.acquire(genCtx) {
+		m, err := r.FetchMessage(genCtx)
+		if err != nil {
+			p.release()
+			if genCtx.Err() != nil {
+				break
+			}
+			p.log.Warn("fetch", slog.Any("error", err))
+			sleep(genCtx, w.cfg.RetryBackoffMin)
+			continue
+		}
+		p.dispatch(genCtx, m, &runners)
+	}
+	// The generation ended: nothing more is fetched. Runs in flight finish
+	// within the drain deadline (or are aborted); queued records stay
+	// uncommitted for the partition's next owner.
+	p.log.Info("partition revoked or worker stopping: draining", slog.Duration("drain_timeout", w.cfg.DrainTimeout))
+	runners.Wait()
+	stopCommitting()
+	<-committed
+	p.commit() // what finished while draining
+}
+
+// acquire takes a read-ahead slot and a worker-wide in-flight slot, waiting
+// while either is exhausted: a full pipeline stops fetching.
+func (p *partition) acquire(ctx context.Context) bool {
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	select {
+	case p.w.inflight <- struct{}{}:
+		p.w.metrics.inflight.Inc()
+		p.w.notePeak()
+		return true
+	case <-ctx.Done():
+		<-p.slots
+		return false
+	}
+}
+
+func (p *partition) release() {
+	select {
+	case <-p.w.inflight:
+		p.w.metrics.inflight.Dec()
+	default:
+	}
+	<-p.slots
+}
+
+// keyOf is the ordering key of a record: its conversation, or one key for
+// the whole partition under partition ordering.
+func (p *partition) keyOf(m kafka.Message) string {
+	if p.w.cfg.Ordering == orderingPartition {
+		return ""
+	}
+	return string(m.Key)
+}
+
+// dispatch decides what m's strategy asks for and queues it behind the
+// records of its key, starting the key's runner if it has none. Strategies
+// are applied here, in the partition's order: reject completes the record
+// at once when its conversation has a record running or queued ahead;
+// interrupt cancels the conversation's running record and every queued
+// one ahead of it, then queues itself.
+func (p *partition) dispatch(genCtx context.Context, m kafka.Message, runners *sync.WaitGroup) {
+	e := &entry{m: m}
+	e.req, e.err = p.w.decode(m)
+	p.place(e)
+	key := p.keyOf(m)
+	conv := string(m.Key)
+	p.mu.Lock()
+	p.offsets.add(m.Offset)
+	if e.err == nil && !e.move && p.busy[conv] > 0 && !p.queuedLocked(key, e.req.RequestID) {
+		switch e.req.Strategy {
+		case events.StrategyReject:
+			p.mu.Unlock()
+			runners.Add(1)
+			go func() {
+				defer runners.Done()
+				p.finish(e, p.w.complete(genCtx, e, events.StatusRejected))
+			}()
+			return
+		case events.StrategyInterrupt:
+			p.interruptLocked(key, conv)
+		}
+	}
+	if !e.move {
+		p.busy[conv]++
+	}
+	q, running := p.keys[key]
+	if !running {
+		q = &keyQueue{}
+		p.keys[key] = q
+	}
+	q.entries = append(q.entries, e)
+	p.mu.Unlock()
+	if !running {
+		runners.Add(1)
+		go func() {
+			defer runners.Done()
+			p.runKey(genCtx, key, q)
+		}()
+	}
+}
+
+// queuedLocked reports whether a record of the same request id is queued
+// or running under key: a duplicate is never rejected or interrupting, it
+// completes as its original did. p.mu must be held.
+func (p *partition) queuedLocked(key, requestID string) bool {
+	if q := p.keys[key]; q != nil {
+		for _, e := range q.entries {
+			if e.err == nil && !e.move && e.req.RequestID == requestID {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// interruptLocked cancels conv's running record (counted, as a cancel
+// from the control topic is, in cancelled_runs_total) and marks its queued
+// ones cancelled. p.mu must be held.
+func (p *partition) interruptLocked(key, conv string) {
+	q := p.keys[key]
+	if q == nil {
+		return
+	}
+	for i, e := range q.entries {
+		if string(e.m.Key) != conv || e.move {
+			continue
+		}
+		if i == 0 {
+			if p.w.active.cancel(conv, func(*activeRun) bool { return true }) {
+				p.w.metrics.cancelled.Inc()
+			}
+			continue
+		}
+		e.cancelled = true
+	}
+}
+
+// runKey runs the records of one key in order until its queue is empty or
+// the generation ends.
+func (p *partition) runKey(genCtx context.Context, key string, q *keyQueue) {
+	for {
+		p.mu.Lock()
+		if len(q.entries) == 0 || genCtx.Err() != nil {
+			// Records still queued when the generation ended stay
+			// uncommitted, for the partition's next owner.
+			p.dropLocked(key, q)
+			p.mu.Unlock()
+			return
+		}
+		e := q.entries[0]
+		cancelled := e.cancelled
+		p.mu.Unlock()
+
+		var err error
+		if e.move {
+			err = p.w.move(genCtx, e)
+		} else if cancelled && e.err == nil {
+			err = p.w.complete(genCtx, e, events.StatusCancelled)
+		} else {
+			err = p.w.handle(genCtx, e)
+		}
+		abandoned := err != nil && classify(err) == classAbandoned
+		if err != nil {
+			p.log.Info("record not done", identityAttr(e.req.Identity()), slog.String("request_id", e.req.RequestID),
+				slog.Int64("offset", e.m.Offset), slog.Any("reason", err))
+		}
+		p.mu.Lock()
+		q.entries = q.entries[1:]
+		p.unbusyLocked(e)
+		p.mu.Unlock()
+		if abandoned {
+			p.release()
+			// A later record of this key must not run before this one: stop
+			// the key; the next owner resumes from the committed offset.
+			p.mu.Lock()
+			p.dropLocked(key, q)
+			p.mu.Unlock()
+			return
+		}
+		p.finish(e, nil)
+	}
+}
+
+// finish marks a record done (committable) and gives back its slots; err
+// is logged when the record could not be completed.
+func (p *partition) finish(e *entry, err error) {
+	if err != nil && classify(err) == classAbandoned {
+		p.release()
+		return
+	}
+	p.mu.Lock()
+	p.offsets.done(e.m.Offset)
+	p.mu.Unlock()
+	p.release()
+}
+
+// dropLocked forgets key and gives back the slots of its queued records,
+// which stay uncommitted. p.mu must be held.
+func (p *partition) dropLocked(key string, q *keyQueue) {
+	for _, e := range q.entries {
+		p.release()
+		p.unbusyLocked(e)
+	}
+	q.entries = nil
+	delete(p.keys, key)
+}
+
+// unbusyLocked uncounts e from its conversation's records queued or
+// running. p.mu must be held.
+func (p *partition) unbusyLocked(e *entry) {
+	if e.move {
+		return
+	}
+	if p.busy[string(e.m.Key)]--; p.busy[string(e.m.Key)] <= 0 {
+		delete(p.busy, string(e.m.Key))
+	}
+}
+
+// commitLoop commits the partition's progress every CommitInterval, and
+// reports its lag, until ctx ends.
+func (p *partition) commitLoop(ctx context.Context, r *kafka.Reader) {
+	t := time.NewTicker(p.w.cfg.CommitInterval)
+	defer t.Stop()
+	label := strconv.Itoa(p.id)
+	defer p.w.metrics.lag.DeleteLabelValues(label)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.commit()
+			p.w.metrics.lag.WithLabelValues(label).Set(float64(max(r.Lag(), 0)))
+		}
+	}
+}
+
+// commit commits one past the highest offset below which every fetched
+// record is done, if it moved. A lost commit only means re-delivery, which
+// is idempotent.
+func (p *partition) commit() {
+	p.mu.Lock()
+	next, moved := p.offsets.advance()
+	p.mu.Unlock()
+	if !moved {
+		return
+	}
+	if err := p.gen.CommitOffsets(map[string]map[int]int64{p.w.topics.Requests: {p.id: next}}); err != nil {
+		p.log.Warn("commit offset", slog.Int64("offset", next), slog.Any("error", err))
+		return
+	}
+	p.w.metrics.committed.Inc()
+}

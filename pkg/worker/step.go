@@ -1,0 +1,390 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/schema"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+)
+
+// A Step runs one request as the worker does, from its store to its
+// answer: it begins the request's turn, recognises a request already
+// decided or covered by a recorded cancel, loads the history window (an
+// interrupted answer ends with the question it asked), compacts it,
+// builds the agent (a first run, or the resume of an interrupted one from
+// its checkpoint), runs it through the bridge, which streams the events
+// to the sink and commits the turn, and records the outcome of a run
+// that persisted nothing. The worker's consumer runs every request
+// through its Step; a shadow replay runs its requests through one with
+// its own store and a sink that keeps nothing, and so reports what the
+// worker would persist.
+//
+// A Step does not touch Kafka: it fetches and commits no record, retries
+// nothing (an error is returned; the worker decides whether to run the
+// request again), writes no completion record to the control topic and
+// no dead letter, and takes no cancel but a recorded one.
+//
+// A Step is safe for concurrent use: runs of different conversations may
+// go at once. Runs of one conversation must go one after the other, in
+// the order of its requests, as the worker runs them.
+type Step struct {
+	cfg     Config
+	agents  *agents
+	bridge  *bridge.Bridge
+	metrics *metrics
+	log     *slog.Logger
+	now     func() time.Time
+
+	mu          sync.Mutex // guards running and peakRunning
+	running     int
+	peakRunning int
+}
+
+// NewStep returns the step of cfg's agent settings (the model, the agent
+// file, the agent's name and instruction, the window, compaction, the run
+// timeout) and of opts: the agent and hooks of WithAgent or
+// WithAgentFactory, WithLogger (default: Config.LogLevel and LogFormat on
+// stderr) and WithRegistry (default: a registry of its own) for the
+// worker's run metrics. The other options and settings do not apply.
+func NewStep(cfg Config, opts ...Option) (*Step, error) {
+	o := collect(opts)
+	if err := o.checkAgent(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	if err := cfg.validateStep(o.goAgent()); err != nil {
+		return nil, err
+	}
+	d, err := cfg.agentDeps(o)
+	if err != nil {
+		return nil, err
+	}
+	d.Logger = o.logger
+	if d.Logger == nil {
+		d.Logger = cfg.newLogger(os.Stderr)
+	}
+	d.Registerer = prometheus.NewRegistry()
+	if o.registry != nil {
+		d.Registerer = o.registry
+	}
+	d.Now = time.Now
+	a, err := newAgents(cfg, d)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(d.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return newStep(cfg, a, m, d.Logger, d.Now)
+}
+
+// newStep is the step of agents a, with its metrics, logger and clock.
+// cfg has its defaults.
+func newStep(cfg Config, a *agents, m *metrics, log *slog.Logger, now func() time.Time) (*Step, error) {
+	bc := bridge.Config{Logger: log, Now: now, RetryModelError: a.retryModelError,
+		Stream: a.stream, Persist: a.persist, OnError: a.notice}
+	b, err := bridge.New(bc)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	return &Step{cfg: cfg, agents: a, bridge: b, metrics: m, log: log, now: now}, nil
+}
+
+// Run runs request req against store, streaming its events to sink, and
+// returns how it ended:
+//
+//   - a request already decided in store (a redelivery, a duplicate) is
+//     not run again: Run emits its run.completed with the status it ended
+//     with and returns that status, Committed.Duplicate set;
+//   - a request a recorded cancel covers is recorded cancelled and
+//     completes cancelled without running;
+//   - a resume (req.ResumeOf) that does not answer the conversation's
+//     pending interrupt, or whose answer a resume hook refused, is
+//     recorded rejected and completes with a notice saying why;
+//   - otherwise the agent runs, the turn is committed as the bridge
+//     decides (the Result says what was persisted), and a run that
+//     persisted nothing (discarded, cancelled before any content) has
+//     its outcome recorded, so that a redelivery does not run it again.
+//
+// If sink has a Flush() error method, Run calls it before it decides what
+// to record, and a Flush error fails Run. An error means the request did
+// not end (the store or the sink failed, the agent could not be built, a
+// transient model error before any content: bridge.ErrModelRetry); the
+// caller may run it again with a new run id, as the worker does.
+//
+// ctx's values reach the agent, with the Request (RequestFromContext).
+// When ctx ends the run is aborted: nothing more is streamed or
+// persisted, and Run returns an error wrapping bridge.ErrAborted. The
+// store's calls are not cancelled with it; each run is bounded by
+// Config.RunTimeout.
+func (s *Step) Run(ctx context.Context, req events.Request, store history.Store, sink bridge.Sink) (bridge.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return bridge.Result{}, err
+	}
+	if err := req.Identity().Validate(); err != nil {
+		return bridge.Result{}, err
+	}
+	if req.RequestID == "" {
+		return bridge.Result{}, fmt.Errorf("%w request: no request id", events.ErrInvalid)
+	}
+	if req.CreatedAt.IsZero() {
+		req.CreatedAt = s.now()
+	}
+	return s.run(context.WithoutCancel(ctx), req, store, sink, stepRun{stop: ctx.Done()})
+}
+
+// stepRun is what the worker's consumer adds to a run of the step; the
+// zero value is a plain run.
+type stepRun struct {
+	// source is where the request's record is: kept with the turn, it
+	// fences a worker that lost the partition.
+	source *history.Source
+	// cancelled, if set, says whether a cancel covers the request (asked
+	// once the store said that none it recorded does).
+	cancelled func(ctx context.Context) (bool, error)
+	// started, if set, receives the run's handle when the agent starts:
+	// cancels reach the run through it.
+	started func(*bridge.Handle)
+	// stop, once closed, ends the run: it may finish within drain, then
+	// it is aborted.
+	stop  <-chan struct{}
+	drain time.Duration
+}
+
+// run is Run with the consumer's additions. ctx carries the work (it is
+// not cancelled when the run stops: stop is how a run is stopped).
+func (s *Step) run(ctx context.Context, req events.Request, store history.Store, sink bridge.Sink, sr stepRun) (bridge.Result, error) {
+	id := req.Identity()
+	log := s.log.With(identityAttr(id), slog.String("request_id", req.RequestID))
+	// The agent, its tools and the worker's hooks find the request in ctx
+	// (RequestFromContext): its id keys side effects, as a run may happen
+	// more than once.
+	ctx = withRequest(ctx, requestOf(req))
+	pending := history.Begin(store, id, req.RequestID, req.Content, req.CreatedAt)
+	if sr.source != nil {
+		pending.SetSource(*sr.source)
+	}
+	// One round trip: already decided (a redelivery, a duplicate record:
+	// completed as it was the first time, without running the model
+	// again), cancelled, or the window.
+	windowMessages := s.cfg.WindowMessages
+	if req.ResumeOf != "" {
+		windowMessages = 0 // a resume reads its checkpoint instead
+	}
+	st, err := pending.Start(ctx, windowMessages)
+	if err != nil {
+		return bridge.Result{}, fmt.Errorf("start request: %w", err)
+	}
+	if st.Decided {
+		log.Info("duplicate request", slog.Int64("turn", st.Committed.N), slog.String("status", string(st.Committed.Status)))
+		s.metrics.duplicates.Inc()
+		c := st.Committed
+		c.Duplicate = true
+		return s.ended(ctx, sink, id, req.RequestID, c, "")
+	}
+	if !st.Cancelled && sr.cancelled != nil {
+		if st.Cancelled, err = sr.cancelled(ctx); err != nil {
+			return bridge.Result{}, fmt.Errorf("read cancels: %w", err)
+		}
+	}
+	if st.Cancelled {
+		log.Info("cancelled before it ran")
+		c, err := store.RecordOutcome(ctx, id, req.RequestID, events.StatusCancelled)
+		if err != nil {
+			return bridge.Result{}, fmt.Errorf("record cancelled: %w", err)
+		}
+		s.metrics.runs.WithLabelValues(string(c.Status)).Inc()
+		return s.ended(ctx, sink, id, req.RequestID, c, "")
+	}
+
+	runID := newRunID()
+	log = log.With(slog.String("run_id", runID))
+	start := s.now()
+	runCtx, stopGeneration := context.WithTimeout(ctx, s.cfg.RunTimeout)
+	defer stopGeneration()
+	var iter *adk.AsyncIterator[*adk.AgentEvent]
+	if req.ResumeOf != "" {
+		// A resume continues the interrupted run from its checkpoint; the
+		// answer is this request's (persisted) user message.
+		var err error
+		if iter, err = s.resume(runCtx, ctx, store, id, req); errors.Is(err, errNothingToResume) || errors.As(err, new(badAnswer)) {
+			log.Info("resume rejected", slog.String("resume_of", req.ResumeOf), slog.Any("reason", err))
+			return s.rejectResume(ctx, store, sink, id, req.RequestID, err)
+		} else if err != nil {
+			return bridge.Result{}, fmt.Errorf("resume %s: %w", req.ResumeOf, err)
+		}
+		s.metrics.resumes.WithLabelValues("resumed").Inc()
+	} else {
+		input, err := s.compactWindow(ctx, store, id, st.Window)
+		if err != nil {
+			return bridge.Result{}, fmt.Errorf("compact window: %w", err)
+		}
+		ag, err := s.agents.agent(runCtx, requestOf(req))
+		if err != nil {
+			return bridge.Result{}, fmt.Errorf("build agent: %w", err)
+		}
+		// An interrupt saves the run's checkpoint under this request's id.
+		iter = newRunner(runCtx, ag, store).Run(runCtx, input, adk.WithCheckPointID(checkpointKey(id, req.RequestID)))
+	}
+	s.runStarted()
+	defer s.runEnded()
+	h := s.bridge.Start(ctx, bridge.Run{
+		Identity:       id,
+		RequestID:      req.RequestID,
+		RunID:          runID,
+		Turn:           pending,
+		StopGeneration: stopGeneration,
+		Sink:           sink,
+	}, iter)
+	if sr.started != nil {
+		sr.started(h)
+	}
+	select {
+	case <-h.Done():
+	case <-sr.stop:
+		// The run must end (the worker loses the partition or stops; the
+		// caller's context ended): let it finish within the drain
+		// deadline, else abort it (its request will be run again).
+		t := time.NewTimer(sr.drain)
+		select {
+		case <-h.Done():
+		case <-t.C:
+			h.Abort()
+		}
+		t.Stop()
+	}
+	res, err := h.Wait()
+	// Every event of the run must be in the sink before the request is
+	// done: a failed write makes the whole request run again (the turn,
+	// if committed, is then recognised as a duplicate).
+	if ferr := flush(sink); ferr != nil && err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return res, fmt.Errorf("run %s: %w", runID, err)
+	}
+	if res.Committed.N == 0 && !res.Committed.Duplicate {
+		// Nothing persisted (discarded, or cancelled before any content):
+		// record the outcome so a redelivery does not run the model again.
+		// If this fails, a redelivery runs the model once more, which is
+		// harmless for a run that kept nothing.
+		if _, err := store.RecordOutcome(ctx, id, req.RequestID, res.Status); err != nil {
+			log.Warn("record outcome", slog.String("status", string(res.Status)), slog.Any("error", err))
+		}
+	}
+	s.metrics.runs.WithLabelValues(string(res.Status)).Inc()
+	s.countRun(res)
+	s.metrics.runSeconds.Observe(s.now().Sub(start).Seconds())
+	log.Info("run completed", slog.String("status", string(res.Status)), slog.Int64("turn", res.Committed.N),
+		slog.Int("tokens", res.Tokens), slog.Duration("took", s.now().Sub(start)))
+	return res, nil
+}
+
+// ended completes a request that did not run (decided, cancelled,
+// rejected): its notice, if any, and run.completed with c's status, under
+// a run id of their own.
+func (s *Step) ended(ctx context.Context, sink bridge.Sink, id events.Identity, requestID string, c history.Committed, notice string) (bridge.Result, error) {
+	e := bridge.NewEmitter(sink, id, requestID, newRunID(), s.now)
+	if notice != "" {
+		if err := e.Notice(ctx, notice); err != nil {
+			return bridge.Result{}, err
+		}
+	}
+	if err := e.Completed(ctx, c.Status); err != nil {
+		return bridge.Result{}, err
+	}
+	if err := flush(sink); err != nil {
+		return bridge.Result{}, err
+	}
+	return bridge.Result{Status: c.Status, Committed: c, Events: int(e.Seq())}, nil
+}
+
+// flush flushes sink, if it can be.
+func flush(sink bridge.Sink) error {
+	if f, ok := sink.(interface{ Flush() error }); ok {
+		return f.Flush()
+	}
+	return nil
+}
+
+// runStarted and runEnded count model runs in progress.
+func (s *Step) runStarted() {
+	s.metrics.running.Inc()
+	s.mu.Lock()
+	s.running++
+	s.peakRunning = max(s.peakRunning, s.running)
+	s.mu.Unlock()
+}
+
+func (s *Step) runEnded() {
+	s.metrics.running.Dec()
+	s.mu.Lock()
+	s.running--
+	s.mu.Unlock()
+}
+
+// peak is the most model runs in progress at once.
+func (s *Step) peak() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peakRunning
+}
+
+// countRun adds a finished run's tokens, transfers and interrupt to the
+// metrics.
+func (s *Step) countRun(res bridge.Result) {
+	for agent, u := range res.UsageByAgent {
+		s.metrics.countTokens(s.agents.label(agent), u.PromptTokens, u.CompletionTokens)
+	}
+	s.metrics.transfers.Add(float64(res.Transfers))
+	if res.Status == events.StatusInterrupted && !res.Committed.Duplicate {
+		s.metrics.interrupts.Inc()
+	}
+}
+
+// toMessages converts the history window to the model's input.
+func toMessages(window []history.Message) []adk.Message {
+	out := make([]adk.Message, 0, len(window))
+	for _, m := range window {
+		switch m.Role {
+		case history.RoleUser:
+			out = append(out, schema.UserMessage(m.Content))
+		case history.RoleAssistant:
+			out = append(out, schema.AssistantMessage(windowText(m), nil))
+		}
+	}
+	return out
+}
+
+// windowText is a message's text as the model sees it: an interrupted
+// answer ends with the question it asked.
+func windowText(m history.Message) string {
+	if m.Interrupt == nil || m.Interrupt.Question == "" {
+		return m.Content
+	}
+	if m.Content == "" {
+		return m.Interrupt.Question
+	}
+	return m.Content + "\n\n" + m.Interrupt.Question
+}
+
+// newRunID returns a fresh run id: each attempt at a request gets one.
+func newRunID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "run-" + hex.EncodeToString(b[:])
+}

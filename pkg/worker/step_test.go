@@ -1,0 +1,321 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/components/model"
+	"github.com/cloudwego/eino/components/tool"
+	"github.com/cloudwego/eino/compose"
+	"github.com/cloudwego/eino/schema"
+
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
+)
+
+// recordingSink keeps the events a step emits; the first token of a run
+// is signalled on tokens.
+type recordingSink struct {
+	mu     sync.Mutex
+	evs    []events.Event
+	tokens chan struct{}
+}
+
+func newRecordingSink() *recordingSink { return &recordingSink{tokens: make(chan struct{}, 1)} }
+
+func (s *recordingSink) Emit(_ context.Context, _ events.Identity, e events.Event) error {
+	s.mu.Lock()
+	s.evs = append(s.evs, e)
+	s.mu.Unlock()
+	if e.Type() == events.TypeToken {
+		select {
+		case s.tokens <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+func (s *recordingSink) types() []events.Type {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []events.Type
+	for _, e := range s.evs {
+		out = append(out, e.Type())
+	}
+	return out
+}
+
+// stepConfig is the configuration of the steps of these tests: the echo
+// model without delay.
+func stepConfig() worker.Config {
+	c := worker.DefaultConfig()
+	c.EchoDelay = 0
+	return c
+}
+
+// newStep is worker.NewStep, failing the test on an error.
+func newStep(t *testing.T, c worker.Config, opts ...worker.Option) *worker.Step {
+	t.Helper()
+	st, err := worker.NewStep(c, append(opts, worker.WithLogger(slog.New(slog.DiscardHandler)))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func stepRequest(id events.Identity, requestID, content string) events.Request {
+	return events.Request{V: events.Version, Tenant: id.Tenant, User: id.User, Conversation: id.Conversation, RequestID: requestID,
+		Content: content, Strategy: events.StrategyEnqueue, CreatedAt: time.Now().UTC()}
+}
+
+// chatAgent is the agent cmd/worker builds, on m (no tools: safe to share
+// between runs).
+func chatAgent(t *testing.T, m model.ToolCallingChatModel) adk.Agent {
+	t.Helper()
+	a, err := adk.NewChatModelAgent(context.Background(), &adk.ChatModelAgentConfig{Name: "assistant", Description: "test agent", Model: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// A step runs a request from the store to its answer: it streams the
+// run's events to the sink, from run.started to run.completed, commits the
+// turn and returns what it persisted.
+func TestAStepRunsARequestAndCommitsItsTurn(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	st := newStep(t, stepConfig())
+	store, sink := history.NewMemoryStore(), newRecordingSink()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "c1"}
+	res, err := st.Run(ctx, stepRequest(id, "r1", "hello there"), store, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != events.StatusComplete || res.Answer == "" || res.Committed.N != 1 || res.Committed.Duplicate {
+		t.Fatalf("Result %+v", res)
+	}
+	types := sink.types()
+	if len(types) < 3 || types[0] != events.TypeRunStarted || types[len(types)-1] != events.TypeRunCompleted {
+		t.Errorf("events %v, want run.started … run.completed", types)
+	}
+	w, err := store.Window(ctx, id, 10)
+	if err != nil || len(w) != 2 || w[0].Content != "hello there" || w[1].Content != res.Answer {
+		t.Errorf("stored %+v, %v; want the turn", w, err)
+	}
+}
+
+// A request the store has decided already (a redelivery, a duplicate
+// record) completes as it did, without running the agent again.
+func TestAStepCompletesADecidedRequestWithoutRunningIt(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	var runs sync.Map
+	st := newStep(t, stepConfig(), worker.WithAgentFactory(func(ctx context.Context, r worker.Request) (adk.Agent, error) {
+		n, _ := runs.LoadOrStore(r.RequestID, new(int))
+		*n.(*int)++
+		return chatAgent(t, &scripted{reply: func([]*schema.Message) *schema.Message { return schema.AssistantMessage("the answer", nil) }}), nil
+	}))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "dup"}
+	first, err := st.Run(ctx, stepRequest(id, "r1", "q"), store, newRecordingSink())
+	if err != nil || first.Status != events.StatusComplete {
+		t.Fatalf("first run: %+v, %v", first, err)
+	}
+	sink := newRecordingSink()
+	again, err := st.Run(ctx, stepRequest(id, "r1", "q"), store, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := runs.Load("r1"); *n.(*int) != 1 {
+		t.Errorf("the agent was built %d times for r1, want once", *n.(*int))
+	}
+	if again.Status != events.StatusComplete || !again.Committed.Duplicate || again.Committed.N != first.Committed.N {
+		t.Errorf("the duplicate's Result %+v, want the first run's turn %d, complete, Duplicate", again, first.Committed.N)
+	}
+	if types := sink.types(); len(types) != 1 || types[0] != events.TypeRunCompleted {
+		t.Errorf("the duplicate's events %v, want run.completed alone", types)
+	}
+}
+
+// A run that persisted nothing (an empty answer: discarded) has its
+// outcome recorded, so that a redelivery completes discarded without
+// running the model again.
+func TestAStepRecordsTheOutcomeOfARunThatPersistedNothing(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	st := newStep(t, stepConfig())
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "empty"}
+	res, err := st.Run(ctx, stepRequest(id, "r1", "[[empty]]"), store, newRecordingSink())
+	if err != nil || res.Status != events.StatusDiscarded || res.Committed.N != 0 {
+		t.Fatalf("Result %+v, %v; want discarded, nothing committed", res, err)
+	}
+	c, ok, err := store.Lookup(ctx, id, "r1")
+	if err != nil || !ok || c.Status != events.StatusDiscarded {
+		t.Errorf("the store's decision: %+v, %v, %v; want discarded", c, ok, err)
+	}
+}
+
+// The window the agent sees is the worker's: an interrupted answer ends
+// with the question it asked (the user's next message answers it), and
+// past the compaction budget the older turns are condensed into a stored
+// summary, which the next runs find.
+func TestAStepShowsTheAgentTheInterruptQuestionAndCompacts(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "window"}
+	old := history.Turn{RequestID: "r0", User: strings.Repeat("long question ", 20), UserAt: time.Now(), Answer: strings.Repeat("long answer ", 20),
+		Agent: "assistant", Status: events.StatusComplete}
+	asked := history.Turn{RequestID: "r1", User: "book a table", UserAt: time.Now(), Agent: "assistant", Status: events.StatusInterrupted,
+		Interrupt: &history.Interrupt{Agent: "assistant", Tool: "ask_user", Question: "For how many?", Targets: []string{"t1"}}}
+	for _, turn := range []history.Turn{old, asked} {
+		if _, err := store.Commit(ctx, id, turn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := &scripted{reply: func([]*schema.Message) *schema.Message { return schema.AssistantMessage("done", nil) }}
+	summarizer := &scripted{reply: func([]*schema.Message) *schema.Message { return schema.AssistantMessage("they talked at length", nil) }}
+	c := stepConfig()
+	c.CompactTokens, c.CompactKeep = 60, 2
+	st := newStep(t, c, worker.WithAgent(chatAgent(t, m)), worker.WithSummarizer(summarizer))
+	if _, err := st.Run(ctx, stepRequest(id, "r2", "four"), store, newRecordingSink()); err != nil {
+		t.Fatal(err)
+	}
+	seen := m.seen()
+	if len(seen) != 1 {
+		t.Fatalf("the model ran %d times, want once", len(seen))
+	}
+	var input []string
+	for _, msg := range seen[0] {
+		input = append(input, string(msg.Role)+": "+msg.Content)
+	}
+	want := []string{"system: Summary of the earlier conversation:\nthey talked at length", "user: book a table", "assistant: For how many?", "user: four"}
+	if strings.Join(input, "|") != strings.Join(want, "|") {
+		t.Errorf("the model's input\n %q\nwant\n %q", input, want)
+	}
+	if sum, found, err := store.Summary(ctx, id); err != nil || !found || sum.Text != "they talked at length" {
+		t.Errorf("stored summary %+v, %v, %v", sum, found, err)
+	}
+}
+
+// askingModel asks the user once (ask_user) and then answers with what
+// the tool returned.
+func askingModel() *scripted {
+	return &scripted{reply: func(in []*schema.Message) *schema.Message {
+		if last := lastOf(in); last.Role == schema.Tool {
+			return schema.AssistantMessage("booked for "+last.Content, nil)
+		}
+		return call("ask_user", `{"question":"For how many?"}`)
+	}}
+}
+
+// toolAgent is a ChatModelAgent with tools: built per run.
+func toolAgent(ctx context.Context, m model.ToolCallingChatModel, tools ...tool.BaseTool) (adk.Agent, error) {
+	return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "assistant", Description: "test agent", Model: m,
+		ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: tools}}})
+}
+
+// An interrupted run is checkpointed in the step's store and resumed from
+// it by a request with ResumeOf; a resume of anything else is rejected
+// with a notice, and persists nothing.
+func TestAStepResumesAnInterruptFromItsStore(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	m := askingModel()
+	st := newStep(t, stepConfig(), worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		return toolAgent(ctx, m, worker.AskUser())
+	}))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "resume"}
+	first, err := st.Run(ctx, stepRequest(id, "r1", "book a table"), store, newRecordingSink())
+	if err != nil || first.Status != events.StatusInterrupted || first.Interrupt == nil || first.Interrupt.Question != "For how many?" {
+		t.Fatalf("first run: %+v, %v; want interrupted by the question", first, err)
+	}
+	resume := stepRequest(id, "r2", "four")
+	resume.ResumeOf = "r1"
+	res, err := st.Run(ctx, resume, store, newRecordingSink())
+	if err != nil || res.Status != events.StatusComplete || res.Answer != "booked for four" {
+		t.Fatalf("resume: %+v, %v; want complete with the answer", res, err)
+	}
+	again := stepRequest(id, "r3", "five")
+	again.ResumeOf = "r1" // answered already
+	sink := newRecordingSink()
+	res, err = st.Run(ctx, again, store, sink)
+	if err != nil || res.Status != events.StatusRejected || res.Committed.N != 0 {
+		t.Fatalf("a second resume: %+v, %v; want rejected, nothing committed", res, err)
+	}
+	if types := sink.types(); len(types) != 2 || types[0] != events.TypeNotice || types[1] != events.TypeRunCompleted {
+		t.Errorf("the rejected resume's events %v, want a notice and run.completed", types)
+	}
+}
+
+// When the context of Run ends, the run is aborted: nothing more is
+// persisted, and Run says so with bridge.ErrAborted (the request is not
+// done: a shadow replay leaves it for its next run).
+func TestAStepIsAbortedWhenItsContextEnds(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	m := newGatedModel("slow")
+	c := stepConfig()
+	c.RunTimeout = 10 * time.Second // an abort that never comes ends the run here, and the test fails
+	st := newStep(t, c, worker.WithAgent(chatAgent(t, m)))
+	store, sink := history.NewMemoryStore(), newRecordingSink()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "abort"}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := st.Run(runCtx, stepRequest(id, "r1", "slow"), store, sink)
+		done <- err
+	}()
+	select {
+	case <-sink.tokens: // the model is answering
+	case <-ctx.Done():
+		t.Fatal("the run never started")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, bridge.ErrAborted) {
+		t.Fatalf("Run = %v, want bridge.ErrAborted", err)
+	}
+	if _, ok, err := store.Lookup(ctx, id, "r1"); ok || err != nil {
+		t.Errorf("the aborted request is decided in the store (%v, %v)", ok, err)
+	}
+}
+
+// A Step is safe for concurrent use: runs of different conversations go
+// at once (under -race), each committing its own turn.
+func TestAStepRunsConversationsConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	st := newStep(t, stepConfig())
+	store := history.NewMemoryStore()
+	var wg sync.WaitGroup
+	const n = 8
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			id := events.Identity{Tenant: "acme", User: "ann", Conversation: fmt.Sprintf("c%d", i)}
+			res, err := st.Run(ctx, stepRequest(id, "r1", fmt.Sprintf("hello %d", i)), store, newRecordingSink())
+			if err == nil && res.Status != events.StatusComplete {
+				err = fmt.Errorf("status %s", res.Status)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,178 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
+)
+
+// Bounds of an ordinary turn's store protocol: a conversation with at
+// least a full window of turns, window 20, no compaction.
+const (
+	maxCommandsPerTurn = 4
+	maxWavesPerTurn    = 3
+)
+
+// commandLog counts the commands a MongoDB client sends to one database
+// while armed, and how deep their dependency chain is (waves).
+//
+// A command's wave is one more than the deepest wave of the commands that
+// had succeeded before it started: commands issued together share a wave,
+// a command that waits for another's reply is in a later one. So that
+// commands issued together are seen together however the goroutines are
+// scheduled, an armed log holds each started command until a second one is
+// in flight or partnerWait has passed; partnerWait only delays a command
+// that has no partner, it never decides a count on its own unless the
+// machine stalls a ready goroutine for that long.
+type commandLog struct {
+	db          string
+	partnerWait time.Duration
+
+	// mu guards every field below.
+	mu       sync.Mutex
+	armed    bool
+	names    []string
+	depth    map[int64]int // by request id: wave of a command in flight or done
+	done     []int64       // request ids that succeeded, in order
+	inflight int
+	arrived  chan struct{} // closed (and replaced) when a command starts
+}
+
+func newCommandLog(db string) *commandLog {
+	return &commandLog{db: db, partnerWait: 2 * time.Second, depth: map[int64]int{}, arrived: make(chan struct{})}
+}
+
+func (l *commandLog) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{
+		Started: func(_ context.Context, e *event.CommandStartedEvent) {
+			if e.DatabaseName != l.db {
+				return
+			}
+			l.mu.Lock()
+			if !l.armed {
+				l.mu.Unlock()
+				return
+			}
+			wave := 1
+			for _, id := range l.done {
+				wave = max(wave, l.depth[id]+1)
+			}
+			l.depth[e.RequestID] = wave
+			l.names = append(l.names, e.CommandName)
+			l.inflight++
+			close(l.arrived)
+			l.arrived = make(chan struct{})
+			alone, wait := l.inflight == 1, l.arrived
+			l.mu.Unlock()
+			if alone {
+				t := time.NewTimer(l.partnerWait)
+				select {
+				case <-wait:
+				case <-t.C:
+				}
+				t.Stop()
+			}
+		},
+		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) { l.finished(e.DatabaseName, e.RequestID) },
+		Failed:    func(_ context.Context, e *event.CommandFailedEvent) { l.finished(e.DatabaseName, e.RequestID) },
+	}
+}
+
+func (l *commandLog) finished(db string, id int64) {
+	if db != l.db {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.depth[id]; ok {
+		l.done = append(l.done, id)
+		l.inflight--
+	}
+}
+
+func (l *commandLog) arm() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.armed, l.names, l.done, l.inflight = true, nil, nil, 0
+	clear(l.depth)
+}
+
+// disarm stops counting and returns the commands seen and their waves.
+func (l *commandLog) disarm() (names []string, waves int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.armed = false
+	for _, d := range l.depth {
+		waves = max(waves, d)
+	}
+	return l.names, waves
+}
+
+// TestOrdinaryTurnStaysWithinTheStoreCommandBound runs 20 turns of one
+// conversation through the worker on MongoDB (the embedded FerretDB, or
+// TURNPIKE_MONGO_URI), then counts with the driver's command monitor the
+// commands and waves of the 21st: an ordinary turn (window 20, a full
+// window of history, no compaction).
+func TestOrdinaryTurnStaysWithinTheStoreCommandBound(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 120*time.Second)
+	dbName := testenv.Name(t, "tp")
+	log := newCommandLog(dbName)
+	client, err := mongo.Connect(options.Client().ApplyURI(testenv.MongoURI(t)).SetTimeout(30 * time.Second).SetMonitor(log.monitor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := client.Database(dbName)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = db.Drop(ctx)
+		_ = client.Disconnect(ctx)
+	})
+	store, err := history.NewMongoStore(ctx, db, history.MongoConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStack(t, store)
+	s.cfg.WindowMessages = 20
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "long"}
+	const before = 20
+	for i := range before {
+		s.produce(t, ctx, id.Key(), request(id, fmt.Sprintf("req-%02d", i), fmt.Sprintf("message %d", i)))
+	}
+	s.start(t, ctx, worker.Deps{})
+	stream := s.stream(t)
+	stream.untilCompleted(t, ctx, before)
+
+	log.arm()
+	s.produce(t, ctx, id.Key(), request(id, "req-ordinary", "one more"))
+	got := stream.untilCompleted(t, ctx, 1)
+	// The window holds 10 user messages, then the new one: "echo #11".
+	// The turn is committed before run.completed is emitted: every command
+	// of the turn has returned by now.
+	names, waves := log.disarm()
+	if txt, st := text(got["req-ordinary"]); txt != "echo #11: one more" || st != events.StatusComplete {
+		t.Fatalf("the ordinary turn streamed %q (%s)", txt, st)
+	}
+	page, err := store.List(ctx, id, 0, 2)
+	if err != nil || len(page.Messages) != 2 || page.Messages[1].Seq != 2*(before+1) {
+		t.Fatalf("history after the turn: %+v, %v", page, err)
+	}
+	t.Logf("ordinary turn: %d commands in %d waves: %s", len(names), waves, strings.Join(names, " "))
+	if len(names) > maxCommandsPerTurn || waves > maxWavesPerTurn {
+		t.Fatalf("an ordinary turn issued %d store commands in %d waves (%s); the bound is %d commands in %d waves",
+			len(names), waves, strings.Join(names, " "), maxCommandsPerTurn, maxWavesPerTurn)
+	}
+}
