@@ -1,8 +1,12 @@
 package auth_test
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +82,148 @@ func TestVerifyTokenReportsTheExpiryToTheMillisecond(t *testing.T) {
 	}
 	if want := now.Add(1500 * time.Millisecond); !got.Expires.Equal(want) || got.Principal != (auth.Principal{Tenant: "acme", User: "alice"}) {
 		t.Fatalf("VerifyToken = %+v, want acme/alice expiring %v", got, want)
+	}
+}
+
+// docs/api.md, Authentication: claim names are case-sensitive, a case
+// variant of a claim the verifier reads is refused rather than ignored, and
+// no claim may be duplicated. Checked for every claim the verifier reads,
+// against a token that is valid without the change.
+func TestVerifyRefusesCaseVariantsAndDuplicatesOfEveryClaimItReads(t *testing.T) {
+	t.Parallel()
+	read := []struct{ name, value string }{
+		{"sub", `"alice"`},
+		{"tenant", `"acme"`},
+		{"exp", fmt.Sprint(now.Add(time.Hour).Unix())},
+		{"nbf", fmt.Sprint(now.Unix())},
+		{"iat", fmt.Sprint(now.Unix())},
+	}
+	payload := func(extra string, skip string) string {
+		var parts []string
+		for _, c := range read {
+			if c.name != skip {
+				parts = append(parts, fmt.Sprintf("%q:%s", c.name, c.value))
+			}
+		}
+		if extra != "" {
+			parts = append(parts, extra)
+		}
+		return "{" + strings.Join(parts, ",") + "}"
+	}
+	const hs256 = `{"alg":"HS256","typ":"JWT"}`
+	v := newVerifier(t)
+	// The base token is valid: each refusal below is the change's doing.
+	if got, err := v.Verify(handToken(hs256, payload("", ""), secret)); err != nil || got != (auth.Principal{Tenant: "acme", User: "alice"}) {
+		t.Fatalf("base token: %+v, %v", got, err)
+	}
+	type tc struct{ name, payload string }
+	var tests []tc
+	for _, c := range read {
+		for _, variant := range []string{strings.ToUpper(c.name), strings.ToUpper(c.name[:1]) + c.name[1:], c.name[:len(c.name)-1] + strings.ToUpper(c.name[len(c.name)-1:])} {
+			tests = append(tests,
+				tc{fmt.Sprintf("A %s claim beside %s is refused.", variant, c.name), payload(fmt.Sprintf("%q:%s", variant, c.value), "")},
+				tc{fmt.Sprintf("A %s claim instead of %s is refused.", variant, c.name), payload(fmt.Sprintf("%q:%s", variant, c.value), c.name)},
+			)
+		}
+		tests = append(tests, tc{fmt.Sprintf("A %s claim duplicated with the same value is refused.", c.name), payload(fmt.Sprintf("%q:%s", c.name, c.value), "")})
+	}
+	tests = append(tests,
+		tc{"A tenant duplicated with another tenant is refused.", payload(`"tenant":"evil"`, "")},
+		tc{"A sub duplicated with another user is refused.", payload(`"sub":"mallory"`, "")},
+		tc{"A TENANT claim naming another tenant is refused.", payload(`"TENANT":"evil"`, "tenant")},
+		tc{"A tenant duplicated through an escaped name is refused.", payload(`"t\u0065nant":"evil"`, "")},
+	)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := v.Verify(handToken(hs256, tt.payload, secret))
+			if !errors.Is(err, auth.ErrUnauthenticated) || got != (auth.Principal{}) {
+				t.Fatalf("Verify(%s) = %+v, %v; want ErrUnauthenticated", tt.payload, got, err)
+			}
+		})
+	}
+}
+
+// sign signs the two raw segments given as they are (handToken encodes
+// its header and payload itself).
+func sign(header, payload string) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(header + "." + payload))
+	return header + "." + payload + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// docs/api.md, Authentication: at most 8 KiB; three segments in strict
+// base64url (no padding); typ, if present, is a string.
+func TestVerifyChecksTheTokensFormExactly(t *testing.T) {
+	t.Parallel()
+	exp := now.Add(time.Hour).Unix()
+	const hs256 = `{"alg":"HS256","typ":"JWT"}`
+	good := fmt.Sprintf(`{"sub":"alice","exp":%d}`, exp)
+	// sized is the longest token of at most n bytes (over: the shortest
+	// over n), padded with an ignored claim.
+	sized := func(n int, over bool) string {
+		fixed := len(b64(hs256)) + 1 + 1 + base64.RawURLEncoding.EncodedLen(sha256.Size)
+		pad := 0
+		claims := func() string {
+			return fmt.Sprintf(`{"sub":"alice","exp":%d,"pad":"%s"}`, exp, strings.Repeat("x", pad))
+		}
+		for fixed+base64.RawURLEncoding.EncodedLen(len(claims())) <= n {
+			pad++
+		}
+		if !over {
+			pad--
+		}
+		return handToken(hs256, claims(), secret)
+	}
+	largest, over := sized(8<<10, false), sized(8<<10, true)
+	valid := handToken(hs256, good, secret)
+	parts := strings.Split(valid, ".")
+	// The signature is 32 bytes: 43 characters whose last carries 4 bits
+	// of it and 2 unused bits, which strict base64url wants zero.
+	sig := []byte(parts[2])
+	last := strings.IndexByte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", sig[len(sig)-1])
+	sig[len(sig)-1] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"[last|1]
+	strayBits := parts[0] + "." + parts[1] + "." + string(sig)
+	if last&3 != 0 {
+		t.Fatalf("the signature's last character %q already has stray bits", parts[2][len(parts[2])-1])
+	}
+
+	if len(largest) > 8<<10 || len(largest) < 8<<10-1 || len(over) <= 8<<10 || len(over) > 8<<10+2 {
+		t.Fatalf("padding went wrong: %d and %d bytes", len(largest), len(over))
+	}
+	xHeader := b64(`{"alg":"HS256","typ":"JWT","x":"??>"}`)
+	stdHeader := strings.NewReplacer("-", "+", "_", "/").Replace(xHeader)
+	if stdHeader == xHeader {
+		t.Fatal("the header has no character that standard base64 spells differently")
+	}
+	v := newVerifier(t)
+	for _, ok := range []struct{ name, token string }{
+		{"A token of at most 8 KiB is accepted.", largest},
+		{"The base of the malformed tokens below is accepted.", valid},
+		{"A typ that is not JWT but a string is accepted.", handToken(`{"alg":"HS256","typ":"at+jwt"}`, good, secret)},
+		{"A header member that is ignored is accepted.", sign(xHeader, b64(good))},
+	} {
+		if _, err := v.Verify(ok.token); err != nil {
+			t.Fatalf("%s Verify: %v", ok.name, err)
+		}
+	}
+	tests := []struct{ name, token string }{
+		{"A token one byte over 8 KiB is refused.", over},
+		{"A signature with its unused bits set is refused.", strayBits},
+		{"A header segment with base64 padding is refused.", sign(b64(hs256+" ")+"=", b64(good))},
+		{"A claims segment with base64 padding is refused.", sign(b64(hs256), b64(good+" ")+"=")},
+		{"A header segment in standard base64 is refused.", sign(stdHeader, b64(good))},
+		{"A typ that is a number is refused.", handToken(`{"alg":"HS256","typ":1}`, good, secret)},
+		{"A typ that is null is refused.", handToken(`{"alg":"HS256","typ":null}`, good, secret)},
+		{"A typ that is an object is refused.", handToken(`{"alg":"HS256","typ":{"t":"JWT"}}`, good, secret)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := v.Verify(tt.token)
+			if !errors.Is(err, auth.ErrUnauthenticated) || got != (auth.Principal{}) {
+				t.Fatalf("Verify = %+v, %v; want ErrUnauthenticated", got, err)
+			}
+		})
 	}
 }

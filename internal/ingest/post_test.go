@@ -68,6 +68,9 @@ func TestPostMessageErrors(t *testing.T) {
 		{name: "A missing content is rejected.", body: `{"strategy":"enqueue"}`, status: 400, code: server.CodeInvalidArgument},
 		{name: "Empty content is rejected.", body: `{"content":""}`, status: 400, code: server.CodeInvalidArgument},
 		{name: "Content with an escaped NUL is rejected.", body: `{"content":"a\u0000b"}`, status: 400, code: server.CodeInvalidArgument},
+		{name: "Content starting with an escaped NUL is rejected.", body: `{"content":"\u0000ab"}`, status: 400, code: server.CodeInvalidArgument},
+		{name: "Content ending with an escaped NUL is rejected.", body: `{"content":"ab\u0000"}`, status: 400, code: server.CodeInvalidArgument},
+		{name: "Content of a NUL alone is rejected.", body: `{"content":"\u0000"}`, status: 400, code: server.CodeInvalidArgument},
 		{name: "Content with invalid UTF-8 is rejected, not repaired.", body: "{\"content\":\"a\xffb\"}", status: 400, code: server.CodeInvalidArgument},
 		{name: "Content with a truncated UTF-8 sequence is rejected.", body: "{\"content\":\"a\xe2\x82\"}", status: 400, code: server.CodeInvalidArgument},
 		{name: "Content one byte over the limit is too large.", body: `{"content":"` + maxContent + `b"}`, status: 413, code: server.CodePayloadTooLarge},
@@ -151,6 +154,7 @@ func TestPostMessageAccepted(t *testing.T) {
 		{name: "curl's default form Content-Type is accepted, the body still parsed as JSON.", body: `{"content":"hi"}`, header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, wantContent: "hi", wantStrategy: "enqueue"},
 		{name: "A JSON Content-Type with charset utf-8 is accepted.", body: `{"content":"hi"}`, header: map[string]string{"Content-Type": "Application/JSON; charset=UTF-8"}, wantContent: "hi", wantStrategy: "enqueue"},
 		{name: "Whitespace around the object is accepted.", body: "\n {\"content\" : \"hi\" } \n", wantContent: "hi", wantStrategy: "enqueue"},
+		{name: "Control characters other than NUL, at the start, middle and end, are content.", body: `{"content":"\u0001a\u001bb\u007f"}`, wantContent: "\x01a\x1bb\x7f", wantStrategy: "enqueue"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

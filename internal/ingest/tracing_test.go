@@ -35,9 +35,15 @@ func TestAPostContinuesTheCallersTraceIntoTheRequestRecord(t *testing.T) {
 	t.Cleanup(func() { _ = p.Close() })
 	s := newTestServiceWith(t, Config{}, p, nil, nil, func(d *Deps) { d.Tracing = tr })
 
-	const traceID = "0af7651916cd43dd8448eb211c80319c"
+	// docs/api.md, "Headers": tracestate and baggage travel with
+	// traceparent.
+	const (
+		traceID    = "0af7651916cd43dd8448eb211c80319c"
+		tracestate = "congo=t61rcWkgMzE"
+		baggage    = "tier=gold"
+	)
 	w := s.do(http.MethodPost, "/v1/conversations/c1/messages", token(t, "acme", "ann"), `{"content":"hi"}`,
-		map[string]string{"traceparent": "00-" + traceID + "-b7ad6b7169203331-01"})
+		map[string]string{"traceparent": "00-" + traceID + "-b7ad6b7169203331-01", "tracestate": tracestate, "baggage": baggage})
 	if w.Code != http.StatusAccepted {
 		t.Fatalf("POST: %d %s", w.Code, w.Body)
 	}
@@ -47,11 +53,19 @@ func TestAPostContinuesTheCallersTraceIntoTheRequestRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tp string
+	var tp, ts, bg string
 	for _, h := range m.Headers {
-		if h.Key == "traceparent" {
+		switch h.Key {
+		case "traceparent":
 			tp = string(h.Value)
+		case "tracestate":
+			ts = string(h.Value)
+		case "baggage":
+			bg = string(h.Value)
 		}
+	}
+	if ts != tracestate || bg != baggage {
+		t.Errorf("record tracestate %q and baggage %q, want the caller's %q and %q", ts, bg, tracestate, baggage)
 	}
 	if !strings.HasPrefix(tp, "00-"+traceID+"-") || strings.Contains(tp, "b7ad6b7169203331") {
 		t.Fatalf("record traceparent %q: want the caller's trace with ingest's own span", tp)

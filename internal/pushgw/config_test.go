@@ -1,9 +1,12 @@
 package pushgw
 
 import (
+	"flag"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/turnpike-dev/turnpike/internal/flagenv"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -59,5 +62,35 @@ func TestConfigDefaults(t *testing.T) {
 		c.ReplayBufferBytes != 4<<20 || c.RingBytes != 64<<20 || c.CursorWait != 2*time.Second || len(c.AllowedOrigins) != 0 ||
 		c.ConnectPerMinute != 600 || c.ConnectBurst != 100 || c.SubscribePerMinute != 6000 || c.SubscribeBurst != 1000 {
 		t.Fatalf("defaults = %+v", c)
+	}
+}
+
+// TestTheEventStreamTimingDefaultsAreTheDocumentedOnes: docs/api.md "The
+// stream" gives a heartbeat every 15 s and a retry of 2 s, both as the zero
+// Config's defaults and as the defaults of the flags and environment
+// variables the service reads.
+func TestTheEventStreamTimingDefaultsAreTheDocumentedOnes(t *testing.T) {
+	t.Parallel()
+	const heartbeat, retry = 15 * time.Second, 2 * time.Second
+	c := Config{Brokers: []string{"k"}}.withDefaults()
+	if c.SSEHeartbeat != heartbeat || c.SSERetry != retry {
+		t.Errorf("zero Config: heartbeat %v, retry %v; want %v and %v", c.SSEHeartbeat, c.SSERetry, heartbeat, retry)
+	}
+	var bound Config
+	set := flagenv.New(flag.NewFlagSet("pushgw", flag.ContinueOnError), func(string) (string, bool) { return "", false })
+	bound.BindFlags(set)
+	if err := set.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if bound.SSEHeartbeat != heartbeat || bound.SSERetry != retry {
+		t.Errorf("flags: heartbeat %v, retry %v; want %v and %v", bound.SSEHeartbeat, bound.SSERetry, heartbeat, retry)
+	}
+	for name, want := range map[string]string{"sse-heartbeat": "15s", "sse-retry": "2s"} {
+		if f := set.FlagSet().Lookup(name); f == nil || f.DefValue != want {
+			t.Errorf("flag -%s: %+v, want the default %s in its usage", name, f, want)
+		}
+	}
+	if got := retryField(c.SSERetry); got != "retry: 2000\n\n" {
+		t.Errorf("the retry field of the default: %q, want %q", got, "retry: 2000\n\n")
 	}
 }

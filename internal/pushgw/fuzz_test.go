@@ -15,8 +15,8 @@ import (
 )
 
 // FuzzGatewayFrame sends arbitrary text frames to a running gateway over a
-// real WebSocket, each valid one followed by a ping. A frame that is not UTF-8 closes
-// the connection with 1007 and nothing else; any other frame is answered
+// real WebSocket, each on a connection of its own and each valid one
+// followed by a ping. A frame that is not UTF-8 closes the connection with 1007 and nothing else; any other frame is answered
 // only with well-formed JSON frames (an error, a subscribed) and leaves the
 // connection open, so the ping's pong follows.
 func FuzzGatewayFrame(f *testing.F) {
@@ -36,20 +36,17 @@ func FuzzGatewayFrame(f *testing.F) {
 	fx := newFixture(f, ctx)
 	fx.start(ctx, func(c *Config) { c.ConnectPerMinute, c.SubscribePerMinute, c.MaxSubscriptions = -1, -1, 1<<20 }, nil)
 	tok := token(f, auth.DefaultTenant, "fuzz")
-	var c *wsClient // one connection for as long as it stays open
-	f.Cleanup(func() {
-		if c != nil {
-			c.conn.Close()
-		}
-	})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if c == nil {
-			conn, _, err := websocket.DefaultDialer.DialContext(ctx, fx.url, http.Header{"Authorization": {"Bearer " + tok}})
-			if err != nil {
-				t.Fatalf("dial: %v", err)
-			}
-			c = &wsClient{conn: conn}
+		// A connection of its own per input: a subscribe's replay may
+		// answer after the pong, and an answer left unread must not be
+		// taken for the next input's (nor survive into the minimizer's
+		// runs of a failing input).
+		conn, _, err := websocket.DefaultDialer.DialContext(ctx, fx.url, http.Header{"Authorization": {"Bearer " + tok}})
+		if err != nil {
+			t.Fatalf("dial: %v", err)
 		}
+		defer conn.Close()
+		c := &wsClient{conn: conn}
 		c.t = t
 		c.send(string(data))
 		if utf8.Valid(data) {
@@ -59,8 +56,6 @@ func FuzzGatewayFrame(f *testing.F) {
 			_ = c.conn.SetReadDeadline(time.Now().Add(20 * time.Second))
 			_, b, err := c.conn.ReadMessage()
 			if err != nil {
-				c.conn.Close()
-				c = nil
 				var ce *websocket.CloseError
 				if errors.As(err, &ce) && ce.Code == websocket.CloseInvalidFramePayloadData && !utf8.Valid(data) {
 					return

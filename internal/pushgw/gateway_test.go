@@ -23,10 +23,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/events"
@@ -209,10 +211,10 @@ func (f *fixture) produce(ctx context.Context, id events.Identity, req string, f
 	}
 }
 
-// produceLarge writes events seq 1..total of id (request r), of ~2 KiB
+// produceLarge writes events seq from..to of id (request r), of ~2 KiB
 // each, one produce call each.
-func (f *fixture) produceLarge(ctx context.Context, id events.Identity, total int) {
-	for n := 1; n <= total; n++ {
+func (f *fixture) produceLarge(ctx context.Context, id events.Identity, from, to int) {
+	for n := from; n <= to; n++ {
 		v := events.MarshalEvent(&events.TokenEvent{Meta: events.Meta{Conversation: id.Conversation, RequestID: "r", RunID: "u", Seq: int64(n), TS: 1},
 			Delta: strings.Repeat("x", 2<<10), Agent: "echo", Role: "assistant"})
 		if err := f.writer.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v}); err != nil {
@@ -632,29 +634,33 @@ func TestBadFramesGetAnErrorFrameAndTheConnectionStaysOpen(t *testing.T) {
 	p := partitionOf(id)
 	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice"))
 
+	// named: the conversation the error frame names (docs/api.md "Frames"):
+	// that of a well-formed subscribe or unsubscribe, none otherwise.
 	tests := []struct {
 		name  string
 		frame string
 		code  string
+		named string
 	}{
-		{"Invalid JSON is refused.", `{"op":`, "invalid_argument"},
-		{"A JSON array is refused.", `["ping"]`, "invalid_argument"},
-		{"An unknown op is refused.", `{"op":"teleport"}`, "invalid_argument"},
-		{"An unknown field is refused.", `{"op":"ping","please":"yes"}`, "invalid_argument"},
-		{"A conversation breaking the ID rule is refused.", `{"op":"subscribe","conversation":"a b"}`, "invalid_argument"},
-		{"A conversation of another user is refused.", `{"op":"subscribe","conversation":"default/bob/c"}`, "invalid_argument"},
-		{"A malformed cursor is refused.", `{"op":"subscribe","conversation":"` + conv + `","since":"yesterday"}`, "invalid_argument"},
+		{"Invalid JSON is refused.", `{"op":`, "invalid_argument", ""},
+		{"A JSON array is refused.", `["ping"]`, "invalid_argument", ""},
+		{"An unknown op is refused.", `{"op":"teleport","conversation":"` + conv + `"}`, "invalid_argument", ""},
+		{"An unknown field is refused.", `{"op":"ping","please":"yes"}`, "invalid_argument", ""},
+		{"An unknown field of a subscribe is refused.", `{"op":"subscribe","conversation":"` + conv + `","please":"yes"}`, "invalid_argument", ""},
+		{"A conversation breaking the ID rule is refused.", `{"op":"subscribe","conversation":"a b"}`, "invalid_argument", ""},
+		{"A conversation of another user is refused.", `{"op":"subscribe","conversation":"default/bob/c"}`, "invalid_argument", ""},
+		{"A malformed cursor is refused.", `{"op":"subscribe","conversation":"` + conv + `","since":"yesterday"}`, "invalid_argument", conv},
 		{"A cursor of another partition is refused.",
-			`{"op":"subscribe","conversation":"` + conv + `","since":"` + FormatCursor((p+1)%testPartitions, 0) + `"}`, "invalid_argument"},
+			`{"op":"subscribe","conversation":"` + conv + `","since":"` + FormatCursor((p+1)%testPartitions, 0) + `"}`, "invalid_argument", conv},
 		{"A cursor beyond the live position is refused.",
-			`{"op":"subscribe","conversation":"` + conv + `","since":"` + FormatCursor(p, 1000) + `"}`, "invalid_argument"},
-		{"Unsubscribing from a conversation not subscribed is refused.", `{"op":"unsubscribe","conversation":"` + conv + `"}`, "invalid_argument"},
+			`{"op":"subscribe","conversation":"` + conv + `","since":"` + FormatCursor(p, 1000) + `"}`, "invalid_argument", conv},
+		{"Unsubscribing from a conversation not subscribed is refused.", `{"op":"unsubscribe","conversation":"` + conv + `"}`, "invalid_argument", conv},
 	}
 	for _, tt := range tests {
 		c.send(tt.frame)
 		fr := c.expect(ctx, "error")
-		if fr.Code != tt.code || fr.Message == "" {
-			t.Errorf("%s: got %+v, want code %s with a message", tt.name, fr, tt.code)
+		if fr.Code != tt.code || fr.Message == "" || fr.Conversation != tt.named {
+			t.Errorf("%s: got %+v, want code %s with a message, naming conversation %q", tt.name, fr, tt.code, tt.named)
 		}
 		c.ping(ctx)
 	}
@@ -739,6 +745,10 @@ func TestUpgradeNeedsAValidToken(t *testing.T) {
 			if resp == nil || resp.StatusCode != http.StatusUnauthorized {
 				t.Fatalf("dial error %v, response %v; want HTTP 401", err, resp)
 			}
+			// docs/api.md "Authentication": a 401 carries a Bearer challenge.
+			if got := resp.Header.Get("WWW-Authenticate"); got != "Bearer" {
+				t.Errorf("401 with WWW-Authenticate %q, want the Bearer challenge", got)
+			}
 			body, err := io.ReadAll(resp.Body)
 			if err != nil {
 				t.Fatalf("read the refusal's body: %v", err)
@@ -760,13 +770,15 @@ func TestServeHTTPAnswers503BeforeRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := New(Config{Brokers: []string{"127.0.0.1:1"}}, v, prometheus.NewRegistry(), nil)
+	// A burst of one connect a minute: alice's second upgrade is past her rate.
+	gw, err := New(Config{Brokers: []string{"127.0.0.1:1"}, ConnectBurst: 1, ConnectPerMinute: 1}, v, prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := gw.Ready(ctx); err == nil {
 		t.Error("Ready before Run = nil, want an error")
 	}
+	// In docs/api.md's order: 401, then 429, then 503.
 	for _, tt := range []struct {
 		name   string
 		token  string
@@ -774,6 +786,7 @@ func TestServeHTTPAnswers503BeforeRun(t *testing.T) {
 	}{
 		{"A valid token is told to retry.", token(t, auth.DefaultTenant, "alice"), http.StatusServiceUnavailable},
 		{"An invalid token is still refused.", "nope", http.StatusUnauthorized},
+		{"A user past the connect rate is told so, not to retry at once.", token(t, auth.DefaultTenant, "alice"), http.StatusTooManyRequests},
 	} {
 		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/v1/stream", nil)
 		req.Header.Set("Authorization", "Bearer "+tt.token)
@@ -785,6 +798,43 @@ func TestServeHTTPAnswers503BeforeRun(t *testing.T) {
 		if tt.status == http.StatusServiceUnavailable && (rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), `"unavailable"`)) {
 			t.Errorf("%s: 503 without Retry-After or code unavailable: %v %s", tt.name, rec.Header(), rec.Body)
 		}
+	}
+}
+
+// TestAReplicaStaysUnreadyWhileALiveReadersFetchesFail: docs/pushgw.md
+// "Replicas": a replica is unready while a live reader's fetches fail
+// (here: the broker answers them with an error code), and ready again once
+// they succeed; the reader resumes at its offset, so the record written
+// meanwhile is delivered. (The reader counts as recovered when a fetch
+// returns a record, so the test writes one.)
+func TestAReplicaStaysUnreadyWhileALiveReadersFetchesFail(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	k := testenv.EmbeddedKafka(t, embedded.KafkaConfig{})
+	f := newFixtureOn(t, ctx, []string{k.Addr()})
+	var logs syncBuffer
+	f.launchLogged = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	f.start(ctx, nil, nil)
+	conv, id := aliceConv(t)
+	p := partitionOf(id)
+	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice")).subscribed(ctx, conv, "")
+
+	fault := k.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: f.topic, Partitions: []int32{int32(p)},
+		Err: kerr.KafkaStorageError, Count: -1})
+	// Logged once the reader is counted as failing.
+	logs.await(ctx, t, fmt.Sprintf(`msg="live reader: fetch failed, retrying" partition=%d`, p))
+	if err := f.gw.Ready(ctx); err == nil || !strings.Contains(err.Error(), "live readers failing") {
+		t.Fatalf("Ready while partition %d's fetches fail = %v, want the failing live reader", p, err)
+	}
+	f.produce(ctx, id, "r", 1, 1) // written while the reader cannot fetch it
+	if err := f.gw.Ready(ctx); err == nil {
+		t.Fatal("Ready while the fetches still fail = nil")
+	}
+
+	fault.Remove()
+	checkSeqs(t, c.events(ctx, 1), "r", 1, 1) // fetched: the reader is no longer failing
+	if err := f.gw.Ready(ctx); err != nil {
+		t.Fatalf("Ready once the fetches succeed again = %v, want nil", err)
 	}
 }
 
@@ -809,6 +859,166 @@ func (l smallBuffers) Accept() (net.Conn, error) {
 		_ = tc.SetWriteBuffer(8 << 10)
 	}
 	return c, err
+}
+
+// stall holds the writes of the connections of a stallingListener while it
+// is on.
+type stall struct {
+	mu sync.Mutex
+	// Guarded by mu.
+	release chan struct{} // closed by free; nil while off
+}
+
+func (s *stall) hold() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.release == nil {
+		s.release = make(chan struct{})
+	}
+}
+
+func (s *stall) free() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.release != nil {
+		close(s.release)
+		s.release = nil
+	}
+}
+
+func (s *stall) wait() {
+	s.mu.Lock()
+	release := s.release
+	s.mu.Unlock()
+	if release != nil {
+		<-release
+	}
+}
+
+// stallingListener accepts connections whose writes wait while s is on.
+type stallingListener struct {
+	net.Listener
+	s *stall
+}
+
+func (l stallingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return stallingConn{Conn: c, s: l.s}, nil
+}
+
+type stallingConn struct {
+	net.Conn
+	s *stall
+}
+
+func (c stallingConn) Write(p []byte) (int, error) {
+	c.s.wait()
+	return c.Conn.Write(p)
+}
+
+// TestMessageContentIsNeverLogged: the README's "Observability": message
+// content is never logged. Events with a distinctive content go through a
+// gateway logging everything: replayed from Kafka and from the ring, live
+// over a WebSocket and an event stream, to a client cut off as too slow
+// (4008), and in stream records the gateway skips as bad. The content
+// reaches the clients, and never the logs.
+func TestMessageContentIsNeverLogged(t *testing.T) {
+	t.Parallel()
+	const content = "the-heron-sings-at-dawn"
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	var logs syncBuffer
+	f.launchLogged = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	conv, id := aliceConv(t)
+	p := partitionOf(id)
+	tok := token(t, auth.DefaultTenant, "alice")
+	secret := func(n int) []byte {
+		return events.MarshalEvent(&events.TokenEvent{Meta: events.Meta{Conversation: conv, RequestID: "r", RunID: "r-run", Seq: int64(n), TS: 1},
+			Delta: fmt.Sprintf("%s %d", content, n), Agent: "echo", Role: "assistant"})
+	}
+	write := func(key string, values ...[]byte) {
+		t.Helper()
+		var msgs []kafka.Message
+		for _, v := range values {
+			msgs = append(msgs, kafka.Message{Key: []byte(key), Value: v})
+		}
+		if err := f.writer.WriteMessages(ctx, msgs...); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
+	write(id.Key(), secret(1), secret(2), secret(3)) // offsets 0..2, before the start: a resume reads Kafka
+	f.start(ctx, nil, nil)
+	// A replica whose client is cut off: a queue of one frame, a socket that
+	// stalls on demand, and a hook that tells when offset 5 comes.
+	var st stall
+	reached := make(chan struct{})
+	var once sync.Once
+	slow := f.launch(ctx, func(c *Config) { c.QueueSize = 1 }, func(l net.Listener) net.Listener { return stallingListener{l, &st} },
+		func(partition int, offset int64) {
+			if partition == p && offset == 5 {
+				once.Do(func() { close(reached) })
+			}
+		})
+
+	ws := f.dial(ctx, tok).subscribed(ctx, conv, "earliest")
+	checkSeqs(t, ws.events(ctx, 3), "r", 1, 3)
+	sse := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, nil).subscribed()
+	cut := f.dialURL(ctx, slow.url, tok).subscribed(ctx, conv, "")
+	st.hold()
+	write(id.Key(), secret(4), secret(5), secret(6)) // offsets 3..5
+	select {
+	case <-reached: // offsets 3 and 4 dispatched: the first is being written, the second did not fit
+	case <-ctx.Done():
+		t.Fatal("the slow replica never reached offset 5")
+	}
+	st.free()
+	if code := cut.closeCode(ctx); code != CloseSlowConsumer {
+		t.Fatalf("the slow client's close code %d, want 4008", code)
+	}
+	got := ws.events(ctx, 3)
+	checkSeqs(t, got, "r", 4, 6)
+	for i := 4; i <= 6; i++ {
+		if m := sse.next(); m.fr.Seq != i || !strings.Contains(m.data, content) {
+			t.Fatalf("event stream: %q %s, want seq %d with the content", m.event, m.data, i)
+		}
+	}
+
+	// Bad records carrying the content: a value cut short, and a key that
+	// names no identity, on the same partition; then a good one.
+	badKey := ""
+	for i := 0; badKey == ""; i++ {
+		k := fmt.Sprintf("no-identity-%d", i)
+		if (kafka.Murmur2Balancer{}).Balance(kafka.Message{Key: []byte(k)}, 0, 1, 2, 3) == p {
+			badKey = k
+		}
+	}
+	cutShort := secret(7)
+	write(id.Key(), cutShort[:len(cutShort)-1])
+	write(badKey, secret(7))
+	write(id.Key(), secret(7))
+	checkSeqs(t, ws.events(ctx, 1), "r", 7, 7) // the bad records before it were dispatched
+	ring := f.dial(ctx, tok).subscribed(ctx, conv, got[0].Cursor)
+	checkSeqs(t, ring.events(ctx, 3), "r", 5, 7)
+	checkMetric(t, f.reg, "turnpike_pushgw_ring_replays_total", 1)
+	checkMetric(t, f.reg, "turnpike_pushgw_replays_total", 1)
+
+	for _, in := range []*instance{f.instance, slow} { // Run returns once every client has logged its end
+		in.stop()
+		err := <-in.runErr
+		in.runErr <- err // for the cleanup
+	}
+	out := logs.String()
+	for _, want := range []string{`msg="skipped bad stream record"`, `code=4008`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the logs lack %s: the path did not run", want)
+		}
+	}
+	if strings.Contains(out, content) {
+		t.Fatalf("the logs hold the message content %q:\n%s", content, out)
+	}
 }
 
 func TestASlowClientIsClosedWith4008WhileOthersGetEveryEvent(t *testing.T) {
@@ -851,13 +1061,14 @@ func testSlowClient(t *testing.T, mod func(*Config)) {
 	slow.subscribe(conv, "")
 	fast := f.dial(ctx, tok).subscribed(ctx, conv, "")
 
-	// 300 events of ~2 KiB, one produce call each, so the fast client
-	// never faces a burst bigger than its queue.
+	// 300 events of ~2 KiB, each produced once the fast client has the one
+	// before: its queue never holds more than one, however slowly it is
+	// scheduled, while the slow client's fills up.
 	const total = 300
-	var wg sync.WaitGroup
-	wg.Go(func() { f.produceLarge(ctx, id, total) })
-	checkSeqs(t, fast.events(ctx, total), "r", 1, total)
-	wg.Wait()
+	for n := 1; n <= total; n++ {
+		f.produceLarge(ctx, id, n, n)
+		checkSeqs(t, fast.events(ctx, 1), "r", n, n)
+	}
 
 	// The slow client now reads: what it gets is a prefix, then 4008.
 	slow.expect(ctx, "subscribed")

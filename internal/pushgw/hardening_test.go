@@ -71,17 +71,24 @@ func TestUpgradesFromOriginsOutsideThePolicyAreRefused(t *testing.T) {
 		origin string
 		host   string // Host header; "" for the dialled one
 		ok     bool
+		// noToken sends no token: the refusals come in docs/api.md's
+		// order, the origin's 403 before the token's 401.
+		noToken bool
 	}{
-		{"A client without Origin upgrades.", "", "", true},
-		{"A listed origin upgrades.", "https://app.example.com", "", true},
-		{"A page of the gateway's own host is refused unless listed.", "http://127.0.0.1:" + port, "", false},
-		{"A rebound page whose Host matches its Origin is refused.", "http://evil.example:" + port, "evil.example:" + port, false},
-		{"A foreign origin is refused.", "https://evil.example.net", "", false},
-		{"The null origin is refused.", "null", "", false},
+		{"A client without Origin upgrades.", "", "", true, false},
+		{"A listed origin upgrades.", "https://app.example.com", "", true, false},
+		{"A page of the gateway's own host is refused unless listed.", "http://127.0.0.1:" + port, "", false, false},
+		{"A rebound page whose Host matches its Origin is refused.", "http://evil.example:" + port, "evil.example:" + port, false, false},
+		{"A foreign origin is refused.", "https://evil.example.net", "", false, false},
+		{"The null origin is refused.", "null", "", false, false},
+		{"A foreign origin without a token is refused for its origin, before its token.", "https://evil.example.net", "", false, true},
 	}
 	refused := 0
 	for _, tt := range tests {
 		h := http.Header{"Authorization": {"Bearer " + tok}}
+		if tt.noToken {
+			h = http.Header{}
+		}
 		if tt.origin != "" {
 			h.Set("Origin", tt.origin)
 		}

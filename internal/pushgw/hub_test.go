@@ -191,6 +191,48 @@ func TestHubShedsAClientWhoseReplayBufferOverflows(t *testing.T) {
 	}
 }
 
+// The live frames held back during a replay are bounded in bytes too
+// (ReplayBufferBytes, docs/api.md "Close codes": 4008): a frame that would
+// take the buffer past its bytes sheds the client, one that brings it to
+// exactly its bytes does not, and a first frame always fits.
+func TestHubShedsAClientWhoseReplayBufferOverflowsItsBytes(t *testing.T) {
+	t.Parallel()
+	frameLen := len(eventFrame(testValue(1), 0, 0)) // every frame below: one-digit seq and offset
+	tests := []struct {
+		name     string
+		bytes    int
+		fit      int // frames held before the one that sheds
+		shedding bool
+	}{
+		{"Three frames fit a buffer of exactly their bytes.", 3 * frameLen, 3, false},
+		{"The third frame does not fit a byte short of three frames.", 3*frameLen - 1, 2, true},
+		{"A first frame fits a buffer smaller than itself.", 1, 1, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newTestHubWith(t, map[int]int64{0: 0}, hubConfig{replayBuffer: 100, replayBufferBytes: tt.bytes, ringBytes: DefaultRingBytes})
+			sink := &fakeSink{}
+			sub := &subscription{sink: sink, key: "t/u/c", partition: 0, since: since{kind: sinceAll}}
+			if err := h.register(sub, nil); err != nil {
+				t.Fatal(err)
+			}
+			for i := range tt.fit {
+				h.dispatch(0, int64(i), []byte("t/u/c"), testValue(i+1), time.Time{})
+			}
+			if sink.overflew {
+				t.Fatalf("shed after %d frames of %d bytes in a buffer of %d bytes", tt.fit, frameLen, tt.bytes)
+			}
+			if tt.shedding {
+				h.dispatch(0, int64(tt.fit), []byte("t/u/c"), testValue(tt.fit+1), time.Time{})
+				if !sink.overflew {
+					t.Fatalf("frame %d of %d bytes held in a buffer of %d bytes", tt.fit+1, frameLen, tt.bytes)
+				}
+			}
+		})
+	}
+}
+
 func TestHubShedsOnlyTheClientWithAFullQueue(t *testing.T) {
 	t.Parallel()
 	h := newTestHub(t, map[int]int64{0: 0}, 10)

@@ -1,6 +1,7 @@
 package pushgw
 
 import (
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -71,8 +72,9 @@ func TestCursorExpiryIsExactAtTheRetentionBoundary(t *testing.T) {
 		c := f.dialURL(ctx, tt.in.url, tok)
 		c.subscribe(conv, tt.since)
 		if tt.first == 0 {
-			if fr := c.expect(ctx, "error"); fr.Code != "cursor_expired" {
-				t.Errorf("%s: %+v, want cursor_expired", tt.name, fr)
+			// The error ends that subscription, and names its conversation.
+			if fr := c.expect(ctx, "error"); fr.Code != "cursor_expired" || fr.Conversation != conv {
+				t.Errorf("%s: %+v, want cursor_expired naming %s", tt.name, fr, conv)
 			}
 			continue
 		}
@@ -147,6 +149,26 @@ func holdBack(t *testing.T) (hook func(int, int64), release func()) {
 	}, release
 }
 
+// awaitCursorWaiter returns once a subscribe on in waits for partition p's
+// live reader to reach its cursor (in hub.awaitDispatched), so that a test
+// releasing the reader afterwards tests that wait, not a race with it.
+func awaitCursorWaiter(t *testing.T, in *instance, p int) {
+	t.Helper()
+	in.gw.mu.Lock()
+	s := in.gw.hub.shards[p]
+	in.gw.mu.Unlock()
+	eventually(t, 10*time.Second, "a subscribe waits for the live reader", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.advanced != nil
+	})
+}
+
+// A replica behind a cursor (one from a replica further ahead) waits for its
+// live reader to reach it, then resumes right after it: for the record it
+// will dispatch next as for one further on. Each case has a replica that
+// has dispatched nothing and waits as long as it takes (CursorWait of an
+// hour); its reader is released once the subscribe waits on it.
 func TestAReplicaBehindACursorWaitsForItsLiveReader(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
@@ -154,19 +176,43 @@ func TestAReplicaBehindACursorWaitsForItsLiveReader(t *testing.T) {
 	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
 	a := f.launch(ctx, nil, nil, nil)
-	hook, release := holdBack(t)
-	b := f.launch(ctx, nil, nil, hook)
 	wa := f.dialURL(ctx, a.url, tok).subscribed(ctx, conv, "")
-	f.produce(ctx, id, "r", 1, 10)
+	type behind struct {
+		in      *instance
+		release func()
+	}
+	var replicas []behind
+	for range 2 {
+		hook, release := holdBack(t)
+		replicas = append(replicas, behind{f.launch(ctx, func(c *Config) { c.CursorWait = time.Hour }, nil, hook), release})
+	}
+	f.produce(ctx, id, "r", 1, 10) // offsets 0..9: the replicas' next offset is 0
 	seen := wa.events(ctx, 10)
 
-	c := f.dialURL(ctx, b.url, tok)
-	c.subscribe(conv, seen[6].Cursor) // B has dispatched nothing yet
-	time.AfterFunc(200*time.Millisecond, release)
-	c.expect(ctx, "subscribed")
-	checkSeqs(t, c.events(ctx, 3), "r", 8, 10)
+	tests := []struct {
+		name string
+		seq  int // the cursor's event
+	}{
+		{"The cursor of the record the replica dispatches next waits for it.", 1},
+		{"The cursor of a record further on waits for the live reader to reach it.", 7},
+	}
+	var clients []*wsClient
+	for i, tt := range tests {
+		r := replicas[i]
+		c := f.dialURL(ctx, r.in.url, tok)
+		c.subscribe(conv, seen[tt.seq-1].Cursor)
+		awaitCursorWaiter(t, r.in, partitionOf(id))
+		r.release()
+		if fr := c.next(ctx); fr.Type != "subscribed" {
+			t.Fatalf("%s Got %+v, want subscribed", tt.name, fr)
+		}
+		checkSeqs(t, c.events(ctx, 10-tt.seq), "r", tt.seq+1, 10)
+		clients = append(clients, c)
+	}
 	f.produce(ctx, id, "r", 11, 12)
-	checkSeqs(t, c.events(ctx, 2), "r", 11, 12)
+	for _, c := range clients {
+		checkSeqs(t, c.events(ctx, 2), "r", 11, 12)
+	}
 }
 
 func TestAReplicaThatDoesNotCatchUpInTimeAnswersUnavailable(t *testing.T) {
@@ -187,6 +233,13 @@ func TestAReplicaThatDoesNotCatchUpInTimeAnswersUnavailable(t *testing.T) {
 	if fr := c.expect(ctx, "error"); fr.Code != "unavailable" {
 		t.Fatalf("a cursor the replica does not reach in time: %+v, want unavailable", fr)
 	}
+	// An event stream gets a 200 with one unavailable error event, so that
+	// an EventSource reconnects by itself (docs/api.md "The stream").
+	s := mustOpenSSE(ctx, t, b.eventsURL(conv, nil), tok, http.Header{"Last-Event-Id": {seen[2].Cursor}})
+	if m := s.expect("error"); m.fr.Code != codeUnavailable || m.id != "" {
+		t.Fatalf("an event stream from a cursor the replica does not reach in time: %+v, want an unavailable error event without id", m)
+	}
+	s.ended()
 	// A cursor beyond the end of the partition is refused at once, even by
 	// a replica that is behind.
 	p, o, err := ParseCursor(seen[2].Cursor)

@@ -277,6 +277,77 @@ func TestEventsStreamEachEventWithItsCursorTypeAndWebSocketFrame(t *testing.T) {
 	checkMetric(t, f.reg, "turnpike_pushgw_connections", 2) // one of each
 }
 
+// TestEveryEventStreamAnswerCarriesTheStreamHeaders: docs/api.md "The
+// stream" and docs/pushgw.md "Server-Sent Events behind proxies": every 200
+// of the events endpoint is text/event-stream, never cached and not buffered
+// by nginx, whether the gateway writes the head itself (HTTP/1.1), through
+// the ResponseWriter (HTTP/2), or answers unavailable with one error event.
+func TestEveryEventStreamAnswerCarriesTheStreamHeaders(t *testing.T) {
+	t.Parallel()
+	ctx, f := startedFixture(t)
+	conv := testenv.Name(t, "c")
+	tok := token(t, auth.DefaultTenant, "alice")
+	hc, base := f.http2Events(t)
+	v, err := auth.NewVerifier(testSecret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, err := New(Config{Brokers: []string{"127.0.0.1:1"}}, v, nil, nil) // never runs
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		open func(t *testing.T) (status int, h http.Header)
+	}{
+		{"A stream over HTTP/1.1, whose head the gateway writes itself, carries them.", func(t *testing.T) (int, http.Header) {
+			s := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, nil)
+			s.subscribed()
+			return s.resp.StatusCode, s.resp.Header
+		}},
+		{"A stream over HTTP/2, written through the ResponseWriter, carries them.", func(t *testing.T) (int, http.Header) {
+			s, err := openSSEWith(ctx, t, hc, base+"/v1/conversations/"+conv+"/events", tok, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.resp.ProtoMajor != 2 {
+				t.Fatalf("%s, want HTTP/2", s.resp.Proto)
+			}
+			s.subscribed()
+			return s.resp.StatusCode, s.resp.Header
+		}},
+		{"The unavailable answer of a gateway not running carries them.", func(t *testing.T) (int, http.Header) {
+			req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/v1/conversations/"+conv+"/events", nil)
+			req.SetPathValue("conversation", conv)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			rec := httptest.NewRecorder()
+			idle.ServeEvents(rec, req)
+			if !strings.Contains(rec.Body.String(), `"code":"unavailable"`) {
+				t.Errorf("body %q, want one unavailable error event", rec.Body)
+			}
+			return rec.Code, rec.Header()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			status, h := tt.open(t)
+			if status != http.StatusOK {
+				t.Fatalf("status %d, want 200", status)
+			}
+			for name, want := range map[string]string{
+				"Content-Type":      "text/event-stream; charset=utf-8",
+				"Cache-Control":     "no-store",
+				"X-Accel-Buffering": "no",
+			} {
+				if got := h.Values(name); len(got) != 1 || got[0] != want {
+					t.Errorf("%s: %q, want %q", name, got, want)
+				}
+			}
+		})
+	}
+}
+
 func TestEventsResumeFromLastEventIDOrSinceWithoutGapOrDuplicate(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
@@ -313,8 +384,8 @@ func TestAnExpiredLastEventIDGetsACursorExpiredErrorEventAndTheStreamEnds(t *tes
 
 	s := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, http.Header{"Last-Event-Id": {FormatCursor(p, 3)}})
 	m := s.expect("error")
-	if m.fr.Code != codeCursorExpired || m.id != "" {
-		t.Fatalf("error event %+v, want cursor_expired without id", m)
+	if m.fr.Code != codeCursorExpired || m.id != "" || m.fr.Conversation != conv {
+		t.Fatalf("error event %+v, want cursor_expired without id, naming %s (it ends the stream's replay)", m, conv)
 	}
 	s.ended()
 	ok := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, http.Header{"Last-Event-Id": {FormatCursor(p, 4)}}).subscribed()
@@ -369,6 +440,8 @@ func TestEventsRefuseBadRequestsBeforeStreaming(t *testing.T) {
 		{"An expired token is 401.", conv, nil, expired, nil, 401, "unauthenticated"},
 		{"A token signed with another secret is 401.", conv, nil, "x.y.z", nil, 401, "unauthenticated"},
 		{"A foreign origin is 403.", conv, nil, alice, http.Header{"Origin": {"https://evil.example.net"}}, 403, "permission_denied"},
+		{"A foreign origin without a token is 403: the origin is checked first.", conv, nil, "", http.Header{"Origin": {"https://evil.example.net"}}, 403, "permission_denied"},
+		{"A bad conversation without a token is 401: the token is checked first.", "a b", nil, "", nil, 401, "unauthenticated"},
 		{"A bad conversation is 400.", "a b", nil, alice, nil, 400, "invalid_argument"},
 		{"A bad since is 400.", conv, url.Values{"since": {"yesterday"}}, alice, nil, 400, "invalid_argument"},
 		{"A bad Last-Event-ID is 400.", conv, nil, alice, http.Header{"Last-Event-Id": {"earliest"}}, 400, "invalid_argument"},
@@ -389,6 +462,15 @@ func TestEventsRefuseBadRequestsBeforeStreaming(t *testing.T) {
 			}
 			if code := errorCode(t, s.resp); code != tt.code {
 				t.Errorf("code %q, want %q", code, tt.code)
+			}
+			// docs/api.md "Refusals before the stream": a 401 carries a
+			// Bearer challenge, and no other refusal does.
+			challenge := ""
+			if tt.status == http.StatusUnauthorized {
+				challenge = "Bearer"
+			}
+			if got := s.resp.Header.Get("WWW-Authenticate"); got != challenge {
+				t.Errorf("WWW-Authenticate %q, want %q", got, challenge)
 			}
 		})
 	}
@@ -494,12 +576,15 @@ func TestASlowEventStreamIsCutOffWhileOthersGetEveryEvent(t *testing.T) {
 	fast := mustOpenSSE(ctx, t, f.eventsURL(conv, nil), tok, nil).subscribed()
 	ws := f.dial(ctx, tok).subscribed(ctx, conv, "")
 
+	// Each event is produced once the other two have the one before:
+	// their queues never hold more than one, however slowly they are
+	// scheduled, while the slow stream's fills up.
 	const total = 300
-	var wg sync.WaitGroup
-	wg.Go(func() { f.produceLarge(ctx, id, total) })
-	wg.Go(func() { checkSeqs(t, ws.events(ctx, total), "r", 1, total) })
-	checkSeqs(t, fast.events(total), "r", 1, total)
-	wg.Wait()
+	for n := 1; n <= total; n++ {
+		f.produceLarge(ctx, id, n, n)
+		checkSeqs(t, ws.events(ctx, 1), "r", n, n)
+		checkSeqs(t, fast.events(1), "r", n, n)
+	}
 
 	// The slow stream now reads: a prefix, then its end.
 	n, last := 0, ""
@@ -579,15 +664,47 @@ func TestTheAccessTokenIsNeverLogged(t *testing.T) {
 	}
 }
 
+// syncBuffer is a log destination safe for concurrent writers, which a
+// test can wait on.
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
+	// Guarded by mu.
+	written chan struct{} // closed by the next Write; nil while no one waits
 }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.b.Write(p)
+	n, err := b.b.Write(p)
+	if b.written != nil {
+		close(b.written)
+		b.written = nil
+	}
+	return n, err
+}
+
+// await returns once what was written holds s; it fails t when ctx ends
+// first.
+func (b *syncBuffer) await(ctx context.Context, t testing.TB, s string) {
+	t.Helper()
+	for {
+		b.mu.Lock()
+		if strings.Contains(b.b.String(), s) {
+			b.mu.Unlock()
+			return
+		}
+		if b.written == nil {
+			b.written = make(chan struct{})
+		}
+		written := b.written
+		b.mu.Unlock()
+		select {
+		case <-written:
+		case <-ctx.Done():
+			t.Fatalf("the logs never held %q:\n%s", s, b.String())
+		}
+	}
 }
 
 func (b *syncBuffer) String() string {
@@ -653,13 +770,19 @@ func TestEventsOverHTTP2StreamThroughTheResponseWriter(t *testing.T) {
 // one connect and one subscribe, shared with the user's WebSockets.
 func TestEventStreamsCountAgainstTheUsersConnectAndSubscribeRates(t *testing.T) {
 	t.Parallel()
+	// badStatus: a bad request of that user then, in docs/api.md's order
+	// ("Refusals before the stream"): past the connect rate it is still
+	// 429, past the subscribe rate it is 400 (the request is checked before
+	// the subscribe rate). rejected counts the rate's refusals.
 	tests := []struct {
-		name   string
-		mod    func(*Config)
-		reason string
+		name      string
+		mod       func(*Config)
+		reason    string
+		badStatus int
+		rejected  float64
 	}{
-		{"Past the connect burst a stream is 429 connect_rate.", func(c *Config) { c.ConnectBurst, c.ConnectPerMinute = 2, 1 }, rejectConnectRate},
-		{"Past the subscribe burst a stream is 429 subscribe_rate.", func(c *Config) { c.SubscribeBurst, c.SubscribePerMinute = 2, 1 }, rejectSubscribeRate},
+		{"Past the connect burst a stream is 429 connect_rate.", func(c *Config) { c.ConnectBurst, c.ConnectPerMinute = 2, 1 }, rejectConnectRate, 429, 2},
+		{"Past the subscribe burst a stream is 429 subscribe_rate.", func(c *Config) { c.SubscribeBurst, c.SubscribePerMinute = 2, 1 }, rejectSubscribeRate, 400, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -679,9 +802,16 @@ func TestEventStreamsCountAgainstTheUsersConnectAndSubscribeRates(t *testing.T) 
 			if s.resp.StatusCode != http.StatusTooManyRequests || errorCode(t, s.resp) != "rate_limited" || s.resp.Header.Get("Retry-After") == "" {
 				t.Fatalf("third within a burst of 2: %d, want 429 rate_limited with Retry-After", s.resp.StatusCode)
 			}
+			bad, err := openSSE(ctx, t, f.eventsURL(conv, url.Values{"since": {"yesterday"}}), alice, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bad.resp.StatusCode != tt.badStatus {
+				t.Errorf("a bad since past the rate: %d, want %d", bad.resp.StatusCode, tt.badStatus)
+			}
 			mustOpenSSE(ctx, t, f.eventsURL(conv, nil), token(t, auth.DefaultTenant, "bob"), nil).expect("subscribed") // another user
-			if v := labelledValue(t, f.reg, "turnpike_pushgw_rejected_total", "reason", tt.reason); v != 1 {
-				t.Errorf("rejected_total{reason=%s} = %v, want 1", tt.reason, v)
+			if v := labelledValue(t, f.reg, "turnpike_pushgw_rejected_total", "reason", tt.reason); v != tt.rejected {
+				t.Errorf("rejected_total{reason=%s} = %v, want %v", tt.reason, v, tt.rejected)
 			}
 		})
 	}

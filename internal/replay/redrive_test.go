@@ -9,6 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/internal/worker"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
@@ -254,4 +255,54 @@ func TestRedriveReRunsFailedRequestsOnlyWhenAskedAndOnlyOnce(t *testing.T) {
 	}
 	e.waitHandled(t, ctx)
 	waitTurns(t, ctx, live, map[events.Identity]int{id: 1})
+}
+
+// docs/api.md, "The home partition": a redrive places each copy in the
+// home partition of its key (topic.Home: murmur2, the Java client's
+// default), wherever the original was. The originals here all sit in
+// partition 0, as a producer that ignores the key would leave them; no
+// worker runs, so nothing moves them afterwards.
+func TestRedrivePlacesEveryCopyInItsHomePartition(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	e := newEnv(t)
+	var msgs []kafka.Message
+	homes := map[int]int{}
+	for c := range 12 {
+		id := events.Identity{Tenant: "acme", User: "dee", Conversation: fmt.Sprintf("home-%d", c)}
+		homes[topic.Home([]byte(id.Key()), testPartitions)]++
+		msgs = append(msgs, request(id, fmt.Sprintf("home-%d-r", c), "placed"))
+	}
+	if len(homes) < 2 {
+		t.Fatalf("the keys' homes %v: want keys of several homes", homes)
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(e.brokers...), Topic: e.names.Requests, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll,
+		Balancer: kafka.BalancerFunc(func(kafka.Message, ...int) int { return 0 })}
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	sum, err := Run(ctx, e.config(ModeRedrive, "home"), Deps{Decisions: history.NewMemoryStore()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Published != int64(len(msgs)) {
+		t.Fatalf("published %d, want %d", sum.Published, len(msgs))
+	}
+	copies := 0
+	for _, m := range e.readAll(t, ctx, e.names.Requests) {
+		if _, ok := header(m, HeaderReplayID); !ok {
+			continue
+		}
+		copies++
+		if home := topic.Home(m.Key, testPartitions); m.Partition != home {
+			t.Errorf("the copy of %s is in partition %d, its home is %d", m.Key, m.Partition, home)
+		}
+	}
+	if copies != len(msgs) {
+		t.Fatalf("%d copies in the requests topic, want %d", copies, len(msgs))
+	}
 }

@@ -109,6 +109,10 @@ func TestSlowAndMalformedRequestsGetJSONErrorsBesideNormalTraffic(t *testing.T) 
 	t.Parallel()
 	ctx := testContext(t)
 	addr := hardenedServer(t, ctx, server.Timeouts{ReadHeader: 300 * time.Millisecond, Read: 600 * time.Millisecond})
+	// The requests that are not slow go to a server whose limits are far
+	// beyond the test's: their answers cannot depend on how fast a loaded
+	// machine sends them (a megabyte of headers takes a while).
+	patient := hardenedServer(t, ctx, server.Timeouts{ReadHeader: time.Hour, Read: time.Hour})
 
 	normal := make(chan error, 1)
 	stopNormal := make(chan struct{})
@@ -145,13 +149,17 @@ func TestSlowAndMalformedRequestsGetJSONErrorsBesideNormalTraffic(t *testing.T) 
 		status int
 		code   string
 	}{
+		// Slow: answered at the short limits.
 		{"Headers that stop midway get 408.", "GET /ok HTTP/1.1\r\nHost: x\r\n", 408, server.CodeRequestTimeout},
 		{"A request line that stops midway gets 408.", "GET /ok HTT", 408, server.CodeRequestTimeout},
 		{"A body shorter than its Content-Length gets 408.", post + "Content-Length: 100\r\n\r\n0123456789", 408, server.CodeRequestTimeout},
 		{"An unfinished chunked body gets 408.", post + "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n", 408, server.CodeRequestTimeout},
+		// Not slow: answered as soon as they are read.
 		{"A malformed request line gets a JSON 400.", "GARBAGE\r\n\r\n", 400, server.CodeInvalidArgument},
 		{"Headers over the limit get a JSON 431.", "GET /ok HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 1<<20+4096) + "\r\n\r\n", 431, server.CodeHeaderTooLarge},
 		{"An unknown transfer encoding gets a JSON 501.", "POST /ok HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: rot13\r\n\r\n", 501, server.CodeNotImplemented},
+		{"An HTTP version the server does not speak gets a JSON 505.", "GET /ok HTTP/3.0\r\nHost: x\r\n\r\n", 505, server.CodeVersionNotSupp},
+		{"HTTP/2 without its preface gets a JSON 505.", "GET /ok HTTP/2.0\r\nHost: x\r\n\r\n", 505, server.CodeVersionNotSupp},
 		{"A missing Host header gets a JSON 400.", "GET /ok HTTP/1.1\r\n\r\n", 400, server.CodeInvalidArgument},
 		{"Dot-dot in a path is not redirected.", "POST /v1/conversations/../messages HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 404, server.CodeNotFound},
 		{"A dot segment in a path is not redirected.", "GET /./ok HTTP/1.1\r\nHost: x\r\n\r\n", 404, server.CodeNotFound},
@@ -162,7 +170,11 @@ func TestSlowAndMalformedRequestsGetJSONErrorsBesideNormalTraffic(t *testing.T) 
 	for _, tt := range tests {
 		wg.Go(func() {
 			t.Run(tt.name, func(t *testing.T) {
-				res, body := rawExchange(t, addr, tt.raw)
+				to := patient
+				if tt.status == http.StatusRequestTimeout {
+					to = addr
+				}
+				res, body := rawExchange(t, to, tt.raw)
 				checkErrorShape(t, res, body, tt.status, tt.code)
 			})
 		})
@@ -198,5 +210,61 @@ func TestAnAnswerBeforeTheBodyDoesNotWaitForTheBody(t *testing.T) {
 	res, body := rawExchange(t, addr, "POST /v1/conversations/c1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ok\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nhi")
 	if res.StatusCode != http.StatusOK || res.Close {
 		t.Fatalf("a complete POST: status %d (%s), close %v; want 200 on a kept connection", res.StatusCode, body, res.Close)
+	}
+}
+
+// docs/api.md, "Timeouts and early answers": the limits default to 10 s
+// for the request line and headers, 30 s for the whole request and 120 s
+// for an idle connection. The handler reads them off the http.Server that
+// serves it; zero Timeouts fields take the defaults, others are kept.
+func TestServeAppliesTheDocumentedTimeouts(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		to   server.Timeouts
+		want server.Timeouts
+	}{
+		{"Serve applies the documented defaults: 10 s, 30 s and 120 s.", server.Timeouts{},
+			server.Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Idle: 120 * time.Second}},
+		{"ServeTimeouts keeps the limits it is given.", server.Timeouts{ReadHeader: time.Second, Read: 2 * time.Second, Idle: 3 * time.Second},
+			server.Timeouts{ReadHeader: time.Second, Read: 2 * time.Second, Idle: 3 * time.Second}},
+		{"ServeTimeouts takes a default for each zero field.", server.Timeouts{Read: 2 * time.Second},
+			server.Timeouts{ReadHeader: 10 * time.Second, Read: 2 * time.Second, Idle: 120 * time.Second}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t)
+			got := make(chan server.Timeouts, 1)
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				srv, _ := r.Context().Value(http.ServerContextKey).(*http.Server)
+				if srv == nil {
+					t.Error("no *http.Server in the request's context")
+				} else {
+					got <- server.Timeouts{ReadHeader: srv.ReadHeaderTimeout, Read: srv.ReadTimeout, Idle: srv.IdleTimeout}
+				}
+				server.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+			})
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sctx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				if tt.to == (server.Timeouts{}) {
+					done <- server.Serve(sctx, ln, h, time.Second)
+					return
+				}
+				done <- server.ServeTimeouts(sctx, ln, h, time.Second, tt.to)
+			}()
+			defer func() { stop(); <-done }()
+			res, body := rawExchange(t, ln.Addr().String(), "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("status %d (%s)", res.StatusCode, body)
+			}
+			if g := <-got; g != tt.want {
+				t.Errorf("the server's timeouts: %+v, want %+v", g, tt.want)
+			}
+		})
 	}
 }

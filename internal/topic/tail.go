@@ -17,11 +17,15 @@ const tailRetry = 200 * time.Millisecond
 // every partition (no consumer group: nothing is committed), until ctx
 // ends. handle is called from one goroutine per partition. A failed read is
 // reported to onErr (if set) and retried; Tail returns an error only when it
-// cannot start, and then it has started nothing. It owns its readers and
-// waits for them.
+// cannot start, and then it has started nothing. A ctx that ends while Tail
+// is still starting (listing the partitions) is a stop like any other: Tail
+// returns nil. It owns its readers and waits for them.
 func Tail(ctx context.Context, brokers []string, topic string, handle func(kafka.Message), onErr func(error)) error {
 	parts, err := Partitions(ctx, brokers, topic)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped, not failed: "metadata <topic>: context canceled" is no error
+		}
 		return err
 	}
 	readers := make([]*kafka.Reader, 0, len(parts))

@@ -81,3 +81,25 @@ func TestTailOfAMissingTopicFailsAtOnce(t *testing.T) {
 		t.Fatal("Tail of a missing topic returned nil")
 	}
 }
+
+// A Tail stopped while it is still listing the partitions has stopped, not
+// failed: a service stopped right after it started (the devstack of a test
+// that had nothing to do) must not report "metadata <topic>: context
+// canceled" as its error. The context ends before Tail begins, so Tail is
+// always still starting, even for a topic that does not exist.
+func TestTailStoppedWhileStartingReturnsNil(t *testing.T) {
+	t.Parallel()
+	brokers := testenv.Kafka(t)
+	live := testenv.Context(t, 30*time.Second)
+	name := testenv.Name(t, "tail")
+	if err := topic.Ensure(live, brokers, 4, name); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(live)
+	stop()
+	for _, name := range []string{name, "no-such-topic-" + testenv.Name(t, "x")} {
+		if err := topic.Tail(ctx, brokers, name, func(kafka.Message) { t.Error("a record reached a stopped Tail") }, nil); err != nil {
+			t.Errorf("Tail of %s stopped while starting: %v, want nil", name, err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -19,7 +20,9 @@ type Config struct {
 	// ServiceName names the service in exported spans.
 	ServiceName string
 	// Endpoint is the OTLP/HTTP collector, e.g. "http://otel-collector:4318"
-	// (TURNPIKE_OTLP_ENDPOINT). Empty: nothing is exported (default).
+	// (TURNPIKE_OTLP_ENDPOINT): spans are posted to its traces path,
+	// /v1/traces. An endpoint with another path is the URL spans are
+	// posted to. Empty: nothing is exported (default).
 	Endpoint string
 	// SampleRatio of new traces, 0..1 (default 1); a caller's sampling
 	// decision is kept.
@@ -49,7 +52,11 @@ func New(ctx context.Context, cfg Config) (*Tracing, error) {
 	}
 	exp := cfg.Exporter
 	if exp == nil && cfg.Endpoint != "" {
-		e, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(cfg.Endpoint))
+		u, err := tracesURL(cfg.Endpoint)
+		if err != nil {
+			return nil, err
+		}
+		e, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u))
 		if err != nil {
 			return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
 		}
@@ -68,6 +75,20 @@ func New(ctx context.Context, cfg Config) (*Tracing, error) {
 		tracer:     p.Tracer("github.com/turnpike-dev/turnpike/" + name),
 		propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
 	}, nil
+}
+
+// tracesURL is the URL spans are posted to: the collector's traces path
+// when endpoint names none (the exporter would post to "/" as given, where
+// a collector answers 404), else endpoint itself.
+func tracesURL(endpoint string) (string, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("tracing: OTLP endpoint %q: want http://host:port or https://host:port, optionally with a path", endpoint)
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = "/v1/traces"
+	}
+	return u.String(), nil
 }
 
 // Shutdown flushes and stops the exporter.

@@ -2,9 +2,13 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +28,9 @@ import (
 // a last chunk (as OpenAI does with include_usage). It records every input.
 type scripted struct {
 	reply func(in []*schema.Message) *schema.Message
+	// usage is what each call reports; nil: 10 prompt and 2 completion
+	// tokens.
+	usage *schema.TokenUsage
 
 	mu     sync.Mutex
 	inputs [][]*schema.Message
@@ -42,9 +49,17 @@ func (m *scripted) seen() [][]*schema.Message {
 	return append([][]*schema.Message(nil), m.inputs...)
 }
 
+func (m *scripted) usageOf() *schema.TokenUsage {
+	if m.usage != nil {
+		u := *m.usage
+		return &u
+	}
+	return &schema.TokenUsage{PromptTokens: 10, CompletionTokens: 2, TotalTokens: 12}
+}
+
 func (m *scripted) Generate(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.Message, error) {
 	out := m.record(in)
-	out.ResponseMeta = &schema.ResponseMeta{FinishReason: "stop", Usage: &schema.TokenUsage{PromptTokens: 10, CompletionTokens: 2, TotalTokens: 12}}
+	out.ResponseMeta = &schema.ResponseMeta{FinishReason: "stop", Usage: m.usageOf()}
 	return out, nil
 }
 
@@ -59,7 +74,7 @@ func (m *scripted) Stream(_ context.Context, in []*schema.Message, _ ...model.Op
 		}
 	}
 	last := schema.AssistantMessage("", nil)
-	last.ResponseMeta = &schema.ResponseMeta{FinishReason: "stop", Usage: &schema.TokenUsage{PromptTokens: 10, CompletionTokens: 2, TotalTokens: 12}}
+	last.ResponseMeta = &schema.ResponseMeta{FinishReason: "stop", Usage: m.usageOf()}
 	return schema.StreamReaderFromArray(append(chunks, last)), nil
 }
 
@@ -156,31 +171,8 @@ func TestAnAskUserInterruptIsResumedThroughTheRequestsTopic(t *testing.T) {
 // run.completed is written.
 func waitCounter(t *testing.T, ctx context.Context, reg *prometheus.Registry, want float64, name string, labels ...string) {
 	t.Helper()
-	var got float64
 	for {
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = 0
-		for _, mf := range mfs {
-			if mf.GetName() != name {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				have := map[string]string{}
-				for _, l := range m.GetLabel() {
-					have[l.GetName()] = l.GetValue()
-				}
-				match := true
-				for k := 0; k+1 < len(labels); k += 2 {
-					match = match && have[labels[k]] == labels[k+1]
-				}
-				if match {
-					got += m.GetCounter().GetValue()
-				}
-			}
-		}
+		got := counterValue(t, reg, name, labels...)
 		if got == want {
 			return
 		}
@@ -190,6 +182,36 @@ func waitCounter(t *testing.T, ctx context.Context, reg *prometheus.Registry, wa
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// counterValue is the sum of the counter name's series that carry labels
+// (name=value pairs).
+func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			match := true
+			for k := 0; k+1 < len(labels); k += 2 {
+				match = match && have[labels[k]] == labels[k+1]
+			}
+			if match {
+				got += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return got
 }
 
 func TestAMessageAfterAnInterruptLeavesItUnresumable(t *testing.T) {
@@ -309,7 +331,9 @@ func TestCompactionCondensesOldTurnsIntoASummary(t *testing.T) {
 	}}
 	var summaries int
 	var mu sync.Mutex
-	summarizer := &scripted{reply: func(in []*schema.Message) *schema.Message {
+	// The summarizer reports other numbers than the model (10 and 2 a
+	// call), so that its tokens cannot pass for the model's.
+	summarizer := &scripted{usage: &schema.TokenUsage{PromptTokens: 100, CompletionTokens: 7, TotalTokens: 107}, reply: func(in []*schema.Message) *schema.Message {
 		mu.Lock()
 		defer mu.Unlock()
 		summaries++
@@ -320,16 +344,49 @@ func TestCompactionCondensesOldTurnsIntoASummary(t *testing.T) {
 	for i := 1; i <= 4; i++ {
 		s.produce(t, ctx, id.Key(), request(id, fmt.Sprintf("req-%d", i), fmt.Sprintf("message %d %s", i, filler)))
 	}
-	s.start(t, ctx, worker.Deps{Model: main, Summarizer: summarizer})
-	s.stream(t).untilCompleted(t, ctx, 4)
+	reg := prometheus.NewRegistry()
+	s.start(t, ctx, worker.Deps{Model: main, ModelName: "main-model", Summarizer: summarizer, Registerer: reg})
+	got := s.stream(t).untilCompleted(t, ctx, 4)
+
+	// README "Token usage": a run's usage is its model calls' (one here),
+	// the summarizer excluded, on run.completed and in history; the token
+	// counter counts every model, summaries included.
+	for i := 1; i <= 4; i++ {
+		if c := completedOf(t, got[fmt.Sprintf("req-%d", i)]); c.Usage == nil || *c.Usage != (events.Usage{PromptTokens: 10, CompletionTokens: 2, TotalTokens: 12}) {
+			t.Errorf("req-%d completed with usage %+v, want the model's one call alone", i, c.Usage)
+		}
+	}
+	mu.Lock()
+	summarized := float64(summaries)
+	mu.Unlock()
+	for _, c := range []struct {
+		model, kind string
+		want        float64
+	}{
+		{"main-model", "prompt", 4 * 10}, {"main-model", "completion", 4 * 2},
+		{"summarizer", "prompt", summarized * 100}, {"summarizer", "completion", summarized * 7},
+	} {
+		// The summaries are counted before their runs start, the runs'
+		// tokens right after their run.completed.
+		waitCounter(t, ctx, reg, c.want, "turnpike_worker_model_tokens_total", "model", c.model, "kind", c.kind)
+	}
+	if n := counterValue(t, reg, "turnpike_worker_compactions_total", "result", "summarized"); n != summarized {
+		t.Errorf("%v compactions counted summarized, want %v", n, summarized)
+	}
 
 	sum, found, err := store.Summary(ctx, id)
 	if err != nil || !found || sum.Through%2 != 0 || sum.Through < 2 || !strings.HasPrefix(sum.Text, "summary ") {
 		t.Fatalf("summary %+v %v %v", sum, found, err)
 	}
 	// Messages are never deleted.
-	if page, err := store.List(ctx, id, 0, 50); err != nil || len(page.Messages) != 8 {
+	page, err := store.List(ctx, id, 0, 50)
+	if err != nil || len(page.Messages) != 8 {
 		t.Fatalf("history %d messages, %v: want all 8", len(page.Messages), err)
+	}
+	for _, m := range page.Messages {
+		if m.Role == history.RoleAssistant && (m.Usage == nil || m.Usage.TotalTokens != 12) {
+			t.Errorf("answer %d stored with usage %+v, want the model's 12 tokens alone", m.Seq, m.Usage)
+		}
 	}
 	// The last run saw the summary as a system message first, then only
 	// messages after it.
@@ -359,6 +416,86 @@ func TestCompactionCondensesOldTurnsIntoASummary(t *testing.T) {
 	}
 	if summaries == 0 {
 		t.Fatal("the summarizer was never called")
+	}
+}
+
+// failingSummarizer is a summarizer whose every call fails.
+type failingSummarizer struct{ calls atomic.Int32 }
+
+func (f *failingSummarizer) Generate(context.Context, []*schema.Message, ...model.Option) (*schema.Message, error) {
+	f.calls.Add(1)
+	return nil, errors.New("summarizer unreachable")
+}
+
+func (f *failingSummarizer) Stream(context.Context, []*schema.Message, ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	return nil, errors.New("the summarizer is only asked to generate")
+}
+
+// A summarizer failure keeps the plain window (logged, counted) and never
+// fails the run (README "Context compaction"): every request completes
+// with the model seeing every stored message, nothing is summarized, and
+// each failure is a warning naming the conversation and one count of
+// compactions_total{result="failed"}.
+func TestASummarizerFailureKeepsThePlainWindowAndNeverFailsTheRun(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	store := history.NewMemoryStore()
+	s := newStack(t, store)
+	s.cfg.CompactTokens, s.cfg.CompactKeep = 60, 2
+	main := &scripted{reply: func(in []*schema.Message) *schema.Message {
+		return schema.AssistantMessage(fmt.Sprintf("reply to %d messages", len(in)), nil)
+	}}
+	summarizer := &failingSummarizer{}
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "unsummarized"}
+	filler := strings.Repeat("x", 80) // 20 tokens: over the budget from the second turn on
+	for i := 1; i <= 4; i++ {
+		s.produce(t, ctx, id.Key(), request(id, fmt.Sprintf("req-%d", i), fmt.Sprintf("message %d %s", i, filler)))
+	}
+	reg := prometheus.NewRegistry()
+	logs := &lockedBuffer{}
+	s.start(t, ctx, worker.Deps{Model: main, Summarizer: summarizer, Registerer: reg, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	got := s.stream(t).untilCompleted(t, ctx, 4)
+
+	for i := 1; i <= 4; i++ {
+		// Each run's window: the 2(i-1) stored messages and the new one.
+		want := fmt.Sprintf("reply to %d messages", 2*i-1)
+		if txt, st := text(got[fmt.Sprintf("req-%d", i)]); txt != want || st != events.StatusComplete {
+			t.Errorf("req-%d streamed %q %s, want %q complete", i, txt, st, want)
+		}
+	}
+	for _, in := range main.seen() {
+		if in[0].Role == schema.System {
+			t.Fatalf("a window starts with the system message %q, want the plain window", in[0].Content)
+		}
+	}
+	if _, found, err := store.Summary(ctx, id); err != nil || found {
+		t.Errorf("a summary was saved (%v, %v)", found, err)
+	}
+	// The second run has one turn stored: nothing old enough to condense
+	// (kept). The third and fourth ask the summarizer, which fails.
+	if n := summarizer.calls.Load(); n != 2 {
+		t.Errorf("the summarizer was asked %d times, want 2", n)
+	}
+	for result, want := range map[string]float64{"failed": 2, "kept": 1, "summarized": 0} {
+		if n := counterValue(t, reg, "turnpike_worker_compactions_total", "result", result); n != want {
+			t.Errorf("compactions_total{result=%q} = %v, want %v", result, n, want)
+		}
+	}
+	var warned int
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %q", line)
+		}
+		if rec["msg"] == "compaction: summarizer failed; the window is kept as it is" {
+			warned++
+			if rec["level"] != "WARN" || rec["conversation"] != id.Conversation || rec["error"] != "summarizer unreachable" {
+				t.Errorf("summarizer failure logged as %v", rec)
+			}
+		}
+	}
+	if warned != 2 {
+		t.Errorf("%d summarizer failures logged, want 2", warned)
 	}
 }
 

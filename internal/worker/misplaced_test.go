@@ -2,16 +2,22 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/ingest"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
@@ -369,5 +375,179 @@ func TestACancelReachesARunningMovedRecordThroughItsOrigin(t *testing.T) {
 	s.publishCancelAll(t, ctx, id, home, 0)
 	if _, status := text(st.events(t, ctx, 1)); status != events.StatusCancelled {
 		t.Fatalf("the moved record's run completed %s, want cancelled", status)
+	}
+}
+
+// partitionEnds returns the end offset of each of the requests topic's n
+// partitions.
+func (s *stack) partitionEnds(t *testing.T, ctx context.Context, n int) []int64 {
+	t.Helper()
+	var reqs []kafka.OffsetRequest
+	for p := range n {
+		reqs = append(reqs, kafka.LastOffsetOf(p))
+	}
+	cl := &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 5 * time.Second}
+	resp, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{s.topics.Requests: reqs}})
+	if err != nil || len(resp.Topics[s.topics.Requests]) != n {
+		t.Fatalf("end offsets of %s: %+v, %v", s.topics.Requests, resp, err)
+	}
+	ends := make([]int64, n)
+	for _, po := range resp.Topics[s.topics.Requests] {
+		if po.Error != nil {
+			t.Fatalf("end offset of partition %d: %v", po.Partition, po.Error)
+		}
+		ends[po.Partition] = po.LastOffset
+	}
+	return ends
+}
+
+// Invalid records are not moved (docs/api.md "Records outside their home
+// partition"): one found outside its key's home partition is dead-lettered
+// from the partition it was found in, and no copy of it is written
+// anywhere.
+func TestAnInvalidRecordOutsideItsHomeIsDeadLetteredWhereItWasFound(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	s := newStack(t, history.NewMemoryStore())
+	s.ensureTopics(t, ctx, 3)
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "invalid-away"}
+	other := events.Identity{Tenant: "acme", User: "bob", Conversation: "invalid-away"}
+	bad := []struct {
+		name, key string
+		value     []byte
+	}{
+		{"not JSON", id.Key(), []byte("{nope")},
+		{"a key of another identity", other.Key(), request(id, "spoof", "spoof")},
+		{"an unknown field", id.Key(), []byte(`{"v":1,"tenant":"acme","user":"ann","conversation":"invalid-away","content":"x","admin":true}`)},
+	}
+	placed := map[string]int{} // value -> the partition it was written to
+	want := make([]int64, 3)   // records written to each partition
+	for _, b := range bad {
+		away := (topic.Home([]byte(b.key), 3) + 1) % 3
+		s.produceAt(t, ctx, away, b.key, b.value)
+		placed[string(b.value)] = away
+		want[away]++
+	}
+	reg := prometheus.NewRegistry()
+	s.start(t, ctx, worker.Deps{Registerer: reg})
+
+	dlq := kafka.NewReader(kafka.ReaderConfig{Brokers: s.brokers, GroupID: testenv.Name(t, "dlq"), Topic: s.topics.DLQ, StartOffset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond})
+	defer dlq.Close()
+	for range bad {
+		m, err := dlq.ReadMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		away, ok := placed[string(m.Value)]
+		if !ok {
+			t.Fatalf("dead letter %q is none of the records written", m.Value)
+		}
+		delete(placed, string(m.Value))
+		if got := header(m, worker.HeaderSourcePartition); got != strconv.Itoa(away) || header(m, worker.HeaderSourceOffset) == "" {
+			t.Errorf("dead letter %q names partition %q, want %d where it was found", m.Value, got, away)
+		}
+	}
+	// Every record was dead-lettered: had one been moved, its copy would be
+	// in its home partition before its dead letter was written.
+	if got := s.partitionEnds(t, ctx, 3); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("requests partitions hold %v records, want %v: an invalid record was copied home", got, want)
+	}
+	if n := testenv.MetricValue(t, reg, "turnpike_worker_moved_total"); n != 0 {
+		t.Errorf("%v records moved, want none", n)
+	}
+	if n := testenv.MetricValue(t, reg, "turnpike_worker_dlq_total"); n != float64(len(bad)) {
+		t.Errorf("%v records dead-lettered, want %d", n, len(bad))
+	}
+}
+
+// A copy Kafka refuses is retried for as long as the worker owns the
+// partition, and each move is logged at info with the listed fields and
+// counted (docs/api.md "Records outside their home partition"): the
+// broker refuses the copy three times MaxAttempts in a row; then the copy
+// lands, once, in the home partition, the record runs there once, and the
+// move is one count of turnpike_worker_moved_total and one log line.
+func TestAMoveIsRetriedWhileKafkaRefusesTheCopyThenLoggedAndCounted(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	k := testenv.EmbeddedKafka(t, embedded.KafkaConfig{})
+	s := newStack(t, history.NewMemoryStore())
+	s.brokers = []string{k.Addr()}
+	s.cfg.Brokers = s.brokers
+	s.cfg.MaxAttempts = outageAttempts
+	s.cfg.RetryBackoffMin, s.cfg.RetryBackoffMax = time.Millisecond, time.Millisecond
+	s.ensureTopics(t, ctx, 3)
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "refused-copy"}
+	home := topic.Home([]byte(id.Key()), 3)
+	away := (home + 2) % 3
+	s.produceAt(t, ctx, away, id.Key(), request(id, "r1", "moved after refusals"))
+
+	// From now on the broker refuses the first writes to the requests
+	// topic: the worker's copies.
+	const refusals = 3 * outageAttempts
+	var refused atomic.Int32
+	cluster := k.Cluster()
+	cluster.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		req := r.(*kmsg.ProduceRequest)
+		if len(req.Topics) == 0 || req.Topics[0].Topic != s.topics.Requests || refused.Load() >= refusals {
+			return nil, nil, false
+		}
+		refused.Add(1)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, tp := range req.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic = tp.Topic
+			for _, pp := range tp.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition = pp.Partition
+				rp.ErrorCode = kerr.PolicyViolation.Code // not retried by the writer itself
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	logs := &lockedBuffer{}
+	reg := prometheus.NewRegistry()
+	s.start(t, ctx, worker.Deps{Registerer: reg, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+
+	// The move is counted once its copy is acknowledged: the copy is then
+	// in the home partition.
+	waitCounter(t, ctx, reg, 1, "turnpike_worker_moved_total")
+	want := make([]int64, 3)
+	want[away], want[home] = 1, 1
+	if got := s.partitionEnds(t, ctx, 3); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("requests partitions hold %v records, want %v: the original and one copy", got, want)
+	}
+	if n := refused.Load(); n != refusals {
+		t.Fatalf("the broker refused %d copies, want %d: the outage was not exercised", n, refusals)
+	}
+	evs := s.stream(t).events(t, ctx, 1)
+	if txt, st := text(evs); txt != "echo #1: moved after refusals" || st != events.StatusComplete {
+		t.Fatalf("the moved record streamed %q %s", txt, st)
+	}
+	if n := testenv.MetricValue(t, reg, "turnpike_worker_retries_total"); n != refusals {
+		t.Errorf("%v retries, want one per refused copy (%d)", n, refusals)
+	}
+
+	var moves []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %q", line)
+		}
+		if rec["msg"] == "misplaced record moved to its home partition" {
+			delete(rec, "time")
+			moves = append(moves, rec)
+		}
+	}
+	wantLog := map[string]any{
+		"level": "INFO", "msg": "misplaced record moved to its home partition",
+		"tenant": id.Tenant, "user": id.User, "conversation": id.Conversation, "request_id": "r1",
+		"topic": s.topics.Requests, "partition": float64(away), "offset": float64(0), "home_partition": float64(home),
+		"source_topic": s.topics.Requests, "source_partition": float64(away), "source_offset": float64(0),
+	}
+	if len(moves) != 1 || !reflect.DeepEqual(moves[0], wantLog) {
+		t.Errorf("moves logged %v, want one line %v", moves, wantLog)
 	}
 }

@@ -150,3 +150,76 @@ func TestAWorkerContinuesTheTraceLogsTheRunAndExportsMetrics(t *testing.T) {
 		}
 	}
 }
+
+// Message content is never logged (README "Observability"): with the
+// worker logging at debug, requests that complete, break off, fail and are
+// dead-lettered, are discarded, interrupted, cancelled, duplicated, and
+// records that are invalid and dead-lettered, all carrying one marker in
+// their content (and the answers echoing it), leave no trace of it in the
+// logs, while every one of those paths logged.
+func TestMessageContentIsNeverLogged(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	const marker = "c0ntent-7f3a9c-never-logged"
+	s := newStack(t, history.NewMemoryStore())
+	s.cfg.MaxAttempts = 2 // "fail" is retried once, then dead-lettered
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "private"}
+	conv := func(name string) events.Identity {
+		return events.Identity{Tenant: "acme", User: "ann", Conversation: name}
+	}
+	valid := []struct {
+		id                 events.Identity
+		requestID, content string
+	}{
+		{id, "r-complete", "complete " + marker},
+		{id, "r-complete", "complete " + marker}, // a duplicate
+		{conv("break"), "r-break", "break " + marker},
+		{conv("fail"), "r-fail", "fail " + marker},
+		{conv("empty"), "r-empty", "empty " + marker},
+		{conv("ask"), "r-ask", "ask " + marker},
+		{conv("cancelled"), "r-cancelled", "complete " + marker},
+	}
+	for _, r := range valid {
+		s.produce(t, ctx, r.id.Key(), request(r.id, r.requestID, r.content))
+	}
+	s.recordCancelAll(t, ctx, conv("cancelled"))
+	invalid := []struct {
+		key   string
+		value []byte
+	}{
+		{id.Key(), []byte(`{"v":1,"tenant":"acme","user":"ann","conversation":"private","content":"` + marker + `","admin":true}`)},
+		{conv("other").Key(), request(id, "r-spoof", marker)},
+		{id.Key(), []byte(`{"v":1,"tenant":"acme","user":"ann","conversation":"private","content":"` + marker + `\u0000"}`)},
+		{id.Key(), []byte(`{"v":1,"content":"` + marker)},
+	}
+	for _, r := range invalid {
+		s.produce(t, ctx, r.key, r.value)
+	}
+	logs := &lockedBuffer{}
+	stop := s.start(t, ctx, worker.Deps{Model: &outcomeModel{}, Agent: agentConfig(t, outcomeAgent),
+		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	s.stream(t).events(t, ctx, len(valid))
+	dlq := kafka.NewReader(kafka.ReaderConfig{Brokers: s.brokers, GroupID: testenv.Name(t, "dlq"), Topic: s.topics.DLQ, StartOffset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond})
+	defer dlq.Close()
+	for range len(invalid) + 1 { // and r-fail
+		if _, err := dlq.ReadMessage(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop() // every goroutine that logs has returned
+
+	out := logs.String()
+	if i := strings.Index(out, marker); i >= 0 {
+		line := out[strings.LastIndex(out[:i], "\n")+1:]
+		if j := strings.Index(line, "\n"); j >= 0 {
+			line = line[:j]
+		}
+		t.Fatalf("message content logged: %s", line)
+	}
+	for _, logged := range []string{`"level":"DEBUG"`, `"msg":"run completed"`, `"msg":"model error"`, `"msg":"attempt failed, retrying"`,
+		`"msg":"dead-letter record"`, `"msg":"duplicate request"`, `"msg":"cancelled before it ran"`} {
+		if !strings.Contains(out, logged) {
+			t.Errorf("no log line has %s: the test does not see that path's logs", logged)
+		}
+	}
+}

@@ -217,8 +217,9 @@ func (p *partition) queuedLocked(key, requestID string) bool {
 	return false
 }
 
-// interruptLocked cancels conv's running record and marks its queued ones
-// cancelled. p.mu must be held.
+// interruptLocked cancels conv's running record (counted, as a cancel
+// from the control topic is, in cancelled_runs_total) and marks its queued
+// ones cancelled. p.mu must be held.
 func (p *partition) interruptLocked(key, conv string) {
 	q := p.keys[key]
 	if q == nil {
@@ -229,7 +230,9 @@ func (p *partition) interruptLocked(key, conv string) {
 			continue
 		}
 		if i == 0 {
-			p.w.active.cancel(conv, func(*activeRun) bool { return true })
+			if p.w.active.cancel(conv, func(*activeRun) bool { return true }) {
+				p.w.metrics.cancelled.Inc()
+			}
 			continue
 		}
 		e.cancelled = true

@@ -213,24 +213,40 @@ func TestPartitionOrderingRunsOneRecordAtATime(t *testing.T) {
 	checkHistory(t, ctx, store, convs, msgs)
 }
 
-func TestInFlightIsBoundedByMaxInflight(t *testing.T) {
+// The records fetched and not yet done are bounded worker-wide by
+// MaxInflight and per partition by ReadAhead (DESIGN.md "Worker":
+// "Bounds"): with either at 3, ten conversations of one partition never
+// have more than three runs at once.
+func TestInFlightIsBoundedByMaxInflightAndReadAhead(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 60*time.Second)
-	const convs = 10
-	store := history.NewMemoryStore()
-	s := newStack(t, store)
-	s.cfg.Partitions = 1
-	s.cfg.MaxInflight = 3
-	produceAll(t, ctx, s, convs, 1)
-	m := &probeModel{hold: make(chan struct{})}
-	s.start(t, ctx, worker.Deps{Model: m})
-	waitFor(t, ctx, "three runs", func() bool { return m.inFlight() == 3 })
-	close(m.hold)
-	s.stream(t).untilCompleted(t, ctx, convs)
-	checkHistory(t, ctx, store, convs, 1)
-	// The model saw every run, so its peak is the bound held throughout.
-	if maxAll, _, _ := m.stats(); maxAll != 3 {
-		t.Fatalf("%d runs in flight at once with MaxInflight 3", maxAll)
+	tests := []struct {
+		name string
+		set  func(c *worker.Config)
+	}{
+		{"MaxInflight 3 bounds the worker.", func(c *worker.Config) { c.MaxInflight = 3 }},
+		{"ReadAhead 3 bounds the partition.", func(c *worker.Config) { c.ReadAhead = 3 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			const convs = 10
+			store := history.NewMemoryStore()
+			s := newStack(t, store)
+			s.cfg.Partitions = 1
+			tt.set(&s.cfg)
+			produceAll(t, ctx, s, convs, 1)
+			m := &probeModel{hold: make(chan struct{})}
+			s.start(t, ctx, worker.Deps{Model: m})
+			waitFor(t, ctx, "three runs", func() bool { return m.inFlight() == 3 })
+			close(m.hold)
+			s.stream(t).untilCompleted(t, ctx, convs)
+			checkHistory(t, ctx, store, convs, 1)
+			// The model saw every run, so its peak is the bound held throughout.
+			if maxAll, _, _ := m.stats(); maxAll != 3 {
+				t.Fatalf("%d runs in flight at once, want 3", maxAll)
+			}
+		})
 	}
 }
 

@@ -138,24 +138,32 @@ func (s *streamReader) events(t *testing.T, ctx context.Context, n int) []events
 	t.Helper()
 	var out []events.Event
 	for done := 0; done < n; {
-		m, err := s.r.ReadMessage(ctx)
-		if err != nil {
-			t.Fatalf("read stream after %d completions: %v", done, err)
-		}
-		e, err := events.DecodeEvent(m.Value)
-		if err != nil {
-			t.Fatalf("stream event does not decode: %v: %s", err, m.Value)
-		}
-		id, err := events.ParseKey(string(m.Key))
-		if err != nil || id.Conversation != e.Header().Conversation {
-			t.Fatalf("stream key %q does not match event %+v", m.Key, e.Header())
-		}
+		e := s.next(t, ctx)
 		out = append(out, e)
 		if e.Type() == events.TypeRunCompleted {
 			done++
 		}
 	}
 	return out
+}
+
+// next reads the next stream event, which must decode and be keyed by its
+// conversation.
+func (s *streamReader) next(t *testing.T, ctx context.Context) events.Event {
+	t.Helper()
+	m, err := s.r.ReadMessage(ctx)
+	if err != nil {
+		t.Fatalf("read stream: %v", err)
+	}
+	e, err := events.DecodeEvent(m.Value)
+	if err != nil {
+		t.Fatalf("stream event does not decode: %v: %s", err, m.Value)
+	}
+	id, err := events.ParseKey(string(m.Key))
+	if err != nil || id.Conversation != e.Header().Conversation {
+		t.Fatalf("stream key %q does not match event %+v", m.Key, e.Header())
+	}
+	return e
 }
 
 // untilCompleted is events grouped by request id.

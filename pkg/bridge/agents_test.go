@@ -244,13 +244,7 @@ func TestACancelBeforeTheInterruptWinsOverIt(t *testing.T) {
 	)
 	turn := &answerTurn{}
 	h := newBridge(t, sink, nil).Start(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
-	for len(sink.snapshot()) < 2 { // run.started and the first token
-		select {
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		default:
-		}
-	}
+	sink.waitEvents(t, ctx, 2) // run.started and the first token
 	h.Cancel()
 	close(hold)
 	res, err := h.Wait()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/turnpike-dev/turnpike/pkg/bridge"
 	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
 )
 
 var testID = events.Identity{Tenant: "acme", User: "u1", Conversation: "c1"}
@@ -201,6 +202,9 @@ func TestPredicatesSelectWhatIsStreamedAndPersisted(t *testing.T) {
 	steps := []step{
 		{agent: "supervisor", chunks: []*schema.Message{text("Let me ask. ")}},
 		{agent: "researcher", chunks: []*schema.Message{text("Found it. ")}},
+		// A message of another role (an agent echoing its instructions):
+		// only a predicate that names the role selects it.
+		{agent: "researcher", role: schema.System, whole: text("You are a researcher. ")},
 		{agent: "supervisor", whole: text("The answer is 42.")},
 	}
 	tests := []struct {
@@ -213,31 +217,37 @@ func TestPredicatesSelectWhatIsStreamedAndPersisted(t *testing.T) {
 		wantSkips    int
 	}{
 		{
-			name:         "nil predicates select assistant messages of every agent",
-			wantStreamed: "Let me ask. Found it. The answer is 42.", wantPersist: "Let me ask. Found it. The answer is 42.", wantAgent: "supervisor",
+			name:         "nil predicates select assistant messages of every agent and nothing else",
+			wantStreamed: "Let me ask. Found it. The answer is 42.", wantPersist: "Let me ask. Found it. The answer is 42.", wantAgent: "supervisor", wantSkips: 1,
+		},
+		{
+			name:         "And of no predicates selects messages of every role",
+			stream:       bridge.And(),
+			persist:      bridge.Role(schema.Assistant),
+			wantStreamed: "Let me ask. Found it. You are a researcher. The answer is 42.", wantPersist: "Let me ask. Found it. The answer is 42.", wantAgent: "supervisor",
 		},
 		{
 			name:         "the supervisor alone is persisted while everyone is streamed",
 			persist:      bridge.AgentRole("supervisor", schema.Assistant),
-			wantStreamed: "Let me ask. Found it. The answer is 42.", wantPersist: "Let me ask. The answer is 42.", wantAgent: "supervisor",
+			wantStreamed: "Let me ask. Found it. The answer is 42.", wantPersist: "Let me ask. The answer is 42.", wantAgent: "supervisor", wantSkips: 1,
 		},
 		{
 			name:         "Not excludes an agent from both halves",
 			stream:       bridge.And(bridge.Role(schema.Assistant), bridge.Not(bridge.AgentRole("supervisor", schema.Assistant))),
 			persist:      bridge.And(bridge.Role(schema.Assistant), bridge.Not(bridge.AgentRole("supervisor", schema.Assistant))),
-			wantStreamed: "Found it. ", wantPersist: "Found it. ", wantAgent: "researcher", wantSkips: 2,
+			wantStreamed: "Found it. ", wantPersist: "Found it. ", wantAgent: "researcher", wantSkips: 3,
 		},
 		{
 			name:         "Or combines agents",
 			stream:       bridge.Or(bridge.AgentRole("researcher", schema.Assistant), bridge.AgentRole("nobody", schema.Assistant)),
 			persist:      bridge.Or(bridge.AgentRole("researcher", schema.Assistant)),
-			wantStreamed: "Found it. ", wantPersist: "Found it. ", wantAgent: "researcher", wantSkips: 2,
+			wantStreamed: "Found it. ", wantPersist: "Found it. ", wantAgent: "researcher", wantSkips: 3,
 		},
 		{
 			name:        "a predicate selecting nothing discards the turn",
 			stream:      bridge.Or(),
 			persist:     bridge.Or(),
-			wantSkips:   3,
+			wantSkips:   4,
 			wantPersist: "",
 		},
 	}
@@ -299,24 +309,222 @@ func TestOnSkipSeesToolCallsAndActions(t *testing.T) {
 	}
 }
 
+// The context given to Start carries values only: a client going away
+// mid-run stops neither the generation nor the persistence. The sink and
+// the turn refuse work under an ended context, as Kafka and MongoDB do, so
+// a bridge that used the caller's context could neither stream nor commit.
 func TestCancelledCallerContextAbortsNeitherGenerationNorPersistence(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
-	callerCtx, callerGone := context.WithCancel(ctx)
-	hold := make(chan struct{})
-	iter, done := script(ctx, step{agent: "a", hold: hold, chunks: []*schema.Message{text("still "), text("here")}})
-	sink := &recordingSink{}
-	turn := &fakeTurn{}
-	h := newBridge(t, sink, nil).Start(callerCtx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
-	callerGone() // the client disconnects mid-run
-	close(hold)
-	res, err := h.Wait()
-	<-done
-	if err != nil || res.Status != events.StatusComplete || res.Answer != "still here" {
-		t.Fatalf("got %+v, %v; want the complete answer persisted", res, err)
+	tests := []struct {
+		name string
+		run  func(b *bridge.Bridge, ctx context.Context, run bridge.Run, iter *adk.AsyncIterator[*adk.AgentEvent]) (bridge.Result, error)
+	}{
+		{name: "A caller context ending after Start is ignored by the run.", run: func(b *bridge.Bridge, ctx context.Context, run bridge.Run, iter *adk.AsyncIterator[*adk.AgentEvent]) (bridge.Result, error) {
+			return b.Start(ctx, run, iter).Wait()
+		}},
+		{name: "A caller context ending during Run is ignored by the run.", run: func(b *bridge.Bridge, ctx context.Context, run bridge.Run, iter *adk.AsyncIterator[*adk.AgentEvent]) (bridge.Result, error) {
+			return b.Run(ctx, run, iter)
+		}},
 	}
-	if len(turn.committed) != 1 {
-		t.Fatalf("committed %d turns", len(turn.committed))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			callerCtx, callerGone := context.WithCancel(ctx)
+			defer callerGone()
+			hold := make(chan struct{})
+			iter, done := script(ctx, step{agent: "a", hold: hold, chunks: []*schema.Message{text("still "), text("here"), finish("", "stop")}})
+			turn := &fakeTurn{}
+			committedAtCompletion := -1
+			sink := &recordingSink{}
+			sink.onEmit = func(e events.Event) {
+				switch e.Type() {
+				case events.TypeRunStarted:
+					// The client disconnects once the run is under way,
+					// before the model has produced anything.
+					callerGone()
+					close(hold)
+				case events.TypeRunCompleted:
+					turn.mu.Lock()
+					committedAtCompletion = len(turn.committed)
+					turn.mu.Unlock()
+				}
+			}
+			var stopped atomic.Bool
+			run := bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn, StopGeneration: func() { stopped.Store(true) }}
+			res, err := tt.run(newBridge(t, sink, nil), callerCtx, run, iter)
+			<-done
+			if callerCtx.Err() == nil {
+				t.Fatal("the caller's context did not end during the run")
+			}
+			if err != nil || res.Status != events.StatusComplete || res.Answer != "still here" {
+				t.Fatalf("got %+v, %v; want the complete answer persisted", res, err)
+			}
+			if stopped.Load() {
+				t.Fatal("the caller's context ending stopped the generation")
+			}
+			if len(turn.committed) != 1 || turn.committed[0] != "still here" || turn.statuses[0] != events.StatusComplete {
+				t.Fatalf("committed %q %v, want %q complete", turn.committed, turn.statuses, "still here")
+			}
+			s := summarize(t, sink.snapshot(), "run-1")
+			if s.text != "still here" || !s.hasFinal || s.status != events.StatusComplete {
+				t.Fatalf("streamed %+v, want the whole answer and run.completed complete", s)
+			}
+			if committedAtCompletion != 1 {
+				t.Fatalf("run.completed emitted with %d turns committed, want 1", committedAtCompletion)
+			}
+		})
+	}
+}
+
+// A run stopped (Handle.Cancel or Handle.Abort) before any assistant
+// content persists nothing, not even the user message.
+func TestARunStoppedBeforeAnyContentPersistsNothing(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		abort bool // Abort instead of Cancel
+		store bool // a history.Pending over a MemoryStore instead of a fakeTurn
+	}{
+		{name: "A cancel before any content commits nothing and completes cancelled."},
+		{name: "A cancel before any content leaves the store without the user message.", store: true},
+		{name: "An abort before any content commits nothing and emits no completion.", abort: true},
+		{name: "An abort before any content leaves the store without the user message.", abort: true, store: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			genCtx, stopGen := context.WithCancel(ctx)
+			defer stopGen()
+			hold := make(chan struct{})
+			// The model is generating (its stream is open) but has produced
+			// nothing when the run is stopped.
+			iter, done := script(genCtx, step{agent: "a", hold: hold, chunks: []*schema.Message{text("never")}})
+			fake := &fakeTurn{}
+			store := history.NewMemoryStore()
+			var turn bridge.Turn = fake
+			if tt.store {
+				turn = history.Begin(store, testID, "req-1", "a question", time.Now())
+			}
+			sink := &recordingSink{}
+			h := newBridge(t, sink, nil).Start(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn, StopGeneration: stopGen}, iter)
+			sink.waitEvents(t, ctx, 1) // run.started: the run is under way
+			if tt.abort {
+				h.Abort()
+			} else {
+				h.Cancel()
+			}
+			res, err := h.Wait()
+			<-done
+			evs := sink.snapshot()
+			if tt.abort {
+				if !errors.Is(err, bridge.ErrAborted) {
+					t.Fatalf("Wait: %v, want ErrAborted", err)
+				}
+				for _, e := range evs {
+					if e.Type() == events.TypeRunCompleted {
+						t.Fatal("run.completed emitted after Abort")
+					}
+				}
+			} else {
+				if err != nil {
+					t.Fatalf("Wait: %v", err)
+				}
+				if s := summarize(t, evs, "run-1"); !s.hasFinal || s.status != events.StatusCancelled || s.text != "" {
+					t.Fatalf("streamed %+v, want run.completed cancelled and no text", s)
+				}
+				if res.Status != events.StatusCancelled {
+					t.Fatalf("result status %s, want cancelled", res.Status)
+				}
+			}
+			if res.Answer != "" || res.Committed.N != 0 {
+				t.Fatalf("result %+v: nothing may be committed", res)
+			}
+			if tt.store {
+				if page, err := store.List(ctx, testID, 0, 10); !errors.Is(err, history.ErrNotFound) {
+					t.Fatalf("the store holds %+v (%v), want no message at all", page.Messages, err)
+				}
+				return
+			}
+			if len(fake.committed) != 0 || fake.discarded != 1 {
+				t.Fatalf("committed %q, discarded %d; want the turn discarded once and nothing committed", fake.committed, fake.discarded)
+			}
+		})
+	}
+}
+
+// An answer the model cut off (finish reason length or content_filter) is
+// persisted as incomplete, with one notice; a normal finish is complete.
+// Both the streamed and the whole-message paths read the finish reason.
+func TestAnAnswerCutOffByTheModelIsPersistedIncomplete(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		reason      string
+		whole       bool // a non-streamed message
+		before      bool // text before the message that carries the finish reason
+		wantStatus  events.Status
+		wantNotices int
+		wantPersist string // "" means discarded
+	}{
+		{name: "A stream cut at the length limit is incomplete.", reason: "length", before: true,
+			wantStatus: events.StatusIncomplete, wantNotices: 1, wantPersist: "so far, cut"},
+		{name: "A stream cut by the content filter is incomplete.", reason: "content_filter", before: true,
+			wantStatus: events.StatusIncomplete, wantNotices: 1, wantPersist: "so far, cut"},
+		{name: "A whole message cut at the length limit is incomplete.", reason: "length", whole: true,
+			wantStatus: events.StatusIncomplete, wantNotices: 1, wantPersist: "cut"},
+		{name: "A whole message cut by the content filter is incomplete.", reason: "content_filter", whole: true,
+			wantStatus: events.StatusIncomplete, wantNotices: 1, wantPersist: "cut"},
+		{name: "A stream finished normally is complete.", reason: "stop", before: true,
+			wantStatus: events.StatusComplete, wantPersist: "so far, cut"},
+		{name: "A whole message finished normally is complete.", reason: "stop", whole: true,
+			wantStatus: events.StatusComplete, wantPersist: "cut"},
+		{name: "A stream without a finish reason is complete.", reason: "", before: true,
+			wantStatus: events.StatusComplete, wantPersist: "so far, cut"},
+		{name: "A content filter before any text persists nothing.", reason: "content_filter",
+			wantStatus: events.StatusDiscarded, wantNotices: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			last := finish("cut", tt.reason)
+			if tt.wantPersist == "" {
+				last = finish("", tt.reason)
+			}
+			st := step{agent: "a", chunks: []*schema.Message{last}}
+			if tt.before {
+				st.chunks = []*schema.Message{text("so far, "), last}
+			}
+			if tt.whole {
+				st = step{agent: "a", whole: last}
+			}
+			sink := &recordingSink{}
+			turn := &fakeTurn{}
+			iter, done := script(ctx, st)
+			res, err := newBridge(t, sink, nil).Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+			<-done
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			s := summarize(t, sink.snapshot(), "run-1")
+			if res.Status != tt.wantStatus || s.status != tt.wantStatus || s.notices != tt.wantNotices {
+				t.Fatalf("result %s, streamed %+v; want %s with %d notices", res.Status, s, tt.wantStatus, tt.wantNotices)
+			}
+			if (res.ModelErr != nil) != (tt.wantNotices > 0) {
+				t.Fatalf("ModelErr %v", res.ModelErr)
+			}
+			if tt.wantPersist == "" {
+				if len(turn.committed) != 0 || turn.discarded != 1 {
+					t.Fatalf("committed %q, discarded %d; want nothing persisted", turn.committed, turn.discarded)
+				}
+				return
+			}
+			if len(turn.committed) != 1 || turn.committed[0] != tt.wantPersist || turn.statuses[0] != tt.wantStatus {
+				t.Fatalf("committed %q %v, want %q %s", turn.committed, turn.statuses, tt.wantPersist, tt.wantStatus)
+			}
+		})
 	}
 }
 
@@ -351,13 +559,7 @@ func TestCancelPersistsThePartialAnswerAsCancelled(t *testing.T) {
 				StopGeneration: func() { stopped.Store(true); stopGen() },
 			}, iter)
 			// Wait until the content before the hold has been streamed.
-			for want := len(tt.before); ; {
-				s := sink.snapshot()
-				if len(s) >= 1+want {
-					break
-				}
-				time.Sleep(time.Millisecond)
-			}
+			sink.waitEvents(t, ctx, 1+len(tt.before))
 			h.Cancel()
 			res, err := h.Wait()
 			<-done // the script saw the generation context end
@@ -387,9 +589,7 @@ func TestAbortPersistsAndEmitsNothingMore(t *testing.T) {
 	sink := &recordingSink{}
 	turn := &fakeTurn{}
 	h := newBridge(t, sink, nil).Start(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn, StopGeneration: stopGen}, iter)
-	for len(sink.snapshot()) < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	sink.waitEvents(t, ctx, 2) // run.started and the first token
 	h.Abort()
 	_, err := h.Wait()
 	<-done

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/cloudwego/eino/adk"
@@ -85,14 +86,19 @@ func script(ctx context.Context, steps ...step) (*adk.AsyncIterator[*adk.AgentEv
 	return iter, done
 }
 
-// recordingSink keeps every event. failAfter > 0 makes the n-th Emit and
-// every later one fail; block, if set, holds every Emit until closed.
+// recordingSink keeps every event. Like a Kafka producer, it refuses an
+// event once the context it is given has ended. failAfter > 0 makes the
+// n-th Emit and every later one fail; block, if set, holds every Emit until
+// closed; onEmit, if set, sees every event kept, after it is kept, from the
+// emitting goroutine.
 type recordingSink struct {
 	mu        sync.Mutex
 	events    []events.Event
 	keys      []events.Identity
 	failAfter int
 	block     chan struct{}
+	onEmit    func(events.Event)
+	grew      chan struct{} // closed and replaced whenever an event is kept
 }
 
 var errSink = errors.New("sink down")
@@ -101,14 +107,47 @@ func (s *recordingSink) Emit(ctx context.Context, id events.Identity, e events.E
 	if s.block != nil {
 		<-s.block
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.failAfter > 0 && len(s.events)+1 >= s.failAfter {
+		s.mu.Unlock()
 		return errSink
 	}
 	s.events = append(s.events, e)
 	s.keys = append(s.keys, id)
+	if s.grew != nil {
+		close(s.grew)
+		s.grew = nil
+	}
+	s.mu.Unlock()
+	if s.onEmit != nil {
+		s.onEmit(e)
+	}
 	return nil
+}
+
+// waitEvents waits until the sink has kept at least n events.
+func (s *recordingSink) waitEvents(t *testing.T, ctx context.Context, n int) {
+	t.Helper()
+	for {
+		s.mu.Lock()
+		if len(s.events) >= n {
+			s.mu.Unlock()
+			return
+		}
+		if s.grew == nil {
+			s.grew = make(chan struct{})
+		}
+		grew := s.grew
+		s.mu.Unlock()
+		select {
+		case <-grew:
+		case <-ctx.Done():
+			t.Fatalf("waiting for %d events: %v", n, ctx.Err())
+		}
+	}
 }
 
 func (s *recordingSink) snapshot() []events.Event {
@@ -117,7 +156,8 @@ func (s *recordingSink) snapshot() []events.Event {
 	return append([]events.Event(nil), s.events...)
 }
 
-// fakeTurn records what the bridge did with the pending turn.
+// fakeTurn records what the bridge did with the pending turn. Like a
+// store, it refuses a commit once the context it is given has ended.
 type fakeTurn struct {
 	mu        sync.Mutex
 	committed []string
@@ -127,11 +167,14 @@ type fakeTurn struct {
 	err       error
 }
 
-func (t *fakeTurn) Commit(_ context.Context, answer, agent string, status events.Status, _ time.Time) (history.Committed, error) {
+func (t *fakeTurn) Commit(ctx context.Context, answer, agent string, status events.Status, _ time.Time) (history.Committed, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.err != nil {
 		return history.Committed{}, t.err
+	}
+	if err := ctx.Err(); err != nil {
+		return history.Committed{}, err
 	}
 	t.committed = append(t.committed, answer)
 	t.statuses = append(t.statuses, status)

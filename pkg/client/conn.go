@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -106,31 +107,112 @@ func (c *Conn) Next(ctx context.Context) (Frame, error) {
 }
 
 // decodeFrame decodes one gateway frame (a WebSocket message, or the data
-// of a Server-Sent Event).
+// of a Server-Sent Event). Members it does not know are ignored, as
+// docs/api.md asks of clients: later versions add members without a
+// version bump.
 func decodeFrame(b []byte) (Frame, error) {
 	var head struct {
-		Type         string `json:"type"`
-		Conversation string `json:"conversation"`
-		Code         string `json:"code"`
-		Message      string `json:"message"`
+		Type string `json:"type"`
 	}
 	if err := json.Unmarshal(b, &head); err != nil {
 		return Frame{}, fmt.Errorf("turnpike: bad frame: %w", err)
 	}
 	f := Frame{Type: head.Type, Raw: b}
 	switch head.Type {
-	case "subscribed", "pong":
-		f.Conversation = head.Conversation
-	case "error":
-		f.Code, f.Message, f.Conversation = head.Code, head.Message, head.Conversation
+	case "subscribed", "pong", "error":
+		var c struct {
+			Conversation string `json:"conversation"`
+			Code         string `json:"code"`
+			Message      string `json:"message"`
+		}
+		if err := json.Unmarshal(b, &c); err != nil {
+			return Frame{}, fmt.Errorf("turnpike: bad frame: %w", err)
+		}
+		f.Conversation = c.Conversation
+		if head.Type == "error" {
+			f.Code, f.Message = c.Code, c.Message
+		}
 	default:
-		e, err := events.DecodeEvent(b)
+		e, err := decodeEvent(b)
 		if err != nil {
 			return Frame{}, fmt.Errorf("turnpike: bad event frame: %w", err)
 		}
 		f.Event = e
 	}
 	return f, nil
+}
+
+// The members of a stream event, and of its usage and interrupt objects,
+// that this client knows: those events.AppendEvent writes (and a cursor).
+var (
+	eventMembers = map[string]bool{
+		"type": true, "conversation": true, "request_id": true, "run_id": true, "seq": true, "ts": true,
+		"cursor": true, "delta": true, "agent": true, "role": true, "message": true, "status": true,
+		"from": true, "to": true, "usage": true, "interrupt": true,
+	}
+	nestedMembers = map[string]map[string]bool{
+		"usage":     {"prompt_tokens": true, "completion_tokens": true, "total_tokens": true},
+		"interrupt": {"agent": true, "tool": true, "question": true},
+	}
+)
+
+// decodeEvent decodes a stream event from the gateway: the members it
+// knows are checked as events.DecodeEvent checks them (types, identifiers,
+// bounds, the members of each event type), and the others, in the event or
+// in its usage or interrupt, are ignored.
+func decodeEvent(b []byte) (events.Event, error) {
+	e, err := events.DecodeEvent(b)
+	if err == nil {
+		return e, nil
+	}
+	known, dropped, ferr := knownMembers(b, eventMembers, nestedMembers)
+	if ferr != nil || !dropped {
+		return nil, err
+	}
+	return events.DecodeEvent(known)
+}
+
+// knownMembers returns the JSON object b with only the members in keep, in
+// their order (a duplicated one stays duplicated), the objects of the
+// members in nested filtered likewise; dropped reports whether any member
+// was left out.
+func knownMembers(b []byte, keep map[string]bool, nested map[string]map[string]bool) (out []byte, dropped bool, err error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, false, errors.New("not an object")
+	}
+	out = append(make([]byte, 0, len(b)), '{')
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, false, err
+		}
+		k, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, false, err
+		}
+		if !keep[k] {
+			dropped = true
+			continue
+		}
+		if n := nested[k]; n != nil && len(v) > 0 && v[0] == '{' {
+			fv, d, err := knownMembers(v, n, nil)
+			if err != nil {
+				return nil, false, err
+			}
+			v, dropped = fv, dropped || d
+		}
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		kb, _ := json.Marshal(k)
+		out = append(append(append(out, kb...), ':'), v...)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, false, err
+	}
+	return append(out, '}'), dropped, nil
 }
 
 // NextRaw reads the next frame into buf (from buf[:0], growing it when

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -99,29 +100,85 @@ func TestNextRawReturnsWhenTheContextEnds(t *testing.T) {
 	}
 }
 
-func TestNextStillDecodesStrictly(t *testing.T) {
+// everyEvent is one event of each type, with every member AppendEvent
+// writes (usage and interrupt included) and a cursor.
+func everyEvent() []events.Event {
+	m := events.Meta{Conversation: "c1", RequestID: "r1", RunID: "u1", Seq: 3, TS: 1767225600123456789, Cursor: "7-123"}
+	return []events.Event{
+		&events.RunStartedEvent{Meta: m},
+		&events.TokenEvent{Meta: m, Delta: "w1 ", Agent: "assistant", Role: "assistant"},
+		&events.NoticeEvent{Meta: m, Message: "retrying"},
+		&events.AgentTransferEvent{Meta: m, From: "supervisor", To: "researcher"},
+		&events.RunInterruptedEvent{Meta: m, Interrupt: events.Interrupt{Agent: "assistant", Tool: "ask_user", Question: "Which one?"}},
+		&events.RunCompletedEvent{Meta: m, Status: events.StatusComplete, Usage: &events.Usage{PromptTokens: 5, CompletionTokens: 7, TotalTokens: 12}},
+	}
+}
+
+// withUnknownMembers adds members a later version of the gateway might send
+// to an encoded event: one first, one last, and one inside usage and
+// interrupt.
+func withUnknownMembers(frame []byte) []byte {
+	s := `{"x_first":{"nested":[1,"two",null]},` + strings.TrimPrefix(string(frame), "{")
+	s = strings.TrimSuffix(s, "}") + `,"x_last":"later"}`
+	s = strings.Replace(s, `"usage":{`, `"usage":{"cached_tokens":3,`, 1)
+	s = strings.Replace(s, `"interrupt":{`, `"interrupt":{"options":["a","b"],`, 1)
+	return []byte(s)
+}
+
+// docs/api.md: clients ignore members they do not know in server-to-client
+// JSON; later versions add members without a version bump.
+func TestNextIgnoresMembersItDoesNotKnow(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c := frameServer(t, 1, tokenFrame, []byte(`{"type":"token","conversation":"c"}`))
+	var frames [][]byte
+	for _, e := range everyEvent() {
+		frames = append(frames, withUnknownMembers(events.MarshalEvent(e)))
+	}
+	frames = append(frames,
+		[]byte(`{"type":"subscribed","conversation":"c1","x_replica":"gw-2"}`),
+		[]byte(`{"type":"pong","x_load":0.5}`),
+		[]byte(`{"type":"error","code":"cursor_expired","message":"gone","conversation":"c1","x_detail":{"oldest":"7-9"}}`),
+		// What the client knows is still checked: a token event without its
+		// delta is refused, an unknown member or not.
+		[]byte(`{"type":"token","conversation":"c1","request_id":"r1","run_id":"u1","seq":1,"ts":1,"agent":"a","role":"assistant","x":1}`),
+	)
+	c := frameServer(t, 1, frames...)
 	conn, err := c.Dial(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	f, err := conn.Next(ctx)
-	if err != nil {
-		t.Fatal(err)
+	for _, want := range everyEvent() {
+		f, err := conn.Next(ctx)
+		if err != nil {
+			t.Fatalf("%s with unknown members: %v", want.Type(), err)
+		}
+		if f.Type != string(want.Type()) || !reflect.DeepEqual(f.Event, want) {
+			t.Errorf("%s with unknown members decoded as %q %#v, want %#v", want.Type(), f.Type, f.Event, want)
+		}
 	}
-	if te, ok := f.Event.(*events.TokenEvent); !ok || te.Delta != "w41 " || te.Cursor != "7-123456" {
-		t.Errorf("first frame: %#v", f.Event)
+	for _, want := range []Frame{
+		{Type: "subscribed", Conversation: "c1"},
+		{Type: "pong"},
+		{Type: "error", Code: "cursor_expired", Message: "gone", Conversation: "c1"},
+	} {
+		f, err := conn.Next(ctx)
+		if err != nil {
+			t.Fatalf("%s frame with an unknown member: %v", want.Type, err)
+		}
+		f.Raw = nil
+		if !reflect.DeepEqual(f, want) {
+			t.Errorf("%s frame with an unknown member: %+v, want %+v", want.Type, f, want)
+		}
 	}
-	if _, err := conn.Next(ctx); err == nil || !strings.Contains(err.Error(), "bad event frame") {
-		t.Errorf("incomplete token event: err %v, want a bad event frame error", err)
+	if _, err := conn.Next(ctx); err == nil || !strings.Contains(err.Error(), "missing delta") {
+		t.Errorf("a token event without its delta: err %v, want a bad event frame (missing delta)", err)
 	}
 }
 
-// The decoders on one token frame: the strict one Next uses, and the view.
+// The decoders on one token frame: the checking one Next uses (a frame
+// without unknown members takes events.DecodeEvent alone), and the view.
 func BenchmarkDecodeEventTokenFrame(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(tokenFrame)))

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -263,5 +264,41 @@ func TestEventStreamBoundIsPerEventNotPerIdleStretch(t *testing.T) {
 	f, err := s.Next(context.Background())
 	if err != nil || f.Event == nil || f.Event.Header().Seq != 1 {
 		t.Fatalf("Next after %d bytes of heartbeats = %+v, %v; want the event", len(beats), f, err)
+	}
+}
+
+// docs/api.md: clients ignore members they do not know, in events and
+// frames; an event stream's data is a frame.
+func TestEventStreamIgnoresMembersItDoesNotKnow(t *testing.T) {
+	t.Parallel()
+	all := everyEvent()
+	c := sseServer(t, func(w http.ResponseWriter, r *http.Request) {
+		streamHead(w)
+		fmt.Fprintf(w, "event: subscribed\ndata: {\"type\":\"subscribed\",\"conversation\":\"c1\",\"x_replica\":\"gw-2\"}\n\n")
+		for _, e := range all {
+			fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", e.Header().Cursor, e.Type(), withUnknownMembers(events.MarshalEvent(e)))
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := c.Events(ctx, "c1", EventsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if f, err := s.Next(ctx); err != nil || f.Type != "subscribed" || f.Conversation != "c1" {
+		t.Fatalf("subscribed with an unknown member: %+v, %v", f, err)
+	}
+	for _, want := range all {
+		f, err := s.Next(ctx)
+		if err != nil {
+			t.Fatalf("%s with unknown members: %v", want.Type(), err)
+		}
+		if !reflect.DeepEqual(f.Event, want) {
+			t.Errorf("%s with unknown members decoded as %#v, want %#v", want.Type(), f.Event, want)
+		}
+	}
+	if _, err := s.Next(ctx); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the last event: %v, want io.EOF", err)
 	}
 }

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/pushgw"
+	"github.com/turnpike-dev/turnpike/internal/server"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/client"
@@ -33,10 +35,68 @@ type gateway struct {
 	t         *testing.T
 	writer    *kafka.Writer
 	streamURL string
+	conns     *deadlineListener
 }
 
-// startGateway runs a gateway and waits until it is ready.
-func startGateway(t *testing.T, ctx context.Context) *gateway {
+// deadlineListener records the read deadline last set on the connection it
+// accepted last.
+type deadlineListener struct {
+	net.Listener
+
+	mu   sync.Mutex
+	last *deadlineConn
+}
+
+func (l *deadlineListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	dc := &deadlineConn{Conn: c}
+	l.mu.Lock()
+	l.last = dc
+	l.mu.Unlock()
+	return dc, nil
+}
+
+// lastReadDeadline is the read deadline of the last connection accepted.
+func (l *deadlineListener) lastReadDeadline() time.Time {
+	l.mu.Lock()
+	c := l.last
+	l.mu.Unlock()
+	if c == nil {
+		return time.Time{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.read
+}
+
+type deadlineConn struct {
+	net.Conn
+
+	mu   sync.Mutex
+	read time.Time
+}
+
+func (c *deadlineConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.read = t
+	c.mu.Unlock()
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *deadlineConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.read = t
+	c.mu.Unlock()
+	return c.Conn.SetReadDeadline(t)
+}
+
+// startGateway runs a gateway, served as the services serve it (the
+// hardened server, with timeouts to: zero fields take the defaults), and
+// waits until it is ready.
+func startGateway(t *testing.T, ctx context.Context, to server.Timeouts) *gateway {
 	t.Helper()
 	brokers := testenv.Kafka(t)
 	stream := testenv.Name(t, "stream")
@@ -58,9 +118,15 @@ func startGateway(t *testing.T, ctx context.Context) *gateway {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/stream", gw)
 	mux.HandleFunc(pushgw.EventsPath, gw.ServeEvents)
-	srv := httptest.NewServer(mux)
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &deadlineListener{Listener: tcp}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- server.ServeTimeouts(runCtx, ln, mux, time.Second, to) }()
 	tr := &kafka.Transport{}
-	g := &gateway{t: t, streamURL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/stream",
+	g := &gateway{t: t, streamURL: "ws://" + ln.Addr().String() + "/v1/stream", conns: ln,
 		writer: &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: stream, Balancer: kafka.Murmur2Balancer{},
 			BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}}
 	t.Cleanup(func() {
@@ -70,7 +136,9 @@ func startGateway(t *testing.T, ctx context.Context) *gateway {
 		if err := <-runErr; err != nil {
 			t.Errorf("Run: %v", err)
 		}
-		srv.Close()
+		if err := <-serveErr; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
 	})
 	for gw.Ready(ctx) != nil {
 		select {
@@ -135,7 +203,7 @@ func (g *gateway) answer(ctx context.Context, user, conv string, more func(token
 func TestASubscriptionFollowsAnAnswerAcrossTokenExpiries(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 60*time.Second)
-	g := startGateway(t, ctx)
+	g := startGateway(t, ctx, server.Timeouts{})
 	for _, tt := range []struct {
 		name string
 		sse  bool
@@ -232,6 +300,83 @@ func TestASubscriptionFollowsAnAnswerAcrossTokenExpiries(t *testing.T) {
 			}
 			if ae := (*client.APIError)(nil); !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
 				t.Fatalf("Next: %v, want an APIError of status 401", err)
+			}
+		})
+	}
+}
+
+// frameReader is a Conn or an EventStream.
+type frameReader interface {
+	Next(context.Context) (client.Frame, error)
+	Close() error
+}
+
+// docs/api.md, "Timeouts and early answers": an established WebSocket or
+// event stream is not bound by the request read limit. The gateway is
+// served with limits of 200 ms. Once a stream is established, its
+// connection must not keep the request's read deadline (the mechanism:
+// net/http clears it when the gateway takes the connection over, and the
+// event stream clears it before subscribing); and the stream, held open
+// past the limit, must still read (a ping on the WebSocket) and deliver an
+// event. Conn and EventStream do not reconnect, so a cut shows. The
+// subtests share the gateway's listener, so they run one after the other.
+func TestStreamsOutliveTheServersRequestReadLimit(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	const limit = 200 * time.Millisecond
+	g := startGateway(t, ctx, server.Timeouts{ReadHeader: limit, Read: limit, Idle: limit})
+	for _, tt := range []struct {
+		name string
+		open func(c *client.Client, conv string) (frameReader, error)
+	}{
+		{"A WebSocket reads and delivers past the read limit.", func(c *client.Client, conv string) (frameReader, error) {
+			conn, err := c.Dial(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return conn, conn.Subscribe(conv, "")
+		}},
+		{"An event stream delivers past the read limit.", func(c *client.Client, conv string) (frameReader, error) {
+			return c.Events(ctx, conv, client.EventsOptions{})
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			user, conv := "limits", testenv.Name(t, "c")
+			tok, err := g.mint(user, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := tt.open(&client.Client{StreamURL: g.streamURL, Token: tok}, conv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if f, err := s.Next(ctx); err != nil || f.Type != "subscribed" {
+				t.Fatalf("first frame %+v, %v; want subscribed", f, err)
+			}
+			// The request began before it was subscribed: a deadline the
+			// read limit set is before subscribed+limit. The gateway's own
+			// (the WebSocket's pong wait) is later.
+			subscribed := time.Now()
+			if d := g.conns.lastReadDeadline(); !d.IsZero() && !d.After(subscribed.Add(limit)) {
+				t.Fatalf("the established stream's connection keeps the request's read deadline (%v after it was subscribed)", d.Sub(subscribed))
+			}
+			<-time.After(limit) // past the limit, had the stream kept it
+			if conn, ok := s.(*client.Conn); ok {
+				if err := conn.Ping(); err != nil {
+					t.Fatalf("ping past the read limit: %v", err)
+				}
+				if f, err := s.Next(ctx); err != nil || f.Type != "pong" {
+					t.Fatalf("answer to a ping past the read limit: %+v, %v; want pong", f, err)
+				}
+			}
+			g.produce(ctx, user, &events.RunStartedEvent{Meta: events.Meta{Conversation: conv, RequestID: "r", RunID: "r-run", Seq: 1, TS: time.Now().UnixNano()}})
+			f, err := s.Next(ctx)
+			if err != nil {
+				t.Fatalf("an event past the read limit: %v (the stream was cut)", err)
+			}
+			if f.Event == nil || f.Event.Type() != events.TypeRunStarted || f.Event.Header().Seq != 1 {
+				t.Fatalf("frame past the read limit %+v, want the run.started produced", f)
 			}
 		})
 	}

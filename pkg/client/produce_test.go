@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +78,54 @@ func TestProducerWritesValidatedRequestsKeyedByIdentity(t *testing.T) {
 	}
 	if lag, err := r.ReadLag(ctx); err != nil || lag != 0 {
 		t.Fatalf("%d records more than produced (%v): an invalid request was written", lag, err)
+	}
+}
+
+// docs/api.md, "The home partition": the Producer places each request in
+// the home partition of its key (topic.Home: murmur2, the Java client's
+// default). Nothing here moves a misplaced record: each partition is read
+// as written.
+func TestProducerPlacesEachRequestInItsHomePartition(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	const partitions = 6
+	name := testenv.Name(t, "requests")
+	if err := topic.Ensure(ctx, stack.Brokers, partitions, name); err != nil {
+		t.Fatal(err)
+	}
+	p := client.NewProducer(stack.Brokers, name)
+	homes := map[int]int{}
+	for c := range 24 {
+		id := events.Identity{Tenant: "acme", User: "batch", Conversation: fmt.Sprintf("home-%d", c)}
+		homes[topic.Home([]byte(id.Key()), partitions)]++
+		if _, err := p.Produce(ctx, id, "placed", client.ProduceOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(homes) < 3 {
+		t.Fatalf("the keys' homes %v: want keys of several homes", homes)
+	}
+	for part := range partitions {
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: stack.Brokers, Topic: name, Partition: part, MaxWait: 100 * time.Millisecond})
+		n, err := r.ReadLag(ctx) // from the start: every record of the partition
+		if err != nil {
+			t.Fatalf("partition %d: %v", part, err)
+		}
+		for range n {
+			m, err := r.ReadMessage(ctx)
+			if err != nil {
+				t.Fatalf("partition %d: %v", part, err)
+			}
+			if home := topic.Home(m.Key, partitions); m.Partition != home {
+				t.Errorf("%s is in partition %d, its home is %d", m.Key, m.Partition, home)
+			}
+		}
+		if n != int64(homes[part]) {
+			t.Errorf("partition %d holds %d records, want %d: the keys whose home it is", part, n, homes[part])
+		}
+		r.Close()
 	}
 }

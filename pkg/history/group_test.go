@@ -184,3 +184,39 @@ func TestGroupWriterLetsAWaiterGiveUpWhileItsBatchIsStillWritten(t *testing.T) {
 		t.Fatalf("batches %v, want %v: the batch holds the document of the caller that gave up", f.batches, want)
 	}
 }
+
+// A batch is written whatever becomes of its leader's context: it holds
+// other callers' documents (group.go: the write runs detached from the
+// leader's ctx, bounded by the writer's timeout). The leader's caller
+// gone while the batch waited for a slot, the batch is still written and
+// every caller in it, the leader included, gets its document's result.
+func TestGroupWriterWritesABatchWhoseLeaderWentAway(t *testing.T) {
+	t.Parallel()
+	release, started := make(chan struct{}), make(chan struct{}, 10)
+	g := newGroupWriter(64, 1, time.Minute, func(ctx context.Context, items []string) []error {
+		started <- struct{}{}
+		<-release
+		return spread(make([]error, len(items)), ctx.Err()) // nil unless the write's ctx ended
+	})
+	results := make(chan error, 3)
+	go func() { results <- g.do(context.Background(), "first") }()
+	<-started // the first write holds the only slot
+	leaderCtx, leaderGone := context.WithCancel(context.Background())
+	leader := make(chan error, 1)
+	go func() { leader <- g.do(leaderCtx, "led") }()
+	until(t, func() bool { return waiting(g) == 1 })
+	go func() { results <- g.do(context.Background(), "joined") }()
+	until(t, func() bool { return waiting(g) == 2 })
+	leaderGone()
+	release <- struct{}{} // the first write ends; the batch takes the slot
+	<-started
+	release <- struct{}{}
+	if err := <-leader; err != nil {
+		t.Errorf("the leader's own document: %v, want written", err)
+	}
+	for range 2 {
+		if err := <-results; err != nil {
+			t.Errorf("a document of another caller: %v, want written", err)
+		}
+	}
+}

@@ -238,8 +238,36 @@ func (usageModel) Stream(context.Context, []*schema.Message, ...model.Option) (*
 
 // A Go agent's token usage reaches run.completed, the persisted turn and
 // the metrics, under the label WithModelLabel gives.
+//
+// The worker bumps a run's counters after its run.completed is written
+// (they count runs whose record is done), so run.completed says nothing
+// about /metrics. What orders them is the conversation's queue: the next
+// request of the conversation starts (its agent is built) only after the
+// previous one's record is done, counters included. So the test holds the
+// next request in its agent factory, and reads /metrics then: exactly the
+// first run's counts, with nothing of the second yet.
 func TestUsageAndMetricsOfACustomAgent(t *testing.T) {
-	stack := turnpiketest.Start(t, worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+	var (
+		mu      sync.Mutex
+		firstID string // the request of the first build
+		next    sync.Once
+	)
+	nextBuilding, release := make(chan struct{}), make(chan struct{})
+	stack := turnpiketest.Start(t, worker.WithAgentFactory(func(ctx context.Context, r worker.Request) (adk.Agent, error) {
+		mu.Lock()
+		if firstID == "" {
+			firstID = r.RequestID
+		}
+		isNext := r.RequestID != firstID
+		mu.Unlock()
+		if isNext {
+			next.Do(func() { close(nextBuilding) })
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
 		return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "greeter", Description: "greets", Model: usageModel{}})
 	}), worker.WithModelLabel(func(agent string) string { return "scripted-" + agent }))
 	c := stack.Client("frank")
@@ -253,21 +281,43 @@ func TestUsageAndMetricsOfACustomAgent(t *testing.T) {
 	if h := c.History("c"); len(h) != 2 || h[1].Usage == nil || *h[1].Usage != want {
 		t.Errorf("history %+v", h)
 	}
-	resp, err := http.Get(stack.IngestURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	again := c.Send("c", "again")
+	wait(t, nextBuilding, "the next request of the conversation to start")
+	metrics := scrape(t, stack.IngestURL+"/metrics")
 	for _, line := range []string{
 		`turnpike_worker_model_tokens_total{kind="prompt",model="scripted-greeter"} 7`,
 		`turnpike_worker_model_tokens_total{kind="completion",model="scripted-greeter"} 2`,
 		`turnpike_worker_runs_total{status="complete"} 1`,
 	} {
-		if !strings.Contains(string(b), line+"\n") {
+		if !strings.Contains(metrics, line+"\n") {
 			t.Errorf("/metrics lacks %s", line)
 		}
 	}
+	close(release)
+	if r := f.Run(again); r.Status != events.StatusComplete {
+		t.Errorf("the next request: %v", r)
+	}
+}
+
+// scrape returns the body of a GET of url.
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), turnpiketest.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d, %v", url, resp.StatusCode, err)
+	}
+	return string(b)
 }
 
 // A Go agent's requests of one conversation run one at a time, in topic

@@ -192,3 +192,182 @@ func testConversationsInvalid(t *testing.T, ctx context.Context, s history.Store
 		}
 	}
 }
+
+// pageAll pages through a user's listing limit at a time and returns
+// names of everything it visited, in order, failing when paging does not
+// end.
+func pageAll(t *testing.T, ctx context.Context, s history.Store, tenant, user string, before history.ConversationCursor, limit int) string {
+	t.Helper()
+	var got []history.Conversation
+	for pages := 0; ; pages++ {
+		if pages > 20 {
+			t.Fatalf("limit %d: paging does not end; so far %s", limit, names(got))
+		}
+		p := conversations(t, ctx, s, tenant, user, before, limit)
+		if len(p.Conversations) > limit {
+			t.Fatalf("limit %d: page of %d", limit, len(p.Conversations))
+		}
+		got = append(got, p.Conversations...)
+		if p.Next.IsZero() {
+			return names(got)
+		}
+		before = p.Next
+	}
+}
+
+// testConversationsOlderCommitAfterNewer commits turns so that the
+// conversation document of a conversation is rolled forward by an older
+// turn after a newer one: a retried commit of turn 1 after turn 2 (a
+// duplicate, which rolls forward again), and a second turn stamped
+// earlier than the first (two workers' clocks). Its listing time and
+// message count never go back. The conversations are also created in the
+// reverse of their listing order, so a listing sorted or cut by anything
+// but the newest commit time shows at some page size.
+func testConversationsOlderCommitAfterNewer(t *testing.T, ctx context.Context, s history.Store) {
+	owner := newIdentity(t, "x")
+	at := func(m int) time.Time { return base.Add(time.Duration(m) * time.Minute) }
+	conv := func(name string) events.Identity {
+		id := owner
+		id.Conversation = name
+		return id
+	}
+	// a: created first (1), its second turn the newest of all (20).
+	commitAt(t, ctx, s, conv("a"), 1, at(1))
+	a2 := turn(2)
+	a2.UserAt, a2.CommittedAt = at(19), at(20)
+	commit(t, ctx, s, conv("a"), a2)
+	// b: one turn (3).
+	commitAt(t, ctx, s, conv("b"), 3, at(3))
+	// c: its first turn at 10, its second stamped earlier, at 2.
+	commitAt(t, ctx, s, conv("c"), 4, at(10))
+	commitAt(t, ctx, s, conv("c"), 5, at(2))
+	// d: one turn (5).
+	commitAt(t, ctx, s, conv("d"), 6, at(5))
+
+	// a's first turn committed again: a duplicate, rolled forward to turn
+	// 1 at 1 after turn 2 at 20.
+	a1 := turn(1)
+	a1.UserAt, a1.CommittedAt = at(1).Add(-time.Second), at(1)
+	if c := commit(t, ctx, s, conv("a"), a1); c.N != 1 || !c.Duplicate {
+		t.Fatalf("Commit of a's turn 1 again = %+v, want a duplicate of turn 1", c)
+	}
+
+	want := fmt.Sprintf("a:4@%d c:4@%d d:2@%d b:2@%d", at(20).UnixMilli(), at(10).UnixMilli(), at(5).UnixMilli(), at(3).UnixMilli())
+	for _, limit := range []int{1, 2, 3, 4, 5} {
+		if got := pageAll(t, ctx, s, owner.Tenant, owner.User, history.ConversationCursor{}, limit); got != want {
+			t.Errorf("limit %d: listed %s\nwant %s", limit, got, want)
+		}
+	}
+	// A cursor at c's position: the rest, by their newest commits.
+	if got, want := pageAll(t, ctx, s, owner.Tenant, owner.User, history.ConversationCursor{UpdatedAt: at(10), Conversation: "c"}, 1),
+		fmt.Sprintf("d:2@%d b:2@%d", at(5).UnixMilli(), at(3).UnixMilli()); got != want {
+		t.Errorf("after c: listed %s\nwant %s", got, want)
+	}
+}
+
+// testConversationsIdentityTies lists one user's conversations where
+// another user of the same tenant, and the same user name under another
+// tenant, have conversations of the same millisecond as hers, with names
+// in between, and of a millisecond between two of hers: no page, cursor
+// or tie-break may reach theirs. Every time is explicit, so what is
+// compared never depends on when the test runs.
+func testConversationsIdentityTies(t *testing.T, ctx context.Context, s history.Store) {
+	alice := newIdentity(t, "x")
+	bob, other := alice, alice
+	bob.User, other.Tenant = "bob", alice.Tenant+"-2"
+	// tie: everyone's; between: only the others'; older: everyone's.
+	tie, between, older := base.Add(5*time.Millisecond), base.Add(4*time.Millisecond), base.Add(3*time.Millisecond)
+	n := 0
+	for _, c := range []struct {
+		owner events.Identity
+		conv  string
+		at    time.Time
+	}{
+		{bob, "c7", tie}, {alice, "c6", tie}, {other, "c5", tie}, {bob, "c5", tie}, {alice, "c4", tie},
+		{other, "c3", tie}, {bob, "c3", tie}, {alice, "c2", tie}, {other, "c1", tie},
+		{bob, "c9", between}, {other, "c8", between}, {bob, "c0", between},
+		{bob, "c8", older}, {alice, "c1", older}, {other, "c0", older}, {alice, "c0", older},
+	} {
+		id := c.owner
+		id.Conversation = c.conv
+		n++
+		commitAt(t, ctx, s, id, n, c.at)
+	}
+	list := func(convs ...string) string {
+		var parts []string
+		for _, c := range convs {
+			name, at, _ := strings.Cut(c, "@")
+			ms := map[string]time.Time{"tie": tie, "between": between, "older": older}[at].UnixMilli()
+			parts = append(parts, fmt.Sprintf("%s:2@%d", name, ms))
+		}
+		return strings.Join(parts, " ")
+	}
+	wants := []struct {
+		owner events.Identity
+		want  string
+	}{
+		{alice, list("c6@tie", "c4@tie", "c2@tie", "c1@older", "c0@older")},
+		{bob, list("c7@tie", "c5@tie", "c3@tie", "c9@between", "c0@between", "c8@older")},
+		{other, list("c5@tie", "c3@tie", "c1@tie", "c8@between", "c0@older")},
+	}
+	// Every page size for Alice; for the others, one at a time and all at
+	// once (on FerretDB each query scans every conversation of the
+	// database).
+	for i, w := range wants {
+		limits := []int{1, 2, 3, 4, 7}
+		if i > 0 {
+			limits = []int{1, 7}
+		}
+		for _, limit := range limits {
+			if got := pageAll(t, ctx, s, w.owner.Tenant, w.owner.User, history.ConversationCursor{}, limit); got != w.want {
+				t.Errorf("%s/%s, limit %d: listed %s\nwant %s", w.owner.Tenant, w.owner.User, limit, got, w.want)
+			}
+		}
+	}
+	// Cursors inside the ties at names of the others' conversations, and
+	// in the millisecond only the others have.
+	for _, tc := range []struct {
+		cursor history.ConversationCursor
+		limit  int
+		want   string
+	}{
+		{history.ConversationCursor{UpdatedAt: tie, Conversation: "c7"}, 1, list("c6@tie", "c4@tie", "c2@tie", "c1@older", "c0@older")},
+		{history.ConversationCursor{UpdatedAt: tie, Conversation: "c5"}, 2, list("c4@tie", "c2@tie", "c1@older", "c0@older")},
+		{history.ConversationCursor{UpdatedAt: tie, Conversation: "c3"}, 1, list("c2@tie", "c1@older", "c0@older")},
+		{history.ConversationCursor{UpdatedAt: tie, Conversation: "c2"}, 1, list("c1@older", "c0@older")},
+		{history.ConversationCursor{UpdatedAt: tie, Conversation: "c2"}, 3, list("c1@older", "c0@older")},
+		{history.ConversationCursor{UpdatedAt: between, Conversation: "c9"}, 1, list("c1@older", "c0@older")},
+		{history.ConversationCursor{UpdatedAt: older, Conversation: "c8"}, 1, list("c1@older", "c0@older")},
+		{history.ConversationCursor{UpdatedAt: older, Conversation: "c1"}, 2, list("c0@older")},
+		{history.ConversationCursor{UpdatedAt: older, Conversation: "c0"}, 1, ""},
+	} {
+		if got := pageAll(t, ctx, s, alice.Tenant, alice.User, tc.cursor, tc.limit); got != tc.want {
+			t.Errorf("Alice after %s@%d, limit %d: listed %s\nwant %s", tc.cursor.Conversation, tc.cursor.UpdatedAt.UnixMilli(), tc.limit, got, tc.want)
+		}
+	}
+}
+
+// testConversationsLimitClamp lists 201 conversations with limits outside
+// 1..MaxListLimit: a larger one returns MaxListLimit, a smaller one (zero
+// or negative) one conversation, each page with the cursor of its last.
+func testConversationsLimitClamp(t *testing.T, ctx context.Context, s history.Store) {
+	id := newIdentity(t, "x")
+	const n = history.MaxListLimit + 1
+	for i := range n {
+		id.Conversation = fmt.Sprintf("c%03d", i)
+		commitAt(t, ctx, s, id, 1, base.Add(time.Duration(i)*time.Millisecond))
+	}
+	p := conversations(t, ctx, s, id.Tenant, id.User, history.ConversationCursor{}, 1000)
+	if len(p.Conversations) != history.MaxListLimit || p.Conversations[0].Conversation != "c200" || p.Next.Conversation != "c001" {
+		t.Fatalf("limit 1000: %d conversations from %+v, next %+v; want %d, c200 to c001", len(p.Conversations), p.Conversations[0], p.Next, history.MaxListLimit)
+	}
+	if rest := conversations(t, ctx, s, id.Tenant, id.User, p.Next, 1000); names(rest.Conversations) != fmt.Sprintf("c000:2@%d", base.UnixMilli()) || !rest.Next.IsZero() {
+		t.Errorf("after c001: %s, next %+v; want c000 alone, the last page", names(rest.Conversations), rest.Next)
+	}
+	for _, limit := range []int{0, -1} {
+		p := conversations(t, ctx, s, id.Tenant, id.User, history.ConversationCursor{}, limit)
+		if len(p.Conversations) != 1 || p.Conversations[0].Conversation != "c200" || p.Next.Conversation != "c200" {
+			t.Errorf("limit %d: %s, next %+v; want c200 alone, then more", limit, names(p.Conversations), p.Next)
+		}
+	}
+}

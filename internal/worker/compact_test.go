@@ -1,0 +1,286 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/eino/components/model"
+	"github.com/cloudwego/eino/schema"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/turnpike-dev/turnpike/pkg/echo"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+)
+
+// summarizerFake answers each summary request with the next of its
+// texts, or fails with err, and records what it was asked to condense.
+type summarizerFake struct {
+	err error
+
+	mu    sync.Mutex
+	asked []string // the user message of each call
+}
+
+func (s *summarizerFake) Generate(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.Message, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked = append(s.asked, in[len(in)-1].Content)
+	if s.err != nil {
+		return nil, s.err
+	}
+	return schema.AssistantMessage(fmt.Sprintf("summary %d", len(s.asked)), nil), nil
+}
+
+func (s *summarizerFake) Stream(context.Context, []*schema.Message, ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	return nil, errors.New("the summarizer is only asked to generate")
+}
+
+func (s *summarizerFake) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	return s, nil
+}
+
+// compactionWindow is the window Pending.Start hands the worker: stored
+// messages 1..n ("m<seq>"), oldest first, then the pending one ("new").
+func compactionWindow(n int64) []history.Message {
+	var w []history.Message
+	for seq := int64(1); seq <= n; seq++ {
+		role := history.RoleUser
+		if seq%2 == 0 {
+			role = history.RoleAssistant
+		}
+		w = append(w, history.Message{Seq: seq, Role: role, Content: fmt.Sprintf("m%d", seq), RequestID: fmt.Sprintf("r%d", (seq+1)/2)})
+	}
+	return append(w, history.Message{Role: history.RoleUser, Content: "new", RequestID: "r-new"})
+}
+
+// modelInput is role:content of each message of the model's input.
+func modelInput(msgs []*schema.Message) string {
+	parts := make([]string, len(msgs))
+	for i, m := range msgs {
+		parts[i] = string(m.Role) + ":" + m.Content
+	}
+	return strings.Join(parts, " | ")
+}
+
+// The model's window under compaction (README "Context compaction";
+// DESIGN.md "Agents, interrupts and compaction"): a summary covering
+// messages 1..k is one system message followed by exactly the messages
+// after k, never k itself or anything before it; a new summary condenses
+// the previous one and only the messages after it, up to the newest
+// CompactKeep (rounded to start at a user message), and summaries only
+// move forward.
+func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T) {
+	t.Parallel()
+	sys := func(text string) string { return "system:" + summaryPrefix + text }
+	tests := []struct {
+		name        string
+		stored      int64 // messages 1..stored in the window
+		summary     int64 // Through of the stored summary; 0: none
+		tokens      int   // CompactTokens
+		keep        int   // CompactKeep
+		failSummary bool
+		want        string // the model's input
+		wantAsked   string // what the summarizer was asked to condense; "": not asked
+		wantThrough int64  // the stored summary's Through afterwards
+		// The compactions counted (turnpike_worker_compactions_total by
+		// result) by the call, and by the next run's call ("": none).
+		wantResult, nextResult string
+	}{
+		{
+			name:   "Under the budget without a summary, the window is the messages themselves.",
+			stored: 8, tokens: 1 << 20, keep: 2,
+			want: "user:m1 | assistant:m2 | user:m3 | assistant:m4 | user:m5 | assistant:m6 | user:m7 | assistant:m8 | user:new",
+		},
+		{
+			name:   "Under the budget, a summary through 4 replaces messages 1 to 4, and only those.",
+			stored: 8, summary: 4, tokens: 1 << 20, keep: 2,
+			want:        sys("stored summary") + " | user:m5 | assistant:m6 | user:m7 | assistant:m8 | user:new",
+			wantThrough: 4,
+		},
+		{
+			name:   "A summary through the newest stored message leaves only the new one.",
+			stored: 8, summary: 8, tokens: 1 << 20, keep: 2,
+			want:        sys("stored summary") + " | user:new",
+			wantThrough: 8,
+		},
+		{
+			name:   "Over the budget without a summary, all but the newest two are condensed, and the window holds the new summary then messages 7 and 8.",
+			stored: 8, tokens: 1, keep: 2,
+			want:        sys("summary 1") + " | user:m7 | assistant:m8 | user:new",
+			wantAsked:   "Conversation:\nuser: m1\nassistant: m2\nuser: m3\nassistant: m4\nuser: m5\nassistant: m6\n",
+			wantThrough: 6, wantResult: "summarized", nextResult: "kept",
+		},
+		{
+			name:   "Over the budget with a summary through 4, it and messages 5 and 6 alone are condensed.",
+			stored: 8, summary: 4, tokens: 1, keep: 2,
+			want:        sys("summary 1") + " | user:m7 | assistant:m8 | user:new",
+			wantAsked:   "Earlier summary:\nstored summary\n\nConversation:\nuser: m5\nassistant: m6\n",
+			wantThrough: 6, wantResult: "summarized", nextResult: "kept",
+		},
+		{
+			name:   "Keeping three rounds the kept part to start at a user message: messages 7 and 8.",
+			stored: 8, tokens: 1, keep: 3,
+			want:        sys("summary 1") + " | user:m7 | assistant:m8 | user:new",
+			wantAsked:   "Conversation:\nuser: m1\nassistant: m2\nuser: m3\nassistant: m4\nuser: m5\nassistant: m6\n",
+			wantThrough: 6, wantResult: "summarized", nextResult: "kept",
+		},
+		{
+			name:   "Over the budget with nothing after the summary older than the kept part, the summary stays as it is.",
+			stored: 8, summary: 6, tokens: 1, keep: 2,
+			want:        sys("stored summary") + " | user:m7 | assistant:m8 | user:new",
+			wantThrough: 6, wantResult: "kept", nextResult: "kept",
+		},
+		{
+			name:   "A summarizer failure keeps the window with the stored summary, and the summary as it was.",
+			stored: 8, summary: 4, tokens: 1, keep: 2, failSummary: true,
+			want:        sys("stored summary") + " | user:m5 | assistant:m6 | user:m7 | assistant:m8 | user:new",
+			wantAsked:   "Earlier summary:\nstored summary\n\nConversation:\nuser: m5\nassistant: m6\n",
+			wantThrough: 4, wantResult: "failed",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			store := history.NewMemoryStore()
+			id := events.Identity{Tenant: "acme", User: "ann", Conversation: "long"}
+			if tt.summary > 0 {
+				if err := store.SaveSummary(ctx, id, history.Summary{Through: tt.summary, Text: "stored summary"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			summarizer := &summarizerFake{}
+			if tt.failSummary {
+				summarizer.err = errors.New("summarizer unreachable")
+			}
+			echoModel, err := echo.New(echo.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg := prometheus.NewRegistry()
+			var logs bytes.Buffer // compactWindow logs on this goroutine
+			w, err := New(Config{Brokers: []string{"unused:9092"}, CompactTokens: tt.tokens, CompactKeep: tt.keep},
+				Deps{Store: store, Model: echoModel, Summarizer: summarizer, Registerer: reg,
+					Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			counted := map[string]float64{}
+			if tt.wantResult != "" {
+				counted[tt.wantResult]++
+			}
+
+			in, err := w.compactWindow(ctx, id, compactionWindow(tt.stored))
+			if err != nil {
+				t.Fatalf("compactWindow: %v", err)
+			}
+			if got := modelInput(in); got != tt.want {
+				t.Errorf("model input\n got %q\nwant %q", got, tt.want)
+			}
+			var asked string
+			if len(summarizer.asked) > 1 {
+				t.Errorf("the summarizer was asked %d times, want at most once", len(summarizer.asked))
+			} else if len(summarizer.asked) == 1 {
+				asked = summarizer.asked[0]
+			}
+			if asked != tt.wantAsked {
+				t.Errorf("the summarizer was asked to condense\n%q\nwant\n%q", asked, tt.wantAsked)
+			}
+			sum, found, err := store.Summary(ctx, id)
+			if err != nil || found != (tt.wantThrough > 0) || sum.Through != tt.wantThrough {
+				t.Errorf("stored summary %+v, %v, %v; want through %d", sum, found, err, tt.wantThrough)
+			}
+			if tt.wantThrough > tt.summary && sum.Text != "summary 1" {
+				t.Errorf("stored summary text %q, want the new one", sum.Text)
+			}
+			if got := compactions(t, reg); !maps.Equal(got, counted) {
+				t.Errorf("compactions counted %v, want %v", got, counted)
+			}
+			checkCompactionLog(t, logs.String(), id, tt.failSummary)
+
+			// The next run of the conversation, with the same window, finds
+			// the summary and compacts no further: the window is the same
+			// and nothing is condensed again.
+			if tt.failSummary {
+				return
+			}
+			asks := len(summarizer.asked)
+			again, err := w.compactWindow(ctx, id, compactionWindow(tt.stored))
+			if err != nil {
+				t.Fatalf("second compactWindow: %v", err)
+			}
+			if got := modelInput(again); got != tt.want {
+				t.Errorf("the next run's model input\n got %q\nwant %q", got, tt.want)
+			}
+			if len(summarizer.asked) != asks {
+				t.Errorf("the next run asked the summarizer again: %q", summarizer.asked[asks:])
+			}
+			if after, _, _ := store.Summary(ctx, id); after.Through != sum.Through {
+				t.Errorf("the next run moved the summary from %d to %d", sum.Through, after.Through)
+			}
+			if tt.nextResult != "" {
+				counted[tt.nextResult]++
+			}
+			if got := compactions(t, reg); !maps.Equal(got, counted) {
+				t.Errorf("after the next run, compactions counted %v, want %v", got, counted)
+			}
+		})
+	}
+}
+
+// compactions is turnpike_worker_compactions_total by result, leaving out
+// the results never counted.
+func compactions(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "turnpike_worker_compactions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && m.GetCounter().GetValue() > 0 {
+					out[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// checkCompactionLog checks what compaction logged: when the summarizer
+// failed, one warning naming the conversation's whole identity and the
+// error; otherwise nothing.
+func checkCompactionLog(t *testing.T, logs string, id events.Identity, failed bool) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(logs), "\n")
+	if !failed {
+		if logs != "" {
+			t.Errorf("compaction logged %s, want nothing", logs)
+		}
+		return
+	}
+	var rec map[string]any
+	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &rec) != nil {
+		t.Fatalf("compaction logged %q, want one JSON line", logs)
+	}
+	if rec["level"] != "WARN" || rec["msg"] != "compaction: summarizer failed; the window is kept as it is" ||
+		rec["tenant"] != id.Tenant || rec["user"] != id.User || rec["conversation"] != id.Conversation || rec["error"] != "summarizer unreachable" {
+		t.Errorf("compaction logged %v, want a warning of the summarizer's failure naming the conversation", rec)
+	}
+}

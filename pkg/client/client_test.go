@@ -1,0 +1,61 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+)
+
+// docs/api.md: clients ignore members they do not know in response bodies;
+// later versions add members without a version bump.
+func TestAnswersWithMembersTheClientDoesNotKnowAreRead(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.Method + " " + r.URL.Path {
+		case "POST /v1/conversations/c1/messages":
+			w.WriteHeader(http.StatusAccepted)
+			w.Write([]byte(`{"request_id":"r1","conversation":"c1","status":"queued","x_position":3}`))
+		case "GET /v1/conversations/c1/messages":
+			w.Write([]byte(`{"x_page":{"total":2},"messages":[
+				{"seq":1,"role":"user","content":"hi","request_id":"r1","agent":"","created_at":"2026-11-30T00:37:41.123Z","x_edited":false},
+				{"seq":2,"role":"assistant","content":"echo #1: hi","request_id":"r1","agent":"assistant","created_at":"2026-11-30T00:37:41.456Z",
+				 "status":"interrupted","incomplete":true,"usage":{"prompt_tokens":1,"completion_tokens":3,"total_tokens":4,"cached_tokens":0},
+				 "interrupt":{"agent":"assistant","tool":"ask_user","question":"Which one?","options":["a"]},"x_model":"echo"}
+			],"next_before":null}`))
+		default:
+			http.Error(w, `{"error":{"code":"not_found","message":"no"}}`, http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c := &Client{BaseURL: srv.URL, Token: "t"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	a, err := c.Send(ctx, "c1", "hi", SendOptions{})
+	if err != nil {
+		t.Fatalf("Send: an answer with an unknown member: %v", err)
+	}
+	if want := (Accepted{RequestID: "r1", Conversation: "c1", Status: "queued"}); a != want {
+		t.Errorf("Send = %+v, want %+v", a, want)
+	}
+
+	p, err := c.History(ctx, "c1", 0, 0)
+	if err != nil {
+		t.Fatalf("History: a page with unknown members: %v", err)
+	}
+	want := HistoryPage{Messages: []Message{
+		{Seq: 1, Role: "user", Content: "hi", RequestID: "r1", CreatedAt: time.Date(2026, 11, 30, 0, 37, 41, 123e6, time.UTC)},
+		{Seq: 2, Role: "assistant", Content: "echo #1: hi", RequestID: "r1", Agent: "assistant", CreatedAt: time.Date(2026, 11, 30, 0, 37, 41, 456e6, time.UTC),
+			Status: "interrupted", Incomplete: true, Usage: &events.Usage{PromptTokens: 1, CompletionTokens: 3, TotalTokens: 4},
+			Interrupt: &events.Interrupt{Agent: "assistant", Tool: "ask_user", Question: "Which one?"}},
+	}}
+	if !reflect.DeepEqual(p, want) {
+		t.Errorf("History = %+v, want %+v", p, want)
+	}
+}
