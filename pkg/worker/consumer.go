@@ -118,7 +118,7 @@ func newConsumer(cfg Config, d deps) (*consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	step, err := newStep(cfg, a, m, d.Logger, d.Now)
+	step, err := newStep(cfg, a, m, d.Logger, d.Now, 0)
 	if err != nil {
 		return nil, err
 	}

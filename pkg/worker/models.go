@@ -27,6 +27,13 @@ func (c Config) newModel() (model.ToolCallingChatModel, error) {
 	return nil, fmt.Errorf("TURNPIKE_MODEL %q: want echo or openai", c.Model)
 }
 
+// NewModel builds the model of c.Model (the echo model with EchoDelay, or
+// the OpenAI-compatible model of the OpenAI settings): the model of the
+// agent the worker builds without Go code, and the default compaction
+// summarizer. An agent written in Go may run on it; a shadow replay's
+// -agent direct streams it.
+func (c Config) NewModel() (model.ToolCallingChatModel, error) { return c.newModel() }
+
 // modelLabel labels Config.Model's token usage in metrics: echo, or the
 // OpenAI-compatible model's name.
 func (c Config) modelLabel() string {

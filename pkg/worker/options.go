@@ -94,6 +94,7 @@ type options struct {
 	store        history.Store
 	listener     net.Listener
 	hooks        bool // an agent hook was set
+	bufferSize   int
 }
 
 func collect(opts []Option) *options {
@@ -123,6 +124,17 @@ func WithAgentFactory(factory AgentFactory) Option {
 // WithAgentFactory for those.
 func WithAgent(agent adk.Agent) Option {
 	return func(o *options) { o.shared = agent }
+}
+
+// WithBufferSize bounds, in each run of NewStep's Step, the buffer
+// between the agent's events and the sink (bridge.Config.BufferSize):
+// when it is full, the agent's events wait for the sink. Default
+// bridge.DefaultBufferSize, sized for a sink that may block (the worker's
+// consumer, whose sink is the stream topic, always has it). A sink that
+// never blocks, as a shadow replay's, needs only a few items, and each run
+// then allocates less. A negative n is an error of NewStep.
+func WithBufferSize(n int) Option {
+	return func(o *options) { o.bufferSize = n }
 }
 
 // WithStream selects the messages whose tokens are streamed to clients

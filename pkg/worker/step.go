@@ -57,8 +57,9 @@ type Step struct {
 // file, the agent's name and instruction, the window, compaction, the run
 // timeout) and of opts: the agent and hooks of WithAgent or
 // WithAgentFactory, WithLogger (default: Config.LogLevel and LogFormat on
-// stderr) and WithRegistry (default: a registry of its own) for the
-// worker's run metrics. The other options and settings do not apply.
+// stderr), WithRegistry (default: a registry of its own) for the
+// worker's run metrics, and WithBufferSize. The other options and
+// settings do not apply.
 func NewStep(cfg Config, opts ...Option) (*Step, error) {
 	o := collect(opts)
 	if err := o.checkAgent(); err != nil {
@@ -89,13 +90,13 @@ func NewStep(cfg Config, opts ...Option) (*Step, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newStep(cfg, a, m, d.Logger, d.Now)
+	return newStep(cfg, a, m, d.Logger, d.Now, o.bufferSize)
 }
 
-// newStep is the step of agents a, with its metrics, logger and clock.
-// cfg has its defaults.
-func newStep(cfg Config, a *agents, m *metrics, log *slog.Logger, now func() time.Time) (*Step, error) {
-	bc := bridge.Config{Logger: log, Now: now, RetryModelError: a.retryModelError,
+// newStep is the step of agents a, with its metrics, logger, clock and
+// bridge buffer (0: bridge.DefaultBufferSize). cfg has its defaults.
+func newStep(cfg Config, a *agents, m *metrics, log *slog.Logger, now func() time.Time, bufferSize int) (*Step, error) {
+	bc := bridge.Config{Logger: log, Now: now, RetryModelError: a.retryModelError, BufferSize: bufferSize,
 		Stream: a.stream, Persist: a.persist, OnError: a.notice}
 	b, err := bridge.New(bc)
 	if err != nil {
