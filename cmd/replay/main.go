@@ -5,16 +5,12 @@
 //
 // Selection by partition, offset and time range, filters by tenant, user
 // and conversation, -dry-run, a checkpoint for -resume. See the README's
-// "Replaying topics" section; flags: replay -h. pkg/replay runs a shadow
-// replay with an agent written in Go.
+// "Replaying topics" section; flags: replay -h. cmd/replay is pkg/replay's
+// Main without Go agent code: a shadow replay runs the agent of the
+// settings (-agent-config, else one agent on -model). A Go program replays
+// through its own eino agent with replay.Main(worker.WithAgentFactory(…)).
 package main
 
-import (
-	"os"
+import "github.com/turnpike-dev/turnpike/pkg/replay"
 
-	"github.com/turnpike-dev/turnpike/internal/replay"
-)
-
-func main() { os.Exit(run()) }
-
-func run() int { return replay.Main(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr, nil) }
+func main() { replay.Main() }

@@ -24,7 +24,7 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv("TURNPIKE_TEST_RUN_REPLAY") == "1" {
 		os.Args = append([]string{"replay"}, strings.Fields(os.Getenv("TURNPIKE_TEST_REPLAY_ARGS"))...)
-		os.Exit(run())
+		main()
 	}
 	os.Exit(m.Run())
 }

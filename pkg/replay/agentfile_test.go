@@ -22,12 +22,12 @@ func TestAShadowReplayRunsAnAgentConfigurationFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte(`{"agent":{"name":"concierge","instruction":"Be brief.","tools":["current_time"]}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := e.config(ModeShadow, "file")
+	cfg := e.config(modeShadow, "file")
 	cfg.EchoDelay, cfg.AgentFile = time.Millisecond, file
 
 	direct := cfg
-	direct.Agent = AgentDirect
-	if _, _, err := Connect(ctx, direct, io.Discard); err == nil || !strings.Contains(err.Error(), "use -agent adk") {
+	direct.Agent = agentDirect
+	if _, _, err := connect(ctx, direct, io.Discard, nil); err == nil || !strings.Contains(err.Error(), "use -agent adk") {
 		t.Fatalf("-agent direct with a file: %v, want a refusal", err)
 	}
 	bad := cfg
@@ -35,7 +35,7 @@ func TestAShadowReplayRunsAnAgentConfigurationFile(t *testing.T) {
 	if err := os.WriteFile(bad.AgentFile, []byte(`{"agent":{"name":"x","tools":["rm_rf"]}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := Connect(ctx, bad, io.Discard); err == nil || !strings.Contains(err.Error(), `unknown tool "rm_rf"`) {
+	if _, _, err := connect(ctx, bad, io.Discard, nil); err == nil || !strings.Contains(err.Error(), `unknown tool "rm_rf"`) {
 		t.Fatalf("a bad file: %v, want its problem", err)
 	}
 

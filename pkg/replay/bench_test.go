@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -12,12 +13,11 @@ import (
 	"github.com/cloudwego/eino/schema"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/turnpike-dev/turnpike/internal/service"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
-	"github.com/turnpike-dev/turnpike/pkg/bridge"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // BenchmarkShadowReplay replays 20,000 requests (2,000 conversations of 10
@@ -25,7 +25,7 @@ import (
 // model and an in-memory shadow store, after a raw kafka-go read of the
 // same selection in the same run, and reports both rates and their ratio:
 //
-//	go test -run '^$' -bench ShadowReplay -benchtime 3x ./internal/replay/
+//	go test -run '^$' -bench ShadowReplay -benchtime 3x ./pkg/replay/
 //
 // with the worker's eino agent (agent=adk) and the direct agent (agent=direct).
 func BenchmarkShadowReplay(b *testing.B) {
@@ -55,15 +55,15 @@ func BenchmarkShadowReplay(b *testing.B) {
 		}
 	}
 	w.Close()
-	for _, kind := range []string{AgentADK, AgentDirect} {
+	for _, kind := range []string{agentADK, agentDirect} {
 		b.Run("agent="+kind, func(b *testing.B) {
 			dir := b.TempDir()
 			var rate, raw float64
 			for i := range b.N {
 				report := filepath.Join(dir, fmt.Sprintf("%s-%d.jsonl", kind, i))
-				cfg := Config{Shared: service.Shared{Brokers: brokers, TopicPrefix: prefix, Model: "echo"}, Mode: ModeShadow,
+				cfg := config{shared: shared{Brokers: brokers, TopicPrefix: prefix, Model: "echo"}, Mode: modeShadow,
 					StartOffset: -1, EndOffset: -1, Report: report, MeasureRaw: true, Agent: kind}
-				sum, err := Run(ctx, cfg, Deps{Model: echoModel(b)})
+				sum, err := runReplay(ctx, cfg, deps{})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -89,23 +89,25 @@ func BenchmarkShadowReplay(b *testing.B) {
 //   - model: the zero-delay echo model's stream alone, read to its end;
 //   - agent: the eino adk runner (chat model agent over the echo model),
 //     its events drained without the bridge;
-//   - bridge=default: the history window, the agent, the bridge with its
-//     default 1,000-item buffer, and the commit to a memory store;
+//   - bridge=default: the worker's run step (worker.Step: the history
+//     window, the agent, the bridge with its default 1,000-item buffer,
+//     and the commit to a memory store);
 //   - bridge=shadow: the same with the shadow runs' buffer (what shadow
-//     mode does);
+//     mode does: newStep);
 //   - direct: bridge=shadow with the direct agent (-agent direct) instead
 //     of eino's.
 //
 // Run it with:
 //
-//	go test -run '^$' -bench ShadowRequest -benchmem ./internal/replay/
+//	go test -run '^$' -bench ShadowRequest -benchmem ./pkg/replay/
 func BenchmarkShadowRequest(b *testing.B) {
 	ctx := context.Background()
 	m := echoModel(b)
-	agent, err := NewAgent(ctx, AgentConfig{Model: m})
+	chat, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: defaultAgentName, Description: "bench", Model: m})
 	if err != nil {
 		b.Fatal(err)
 	}
+	agent := adk.NewRunner(ctx, adk.RunnerConfig{Agent: chat, EnableStreaming: true})
 	input := []adk.Message{schema.UserMessage("hello there, how are you today")}
 	b.Run("model", func(b *testing.B) {
 		b.ReportAllocs()
@@ -147,35 +149,36 @@ func BenchmarkShadowRequest(b *testing.B) {
 			}
 		})
 	})
-	direct, err := NewDirectAgent(AgentConfig{Model: m})
+	cfg := config{shared: shared{Model: "echo"}}
+	cfg.setDefaults()
+	log := slog.New(slog.DiscardHandler)
+	adkStep, err := newStep(cfg, log, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defaultStep, err := worker.NewStep(cfg.WorkerConfig(), worker.WithLogger(log))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.Agent = agentDirect
+	directStep, err := newStep(cfg, log, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, bc := range []struct {
-		name  string
-		size  int
-		agent Agent
-	}{{"bridge=default", bridge.DefaultBufferSize, agent}, {"bridge=shadow", shadowBufferSize, agent}, {"direct", shadowBufferSize, direct}} {
+		name string
+		step stepRunner
+	}{{"bridge=default", defaultStep}, {"bridge=shadow", adkStep}, {"direct", directStep}} {
 		b.Run(bc.name, func(b *testing.B) {
-			br, err := bridge.New(bridge.Config{Sink: discardSink{}, BufferSize: bc.size})
-			if err != nil {
-				b.Fatal(err)
-			}
 			store := history.NewMemoryStore()
 			var seq atomicCounter
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					n := seq.next()
-					id := events.Identity{Tenant: "t", User: "u", Conversation: fmt.Sprintf("c%d", n%1000)}
-					rid := fmt.Sprintf("r%d", n)
-					p := history.Begin(store, id, rid, "hello there, how are you today", time.Now())
-					window, err := p.Window(ctx, 20)
-					if err != nil {
-						b.Fatal(err)
-					}
-					iter := bc.agent.Run(ctx, toMessages(window))
-					if _, err := br.Run(ctx, bridge.Run{Identity: id, RequestID: rid, RunID: "run", Turn: p}, iter); err != nil {
+					req := events.Request{V: 1, Tenant: "t", User: "u", Conversation: fmt.Sprintf("c%d", n%1000),
+						RequestID: fmt.Sprintf("r%d", n), Content: "hello there, how are you today"}
+					if _, err := bc.step.Run(ctx, req, store, discardSink{}); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -12,28 +12,28 @@ import (
 // checkpointVersion is the checkpoint file's format version.
 const checkpointVersion = 1
 
-// Checkpoint is the state of a replay on disk: enough to resume it. It is
+// checkpoint is the state of a replay on disk: enough to resume it. It is
 // written atomically (a temporary file renamed over the old one), so a
 // crash leaves the previous or the new checkpoint, never a torn one.
-type Checkpoint struct {
+type checkpoint struct {
 	Version     int    `json:"version"`
 	ReplayID    string `json:"replay_id"`
 	Mode        string `json:"mode"`
 	Fingerprint string `json:"fingerprint"`
 	// Plan holds, per partition, the range and the first offset not done.
-	Plan      Plan      `json:"plan"`
+	Plan      plan      `json:"plan"`
 	StartedAt time.Time `json:"started_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	// Complete is set when every record of the plan is done.
 	Complete bool `json:"complete"`
 }
 
-// ErrCheckpointMismatch is returned when resuming a checkpoint written by
+// errCheckpointMismatch is returned when resuming a checkpoint written by
 // another replay (another mode, topic, selection or agent).
-var ErrCheckpointMismatch = errors.New("checkpoint is for a different replay")
+var errCheckpointMismatch = errors.New("checkpoint is for a different replay")
 
 // writeCheckpoint writes cp to path atomically and durably.
-func writeCheckpoint(path string, cp Checkpoint) error {
+func writeCheckpoint(path string, cp checkpoint) error {
 	b, err := json.MarshalIndent(cp, "", "  ")
 	if err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
@@ -62,17 +62,17 @@ func writeCheckpoint(path string, cp Checkpoint) error {
 }
 
 // readCheckpoint reads the checkpoint at path.
-func readCheckpoint(path string) (Checkpoint, error) {
+func readCheckpoint(path string) (checkpoint, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return Checkpoint{}, fmt.Errorf("read checkpoint: %w", err)
+		return checkpoint{}, fmt.Errorf("read checkpoint: %w", err)
 	}
-	var cp Checkpoint
+	var cp checkpoint
 	if err := json.Unmarshal(b, &cp); err != nil {
-		return Checkpoint{}, fmt.Errorf("read checkpoint %s: %w", path, err)
+		return checkpoint{}, fmt.Errorf("read checkpoint %s: %w", path, err)
 	}
 	if cp.Version != checkpointVersion {
-		return Checkpoint{}, fmt.Errorf("read checkpoint %s: version %d, want %d", path, cp.Version, checkpointVersion)
+		return checkpoint{}, fmt.Errorf("read checkpoint %s: version %d, want %d", path, cp.Version, checkpointVersion)
 	}
 	return cp, nil
 }

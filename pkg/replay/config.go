@@ -8,49 +8,49 @@ import (
 	"time"
 
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
-	"github.com/turnpike-dev/turnpike/internal/service"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // Modes of a replay.
 const (
-	// ModeRedrive re-publishes the selected records to the requests topic.
-	ModeRedrive = "redrive"
-	// ModeShadow runs the selected requests offline through an agent and
+	// modeRedrive re-publishes the selected records to the requests topic.
+	modeRedrive = "redrive"
+	// modeShadow runs the selected requests offline through an agent and
 	// writes the results to the report only.
-	ModeShadow = "shadow"
+	modeShadow = "shadow"
 )
 
-// Topic shorthands of Config.Topic.
+// Topic shorthands of config.Topic.
 const (
-	TopicRequests = "requests"
-	TopicDLQ      = "dlq"
+	topicRequests = "requests"
+	topicDLQ      = "dlq"
 )
 
-// Defaults of Config, as Bind sets them.
+// Defaults of config, as Bind sets them.
 const (
-	DefaultReport             = "replay-report.jsonl"
-	DefaultConcurrency        = 64
-	DefaultMaxInflight        = 4096
-	DefaultWindowMessages     = 20
-	DefaultSample             = 10
-	DefaultCheckpointInterval = time.Second
-	DefaultDrainTimeout       = 30 * time.Second
-	DefaultRunTimeout         = 10 * time.Minute
-	DefaultRedriveBatch       = 500
-	DefaultAgentName          = "assistant"
+	defaultReport             = "replay-report.jsonl"
+	defaultConcurrency        = 64
+	defaultMaxInflight        = 4096
+	defaultWindowMessages     = 20
+	defaultSample             = 10
+	defaultCheckpointInterval = time.Second
+	defaultDrainTimeout       = 30 * time.Second
+	defaultRunTimeout         = 10 * time.Minute
+	defaultRedriveBatch       = 500
+	defaultAgentName          = "assistant"
+	defaultCompactKeep        = 6
 )
 
-// Config configures a replay. Bind registers every field as a flag with its
+// config configures a replay. Bind registers every field as a flag with its
 // documented default; Validate reports every problem at once.
-type Config struct {
-	// Shared are the settings every Turnpike command reads: brokers, MongoDB
-	// (the live store: redrive looks decisions up there; shadow never opens
-	// it), topic prefix, model.
-	service.Shared
+type config struct {
+	// shared are the settings a replay has in common with the other
+	// commands: brokers, MongoDB (the live store: redrive looks decisions
+	// up there; shadow never opens it), topic prefix, model, logs.
+	shared
 
-	// Mode is ModeRedrive or ModeShadow. Required.
+	// Mode is modeRedrive or modeShadow. Required.
 	Mode string
 
 	// Topic is the topic to read: "requests" (default) or "dlq" under the
@@ -77,7 +77,7 @@ type Config struct {
 	Sample int
 
 	// Report is the JSONL report, one line per replayed record. Default
-	// DefaultReport. An existing report is only appended to with Resume.
+	// defaultReport. An existing report is only appended to with Resume.
 	Report string
 	// Checkpoint is the checkpoint file. Default: Report + ".checkpoint".
 	Checkpoint string
@@ -110,15 +110,20 @@ type Config struct {
 	// WindowMessages (shadow) is how many stored messages the model sees
 	// before the new one, as in the worker. Default 20.
 	WindowMessages int
-	// Agent (shadow) is the agent implementation: AgentADK (default, the
-	// worker's) or AgentDirect (the model streamed directly; no tools).
+	// CompactTokens and CompactKeep (shadow) are the worker's compaction
+	// settings (worker.Config): over CompactTokens, the window's older
+	// messages are condensed into a summary, the newest CompactKeep kept.
+	// Defaults 0 (off) and 6.
+	CompactTokens, CompactKeep int
+	// Agent (shadow) is the agent implementation: agentADK (default, the
+	// worker's) or agentDirect (the model streamed directly; no tools).
 	Agent string
 	// AgentName and Instruction (shadow) configure the agent, as in the
 	// worker. Defaults "assistant" and none.
 	AgentName, Instruction string
 	// AgentFile (shadow) is an agent configuration file, as the worker's
 	// TURNPIKE_AGENT_CONFIG: its agents, models and tools run instead of
-	// one agent on Model (Connect builds it; needs Agent AgentADK).
+	// one agent on Model (connect builds it; needs Agent agentADK).
 	AgentFile string
 	// ShadowMongoDB (shadow) keeps the rebuilt histories in this MongoDB
 	// database (on the Shared MongoURI), which must not be the live one.
@@ -141,12 +146,12 @@ type Config struct {
 }
 
 // Bind registers the flags of c, the shared ones included.
-func (c *Config) Bind(set *flagenv.Set) {
+func (c *config) Bind(set *flagenv.Set) {
 	// A replay verifies no token, creates no topic, exports no trace and
 	// serves nothing: those shared settings would only mislead in -h.
-	c.Shared.BindWithout(set, "json", "auth-secret", "topic-partitions", "otlp-endpoint", "trace-sample-ratio", "pprof-addr")
+	c.shared.bind(set)
 	set.String(&c.Mode, "mode", "", "", "redrive (re-publish to the requests topic) or shadow (run offline, report only)")
-	set.String(&c.Topic, "topic", "", TopicRequests, `topic to read: "requests", "dlq" (under the topic prefix), or a full topic name`)
+	set.String(&c.Topic, "topic", "", topicRequests, `topic to read: "requests", "dlq" (under the topic prefix), or a full topic name`)
 	set.FlagSet().Func("partitions", "partitions to read, comma-separated (default: all)", func(v string) error {
 		ps, err := parsePartitions(v)
 		c.Partitions = ps
@@ -160,31 +165,34 @@ func (c *Config) Bind(set *flagenv.Set) {
 	set.String(&c.User, "user", "", "", "only records of this user")
 	set.String(&c.Conversation, "conversation", "", "", "only records of this conversation")
 	set.Bool(&c.DryRun, "dry-run", "", false, "list what would be replayed and change nothing")
-	set.Int(&c.Sample, "sample", "", DefaultSample, "records a dry run shows")
-	set.String(&c.Report, "report", "", DefaultReport, "JSONL report, one line per replayed record")
+	set.Int(&c.Sample, "sample", "", defaultSample, "records a dry run shows")
+	set.String(&c.Report, "report", "", defaultReport, "JSONL report, one line per replayed record")
 	set.String(&c.Checkpoint, "checkpoint", "", "", "checkpoint file (default: <report>.checkpoint)")
-	set.Duration(&c.CheckpointInterval, "checkpoint-interval", "", DefaultCheckpointInterval, "how often the checkpoint is written")
+	set.Duration(&c.CheckpointInterval, "checkpoint-interval", "", defaultCheckpointInterval, "how often the checkpoint is written")
 	set.Bool(&c.Resume, "resume", "", false, "continue the replay of the checkpoint")
 	set.String(&c.ReplayID, "replay-id", "", "", "id of this replay (default: generated)")
 	set.Bool(&c.RerunFailed, "rerun-failed", "", false, "redrive: re-run requests recorded failed under a fresh id <id>-rd<k> (default: skip them)")
-	set.Int(&c.RedriveBatch, "redrive-batch", "", DefaultRedriveBatch, "redrive: records per produce call")
+	set.Int(&c.RedriveBatch, "redrive-batch", "", defaultRedriveBatch, "redrive: records per produce call")
 	set.Int(&c.MaxContentBytes, "max-content-bytes", "TURNPIKE_MAX_CONTENT_BYTES", events.DefaultMaxContentBytes, "largest user message in bytes (the worker's)")
-	set.Int(&c.Concurrency, "concurrency", "", DefaultConcurrency, "shadow: conversations running at once")
-	set.Int(&c.MaxInflight, "max-inflight", "", DefaultMaxInflight, "shadow: records read and not yet done")
-	set.Int(&c.WindowMessages, "window", "TURNPIKE_WINDOW_MESSAGES", DefaultWindowMessages, "shadow: stored messages the model sees before the new one")
-	set.String(&c.Agent, "agent", "", AgentADK, "shadow: adk (the worker's eino agent) or direct (the model streamed directly, no tools; faster)")
+	set.Int(&c.Concurrency, "concurrency", "", defaultConcurrency, "shadow: conversations running at once")
+	set.Int(&c.MaxInflight, "max-inflight", "", defaultMaxInflight, "shadow: records read and not yet done")
+	set.Int(&c.WindowMessages, "window", "TURNPIKE_WINDOW_MESSAGES", defaultWindowMessages, "shadow: stored messages the model sees before the new one")
+	set.Int(&c.CompactTokens, "compact-tokens", "TURNPIKE_COMPACT_TOKENS", 0,
+		"shadow: token budget of the model's window (bytes/4), as the worker's: over it, older messages are condensed into a summary; 0: off")
+	set.Int(&c.CompactKeep, "compact-keep", "TURNPIKE_COMPACT_KEEP", defaultCompactKeep, "shadow: newest stored messages compaction keeps verbatim")
+	set.String(&c.Agent, "agent", "", agentADK, "shadow: adk (the worker's eino agent) or direct (the model streamed directly, no tools; faster)")
 	set.String(&c.Instruction, "instruction", "TURNPIKE_INSTRUCTION", "", "shadow: system instruction of the agent")
 	set.String(&c.AgentFile, "agent-config", "TURNPIKE_AGENT_CONFIG", "",
 		"shadow: agent configuration file to run, as the worker does (agents, sub-agents, models, tools); default: one agent on -model")
 	set.String(&c.ShadowMongoDB, "shadow-mongo-db", "", "", "shadow: keep the rebuilt histories in this MongoDB database (never the live one; default: in memory)")
-	set.Duration(&c.RunTimeout, "run-timeout", "TURNPIKE_RUN_TIMEOUT", DefaultRunTimeout, "shadow: longest one generation may run")
-	set.Duration(&c.DrainTimeout, "drain-timeout", "TURNPIKE_DRAIN_TIMEOUT", DefaultDrainTimeout, "shadow: how long running requests may finish after an interrupt")
+	set.Duration(&c.RunTimeout, "run-timeout", "TURNPIKE_RUN_TIMEOUT", defaultRunTimeout, "shadow: longest one generation may run")
+	set.Duration(&c.DrainTimeout, "drain-timeout", "TURNPIKE_DRAIN_TIMEOUT", defaultDrainTimeout, "shadow: how long running requests may finish after an interrupt")
 	set.Bool(&c.MeasureRaw, "measure-raw", "", false, "read the selection raw first and report the replay's rate as a ratio to it")
 	set.Duration(&c.ProgressInterval, "progress-interval", "", 5*time.Second, "period of the progress lines without a terminal")
 }
 
 // setDefaults fills the zero fields that have a default.
-func (c *Config) setDefaults() {
+func (c *config) setDefaults() {
 	def := func(p *int, v int) {
 		if *p == 0 {
 			*p = v
@@ -196,42 +204,43 @@ func (c *Config) setDefaults() {
 		}
 	}
 	if c.Topic == "" {
-		c.Topic = TopicRequests
+		c.Topic = topicRequests
 	}
 	if c.TopicPrefix == "" {
 		c.TopicPrefix = "turnpike."
 	}
 	if c.Report == "" {
-		c.Report = DefaultReport
+		c.Report = defaultReport
 	}
 	if c.Checkpoint == "" {
 		c.Checkpoint = c.Report + ".checkpoint"
 	}
 	if c.AgentName == "" {
-		c.AgentName = DefaultAgentName
+		c.AgentName = defaultAgentName
 	}
 	if c.Agent == "" {
-		c.Agent = AgentADK
+		c.Agent = agentADK
 	}
-	def(&c.Sample, DefaultSample)
-	def(&c.RedriveBatch, DefaultRedriveBatch)
+	def(&c.Sample, defaultSample)
+	def(&c.RedriveBatch, defaultRedriveBatch)
 	def(&c.MaxContentBytes, events.DefaultMaxContentBytes)
-	def(&c.Concurrency, DefaultConcurrency)
-	def(&c.MaxInflight, DefaultMaxInflight)
-	def(&c.WindowMessages, DefaultWindowMessages)
-	defDur(&c.CheckpointInterval, DefaultCheckpointInterval)
-	defDur(&c.RunTimeout, DefaultRunTimeout)
-	defDur(&c.DrainTimeout, DefaultDrainTimeout)
+	def(&c.Concurrency, defaultConcurrency)
+	def(&c.MaxInflight, defaultMaxInflight)
+	def(&c.WindowMessages, defaultWindowMessages)
+	def(&c.CompactKeep, defaultCompactKeep)
+	defDur(&c.CheckpointInterval, defaultCheckpointInterval)
+	defDur(&c.RunTimeout, defaultRunTimeout)
+	defDur(&c.DrainTimeout, defaultDrainTimeout)
 	defDur(&c.ProgressInterval, 5*time.Second)
 }
 
 // Validate reports every problem of c (after defaults), joined.
-func (c Config) Validate() error {
+func (c config) Validate() error {
 	c.setDefaults()
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	switch c.Mode {
-	case ModeRedrive, ModeShadow:
+	case modeRedrive, modeShadow:
 	case "":
 		bad("mode: required: redrive or shadow")
 	default:
@@ -285,16 +294,22 @@ func (c Config) Validate() error {
 	if c.WindowMessages < 0 {
 		bad("window: %d, want >= 0", c.WindowMessages)
 	}
+	if c.CompactTokens < 0 {
+		bad("compact tokens: %d, want >= 0", c.CompactTokens)
+	}
+	if c.CompactKeep < 0 {
+		bad("compact keep: %d, want >= 0", c.CompactKeep)
+	}
 	for name, d := range map[string]time.Duration{"checkpoint interval": c.CheckpointInterval, "run timeout": c.RunTimeout,
 		"drain timeout": c.DrainTimeout, "progress interval": c.ProgressInterval} {
 		if d < 0 {
 			bad("%s: %v, want >= 0", name, d)
 		}
 	}
-	if c.Mode == ModeShadow {
+	if c.Mode == modeShadow {
 		errs = append(errs, c.validateShadow()...)
 	}
-	if c.Mode != ModeRedrive && c.RerunFailed {
+	if c.Mode != modeRedrive && c.RerunFailed {
 		bad("rerun-failed applies to redrive only")
 	}
 	if c.Report == c.Checkpoint {
@@ -303,13 +318,13 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (c Config) validateShadow() []error {
+func (c config) validateShadow() []error {
 	var errs []error
-	if c.Agent != AgentADK && c.Agent != AgentDirect {
+	if c.Agent != agentADK && c.Agent != agentDirect {
 		errs = append(errs, fmt.Errorf("agent %q: want adk or direct", c.Agent))
 	}
 	if c.AgentFile != "" {
-		if c.Agent == AgentDirect {
+		if c.Agent == agentDirect {
 			errs = append(errs, errors.New("agent direct cannot run an agent configuration file (tools, sub-agents): use -agent adk"))
 		}
 	}
@@ -325,16 +340,18 @@ func (c Config) validateShadow() []error {
 	return errs
 }
 
-// WorkerConfig is the worker configuration of the agent a shadow replay
-// runs: the model, the agent file, the agent's name and instruction, the
-// window, the run timeout and the content limit, as the worker reads them.
-func (c Config) WorkerConfig() worker.Config {
+// WorkerConfig is the worker configuration of the run step a shadow
+// replay runs: the model, the agent file, the agent's name and
+// instruction, the window, compaction, the run timeout and the content
+// limit, as the worker reads them.
+func (c config) WorkerConfig() worker.Config {
 	c.setDefaults()
 	w := worker.DefaultConfig()
 	w.Model, w.EchoDelay = c.Model, c.EchoDelay
-	w.OpenAIBaseURL, w.OpenAIAPIKey, w.OpenAIModel = c.OpenAI.BaseURL, c.OpenAI.APIKey, c.OpenAI.Model
+	w.OpenAIBaseURL, w.OpenAIAPIKey, w.OpenAIModel = c.OpenAIBaseURL, c.OpenAIAPIKey, c.OpenAIModel
 	w.AgentFile, w.AgentName, w.Instruction = c.AgentFile, c.AgentName, c.Instruction
 	w.WindowMessages, w.RunTimeout, w.MaxContentBytes = c.WindowMessages, c.RunTimeout, c.MaxContentBytes
+	w.CompactTokens, w.CompactKeep = c.CompactTokens, c.CompactKeep
 	w.LogLevel, w.LogFormat = c.LogLevel, c.LogFormat
 	return w
 }

@@ -5,20 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-
 	"log/slog"
+	"os"
 
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
-// Connect builds the dependencies a replay needs from cfg, as cmd/replay
-// runs it: the live store for redrive's lookups, the model and the optional
-// MongoDB shadow store for shadow, a logger and the progress display on
-// stderr. closeDeps releases them.
-func Connect(ctx context.Context, cfg Config, stderr io.Writer) (d Deps, closeDeps func(), err error) {
+// connect builds the dependencies a replay needs from cfg, as cmd/replay
+// runs it: the live store for redrive's lookups; for shadow, the worker's
+// run step of opts' agent (else of the settings': newStep) and the optional
+// MongoDB shadow store; a logger and the progress display on stderr.
+// closeDeps releases them.
+func connect(ctx context.Context, cfg config, stderr io.Writer, opts []worker.Option) (d deps, closeDeps func(), err error) {
 	if err := cfg.Validate(); err != nil {
-		return Deps{}, nil, err
+		return deps{}, nil, err
 	}
 	cfg.setDefaults()
 	var closers []func()
@@ -38,30 +38,26 @@ func Connect(ctx context.Context, cfg Config, stderr io.Writer) (d Deps, closeDe
 		return d, closeDeps, nil
 	}
 	switch cfg.Mode {
-	case ModeRedrive:
+	case modeRedrive:
 		if cfg.MongoURI == "" {
-			return Deps{}, closeDeps, errors.New("redrive looks decisions up in the live store: set -mongo-uri or TURNPIKE_MONGO_URI (and -mongo-db)")
+			return deps{}, closeDeps, errors.New("redrive looks decisions up in the live store: set -mongo-uri or TURNPIKE_MONGO_URI (and -mongo-db)")
 		}
-		store, _, closeStore, err := cfg.OpenStore(ctx)
+		store, closeStore, err := cfg.OpenStore(ctx)
 		if err != nil {
-			return Deps{}, closeDeps, err
+			return deps{}, closeDeps, err
 		}
 		closers = append(closers, closeStore)
 		d.Decisions = store
-	case ModeShadow:
-		if cfg.AgentFile != "" {
-			if d.Step, err = fileStep(cfg, d.Logger); err != nil {
-				return Deps{}, closeDeps, err
-			}
-		} else if d.Model, err = cfg.NewModel(); err != nil {
-			return Deps{}, closeDeps, err
+	case modeShadow:
+		if d.Step, err = newStep(cfg, d.Logger, opts); err != nil {
+			return deps{}, closeDeps, err
 		}
 		if cfg.ShadowMongoDB != "" {
-			sh := cfg.Shared
+			sh := cfg.shared
 			sh.MongoDB = cfg.ShadowMongoDB // Validate refused the live name
-			store, _, closeStore, err := sh.OpenStore(ctx)
+			store, closeStore, err := sh.OpenStore(ctx)
 			if err != nil {
-				return Deps{}, closeDeps, err
+				return deps{}, closeDeps, err
 			}
 			closers = append(closers, closeStore)
 			d.ShadowStore = store
@@ -70,14 +66,28 @@ func Connect(ctx context.Context, cfg Config, stderr io.Writer) (d Deps, closeDe
 	return d, closeDeps, nil
 }
 
-// fileStep is the worker's run step for cfg.AgentFile's agent, with m's
-// settings as its default model: the window, compaction and what is
-// persisted are the worker's. Interrupted runs are checkpointed in the
-// shadow store.
-func fileStep(cfg Config, log *slog.Logger) (Step, error) {
-	st, err := worker.NewStep(cfg.WorkerConfig(), worker.WithLogger(log))
-	if err != nil {
+// newStep is the worker's run step a shadow replay runs each request
+// through (worker.NewStep): the window, compaction, the agent through the
+// bridge, what is persisted. The agent is opts' (written in Go), else the
+// settings': the agent configuration file, or one chat model agent on the
+// model, or with -agent direct the model streamed directly (directAgent,
+// run by the step as an agent written in Go).
+func newStep(cfg config, log *slog.Logger, opts []worker.Option) (*worker.Step, error) {
+	wc := cfg.WorkerConfig()
+	if cfg.Agent == agentDirect {
+		if hasGoAgent(opts) {
+			return nil, errors.New("agent direct streams the model of -model: it cannot run an agent written in Go (use -agent adk)")
+		}
+		m, err := wc.NewModel()
+		if err != nil {
+			return nil, err
+		}
+		a := &directAgent{name: wc.AgentName, instruction: wc.Instruction, model: m}
+		opts = []worker.Option{worker.WithAgent(a), worker.WithModelLabel(func(string) string { return wc.Model })}
+	}
+	st, err := worker.NewStep(wc, append(opts[:len(opts):len(opts)], worker.WithLogger(log), worker.WithBufferSize(shadowBufferSize))...)
+	if err != nil && cfg.AgentFile != "" {
 		return nil, fmt.Errorf("agent config %s: %w", cfg.AgentFile, err)
 	}
-	return st, nil
+	return st, err
 }

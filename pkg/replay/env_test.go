@@ -21,7 +21,6 @@ import (
 	"github.com/cloudwego/eino/schema"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/turnpike-dev/turnpike/internal/service"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/echo"
@@ -56,10 +55,10 @@ func newEnv(t *testing.T) *env {
 
 // config is a replay of mode over the requests topic with its report in
 // the test's directory under name.
-func (e *env) config(mode, name string) Config {
+func (e *env) config(mode, name string) config {
 	report := filepath.Join(e.dir, name+".jsonl")
-	return Config{
-		Shared:             service.Shared{Brokers: e.brokers, TopicPrefix: e.prefix, MongoDB: "turnpike", Model: "echo"},
+	return config{
+		shared:             shared{Brokers: e.brokers, TopicPrefix: e.prefix, MongoDB: "turnpike", Model: "echo"},
 		Mode:               mode,
 		StartOffset:        -1,
 		EndOffset:          -1,
@@ -105,7 +104,7 @@ func (e *env) readAll(t *testing.T, ctx context.Context, topicName string) []kaf
 	}
 	var out []kafka.Message
 	for _, p := range parts {
-		err := readRange(ctx, e.brokers, topicName, Range{Partition: p, Start: 0, End: ends[p], Next: 0}, func(m kafka.Message) error {
+		err := readRange(ctx, e.brokers, topicName, partitionRange{Partition: p, Start: 0, End: ends[p], Next: 0}, func(m kafka.Message) error {
 			out = append(out, m)
 			return nil
 		})
@@ -193,6 +192,22 @@ func (e *env) waitHandled(t *testing.T, ctx context.Context) {
 // or stop is called.
 func (e *env) startWorker(t *testing.T, ctx context.Context, store history.Store, m model.ToolCallingChatModel, tweak func(*worker.Config)) (stop func()) {
 	t.Helper()
+	var opts []worker.Option
+	if m != nil {
+		// The agent cmd/worker builds, on m.
+		agent, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: defaultAgentName, Description: "Turnpike conversation agent", Model: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts = append(opts, worker.WithAgent(agent))
+	}
+	return e.startWorkerWith(t, ctx, store, tweak, opts...)
+}
+
+// startWorkerWith runs a live worker with opts on the env's topics until
+// the test ends or stop is called.
+func (e *env) startWorkerWith(t *testing.T, ctx context.Context, store history.Store, tweak func(*worker.Config), opts ...worker.Option) (stop func()) {
+	t.Helper()
 	cfg := worker.DefaultConfig()
 	cfg.Brokers, cfg.TopicPrefix, cfg.GroupID, cfg.Partitions = e.brokers, e.prefix, e.group, testPartitions
 	cfg.RetryBackoffMin, cfg.RetryBackoffMax, cfg.SessionTimeout = 5*time.Millisecond, 50*time.Millisecond, 6*time.Second
@@ -201,15 +216,7 @@ func (e *env) startWorker(t *testing.T, ctx context.Context, store history.Store
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	opts := []worker.Option{worker.WithStore(store), worker.WithLogger(slog.New(slog.DiscardHandler))}
-	if m != nil {
-		// The agent cmd/worker builds, on m.
-		agent, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: DefaultAgentName, Description: "Turnpike conversation agent", Model: m})
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts = append(opts, worker.WithAgent(agent))
-	}
+	opts = append(opts, worker.WithStore(store), worker.WithLogger(slog.New(slog.DiscardHandler)))
 	w, err := worker.New(cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -230,16 +237,16 @@ func (e *env) startWorker(t *testing.T, ctx context.Context, store history.Store
 	return stop
 }
 
-// connectAndRun runs the replay of cfg with the dependencies Connect makes
+// connectAndRun runs the replay of cfg with the dependencies connect makes
 // of it, as the command does; they stay open until the test ends.
-func connectAndRun(t *testing.T, ctx context.Context, cfg Config) (*Summary, Deps) {
+func connectAndRun(t *testing.T, ctx context.Context, cfg config) (*summary, deps) {
 	t.Helper()
-	deps, closeDeps, err := Connect(ctx, cfg, io.Discard)
+	deps, closeDeps, err := connect(ctx, cfg, io.Discard, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(closeDeps)
-	sum, err := Run(ctx, cfg, deps)
+	sum, err := runReplay(ctx, cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,18 +290,18 @@ func summarize(h map[events.Identity][]history.Message) string {
 }
 
 // readReport parses a report file.
-func readReport(t *testing.T, path string) []Line {
+func readReport(t *testing.T, path string) []reportLine {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []Line
+	var out []reportLine
 	for _, s := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
 		if s == "" {
 			continue
 		}
-		var l Line
+		var l reportLine
 		if err := json.Unmarshal([]byte(s), &l); err != nil {
 			t.Fatalf("report line %q: %v", s, err)
 		}

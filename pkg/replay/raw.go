@@ -9,10 +9,10 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// RawResult is a plain read of a selection: kafka-go partition readers
+// rawResult is a plain read of a selection: kafka-go partition readers
 // fetching every record of the plan's ranges and doing nothing with them.
 // It is the floor a replay's rate is compared with.
-type RawResult struct {
+type rawResult struct {
 	Records       int64         `json:"records"`
 	Bytes         int64         `json:"bytes"`
 	Elapsed       time.Duration `json:"elapsed_ns"`
@@ -21,7 +21,7 @@ type RawResult struct {
 
 // rawRead reads plan's ranges (from Next) with the replay's own reader
 // settings, one reader per partition, concurrently.
-func rawRead(ctx context.Context, brokers []string, plan Plan) (*RawResult, error) {
+func rawRead(ctx context.Context, brokers []string, plan plan) (*rawResult, error) {
 	var n, bytes atomic.Int64
 	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
@@ -37,7 +37,7 @@ func rawRead(ctx context.Context, brokers []string, plan Plan) (*RawResult, erro
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	res := &RawResult{Records: n.Load(), Bytes: bytes.Load(), Elapsed: time.Since(start)}
+	res := &rawResult{Records: n.Load(), Bytes: bytes.Load(), Elapsed: time.Since(start)}
 	if res.Elapsed > 0 {
 		res.RecordsPerSec = float64(res.Records) / res.Elapsed.Seconds()
 	}

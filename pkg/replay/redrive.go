@@ -42,12 +42,12 @@ func (r *run) redrive(ctx context.Context) error {
 	}
 	err := g.Wait()
 	if ctx.Err() != nil {
-		return ErrInterrupted
+		return errInterrupted
 	}
 	return err
 }
 
-func (r *run) redrivePartition(gctx, ctx context.Context, w *kafka.Writer, rg Range) error {
+func (r *run) redrivePartition(gctx, ctx context.Context, w *kafka.Writer, rg partitionRange) error {
 	tr := r.trackers[rg.Partition]
 	batch := make([]kafka.Message, 0, r.cfg.RedriveBatch)
 	flush := func() error {
@@ -97,7 +97,7 @@ func (r *run) redrivePartition(gctx, ctx context.Context, w *kafka.Writer, rg Ra
 // redriven is one record of a batch and what to do with it.
 type redriven struct {
 	m    kafka.Message
-	line Line
+	line reportLine
 	out  *kafka.Message // nil: skipped
 }
 
@@ -149,7 +149,7 @@ func (r *run) publish(ctx context.Context, w *kafka.Writer, batch []kafka.Messag
 func (r *run) decide(ctx context.Context, m kafka.Message) (redriven, error) {
 	src := coordinatesOf(m)
 	at, fromHeaders := origin(m)
-	it := redriven{m: m, line: Line{Source: src, Key: string(m.Key), Action: ActionPublished}}
+	it := redriven{m: m, line: reportLine{Source: src, Key: string(m.Key), Action: actionPublished}}
 	if fromHeaders {
 		it.line.Origin = &at
 	}
@@ -158,7 +158,7 @@ func (r *run) decide(ctx context.Context, m kafka.Message) (redriven, error) {
 		// The worker will judge it again (a fixed validator, a raised
 		// content limit): byte for byte.
 		r.stats.invalid.Add(1)
-		it.line.Status, it.line.Error = StatusInvalid, err.Error()
+		it.line.Status, it.line.Error = statusInvalid, err.Error()
 		it.out = r.outgoing(m, m.Value)
 		return it, nil
 	}
@@ -172,7 +172,7 @@ func (r *run) decide(ctx context.Context, m kafka.Message) (redriven, error) {
 		return it, fmt.Errorf("look up %s: %w", req.RequestID, err)
 	}
 	if decided && (c.Status != events.StatusFailed || !r.cfg.RerunFailed) {
-		it.line.Action, it.line.Status = ActionSkipped, string(c.Status)
+		it.line.Action, it.line.Status = actionSkipped, string(c.Status)
 		return it, nil
 	}
 	if decided { // failed, and asked to re-run it
@@ -181,7 +181,7 @@ func (r *run) decide(ctx context.Context, m kafka.Message) (redriven, error) {
 			return it, err
 		}
 		if rerunID == "" { // an earlier re-run already decided it
-			it.line.Action, it.line.Status = ActionSkipped, string(st)
+			it.line.Action, it.line.Status = actionSkipped, string(st)
 			return it, nil
 		}
 		it.line.OriginalRequestID, it.line.RequestID = req.RequestID, rerunID
@@ -245,17 +245,17 @@ func (r *run) outgoing(m kafka.Message, value []byte) *kafka.Message {
 	headers := make([]kafka.Header, 0, len(m.Headers)+4)
 	for _, h := range m.Headers {
 		switch h.Key {
-		case HeaderDLQReason, HeaderSourceTopic, HeaderSourcePartition, HeaderSourceOffset, HeaderDLQAttempts,
-			HeaderReplayID, HeaderReplaySourceTopic, HeaderReplaySourcePartition, HeaderReplaySourceOffset:
+		case headerDLQReason, headerSourceTopic, headerSourcePartition, headerSourceOffset, headerDLQAttempts,
+			headerReplayID, headerReplaySourceTopic, headerReplaySourcePartition, headerReplaySourceOffset:
 			continue
 		}
 		headers = append(headers, h)
 	}
 	headers = append(headers,
-		kafka.Header{Key: HeaderReplayID, Value: []byte(r.cp.ReplayID)},
-		kafka.Header{Key: HeaderReplaySourceTopic, Value: []byte(m.Topic)},
-		kafka.Header{Key: HeaderReplaySourcePartition, Value: []byte(strconv.Itoa(m.Partition))},
-		kafka.Header{Key: HeaderReplaySourceOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
+		kafka.Header{Key: headerReplayID, Value: []byte(r.cp.ReplayID)},
+		kafka.Header{Key: headerReplaySourceTopic, Value: []byte(m.Topic)},
+		kafka.Header{Key: headerReplaySourcePartition, Value: []byte(strconv.Itoa(m.Partition))},
+		kafka.Header{Key: headerReplaySourceOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
 	)
 	return &kafka.Message{Key: m.Key, Value: value, Headers: headers}
 }

@@ -50,8 +50,8 @@ func TestRedrivingTheSameRecordsTwiceAddsOneTurnPerRequest(t *testing.T) {
 	// publish it, under the id the worker would give the original.
 	live := history.NewMemoryStore()
 	for i, name := range []string{"first", "second"} {
-		cfg := e.config(ModeRedrive, name)
-		sum, err := Run(ctx, cfg, Deps{Decisions: live})
+		cfg := e.config(modeRedrive, name)
+		sum, err := runReplay(ctx, cfg, deps{Decisions: live})
 		if err != nil {
 			t.Fatalf("redrive %s: %v", name, err)
 		}
@@ -68,7 +68,7 @@ func TestRedrivingTheSameRecordsTwiceAddsOneTurnPerRequest(t *testing.T) {
 	// request id of its original.
 	idOf := map[string]string{} // "partition/offset" -> request id the worker gives it
 	for _, m := range all {
-		if _, ok := header(m, HeaderReplayID); ok {
+		if _, ok := header(m, headerReplayID); ok {
 			continue
 		}
 		req, err := events.DecodeRequest(m.Value, 0)
@@ -81,11 +81,11 @@ func TestRedrivingTheSameRecordsTwiceAddsOneTurnPerRequest(t *testing.T) {
 		idOf[fmt.Sprintf("%d/%d", m.Partition, m.Offset)] = req.RequestID
 	}
 	for _, m := range all {
-		srcP, ok := header(m, HeaderReplaySourcePartition)
+		srcP, ok := header(m, headerReplaySourcePartition)
 		if !ok {
 			continue
 		}
-		srcO, _ := header(m, HeaderReplaySourceOffset)
+		srcO, _ := header(m, headerReplaySourceOffset)
 		req, err := events.DecodeRequest(m.Value, 0)
 		if err != nil {
 			t.Fatalf("a redriven record does not decode: %v", err)
@@ -114,15 +114,15 @@ func TestRedrivingTheSameRecordsTwiceAddsOneTurnPerRequest(t *testing.T) {
 	}
 
 	// A third redrive, now that everything is decided, publishes nothing.
-	sum, err := Run(ctx, e.config(ModeRedrive, "third"), Deps{Decisions: live})
+	sum, err := runReplay(ctx, e.config(modeRedrive, "third"), deps{Decisions: live})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sum.Published != 0 || sum.Skipped != 48 {
 		t.Errorf("third redrive: published %d, skipped %d; want 0, 48", sum.Published, sum.Skipped)
 	}
-	for _, l := range readReport(t, e.config(ModeRedrive, "third").Report) {
-		if l.Action != ActionSkipped || l.Status != string(events.StatusComplete) {
+	for _, l := range readReport(t, e.config(modeRedrive, "third").Report) {
+		if l.Action != actionSkipped || l.Status != string(events.StatusComplete) {
 			t.Errorf("third redrive reports %s/%d as %s %s, want skipped complete", l.Source.Topic, l.Source.Offset, l.Action, l.Status)
 		}
 	}
@@ -147,9 +147,9 @@ func TestRedrivingDeadLettersAfterAFixRunsThemOnceUnderTheirOriginalIDs(t *testi
 
 	// The fix: the default limit. Redrive the DLQ.
 	e.startWorker(t, ctx, live, nil, nil)
-	cfg := e.config(ModeRedrive, "dlq")
-	cfg.Topic = TopicDLQ
-	sum, err := Run(ctx, cfg, Deps{Decisions: live})
+	cfg := e.config(modeRedrive, "dlq")
+	cfg.Topic = topicDLQ
+	sum, err := runReplay(ctx, cfg, deps{Decisions: live})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,10 +166,10 @@ func TestRedrivingDeadLettersAfterAFixRunsThemOnceUnderTheirOriginalIDs(t *testi
 	}
 	// The copies carry no DLQ header.
 	for _, m := range e.readAll(t, ctx, e.names.Requests) {
-		if _, replayed := header(m, HeaderReplayID); !replayed {
+		if _, replayed := header(m, headerReplayID); !replayed {
 			continue
 		}
-		for _, h := range []string{HeaderDLQReason, HeaderSourceTopic, HeaderSourcePartition, HeaderSourceOffset, HeaderDLQAttempts} {
+		for _, h := range []string{headerDLQReason, headerSourceTopic, headerSourcePartition, headerSourceOffset, headerDLQAttempts} {
 			if _, ok := header(m, h); ok {
 				t.Errorf("redriven record keeps DLQ header %s", h)
 			}
@@ -177,9 +177,9 @@ func TestRedrivingDeadLettersAfterAFixRunsThemOnceUnderTheirOriginalIDs(t *testi
 	}
 
 	// Again: both are decided now, nothing is published, no turn is added.
-	cfg = e.config(ModeRedrive, "dlq-again")
-	cfg.Topic = TopicDLQ
-	if sum, err = Run(ctx, cfg, Deps{Decisions: live}); err != nil {
+	cfg = e.config(modeRedrive, "dlq-again")
+	cfg.Topic = topicDLQ
+	if sum, err = runReplay(ctx, cfg, deps{Decisions: live}); err != nil {
 		t.Fatal(err)
 	}
 	if sum.Published != 0 || sum.Skipped != 2 {
@@ -209,31 +209,31 @@ func TestRedriveReRunsFailedRequestsOnlyWhenAskedAndOnlyOnce(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	dlq := e.readAll(t, ctx, e.names.DLQ)
-	if a, _ := header(dlq[0], HeaderDLQAttempts); a != "2" {
+	if a, _ := header(dlq[0], headerDLQAttempts); a != "2" {
 		t.Fatalf("dead letter attempts %q, want 2", a)
 	}
 
 	// Without -rerun-failed the failed request is skipped: republishing it
 	// would only complete it failed again.
-	cfg := e.config(ModeRedrive, "plain")
-	cfg.Topic = TopicDLQ
-	sum, err := Run(ctx, cfg, Deps{Decisions: live})
+	cfg := e.config(modeRedrive, "plain")
+	cfg.Topic = topicDLQ
+	sum, err := runReplay(ctx, cfg, deps{Decisions: live})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sum.Published != 0 || sum.Skipped != 1 {
 		t.Fatalf("without rerun-failed: published %d, skipped %d; want 0, 1", sum.Published, sum.Skipped)
 	}
-	if l := readReport(t, cfg.Report)[0]; l.Status != string(events.StatusFailed) || l.Action != ActionSkipped {
+	if l := readReport(t, cfg.Report)[0]; l.Status != string(events.StatusFailed) || l.Action != actionSkipped {
 		t.Errorf("report: %s %s, want skipped failed", l.Action, l.Status)
 	}
 
 	// The fix, then the re-run under a fresh id, twice: one turn.
 	m.broken.Store(false)
 	for i := range 2 {
-		cfg := e.config(ModeRedrive, "rerun"+strconv.Itoa(i))
-		cfg.Topic, cfg.RerunFailed = TopicDLQ, true
-		sum, err := Run(ctx, cfg, Deps{Decisions: live})
+		cfg := e.config(modeRedrive, "rerun"+strconv.Itoa(i))
+		cfg.Topic, cfg.RerunFailed = topicDLQ, true
+		sum, err := runReplay(ctx, cfg, deps{Decisions: live})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,7 +285,7 @@ func TestRedrivePlacesEveryCopyInItsHomePartition(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	sum, err := Run(ctx, e.config(ModeRedrive, "home"), Deps{Decisions: history.NewMemoryStore()})
+	sum, err := runReplay(ctx, e.config(modeRedrive, "home"), deps{Decisions: history.NewMemoryStore()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestRedrivePlacesEveryCopyInItsHomePartition(t *testing.T) {
 	}
 	copies := 0
 	for _, m := range e.readAll(t, ctx, e.names.Requests) {
-		if _, ok := header(m, HeaderReplayID); !ok {
+		if _, ok := header(m, headerReplayID); !ok {
 			continue
 		}
 		copies++

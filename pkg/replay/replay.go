@@ -14,42 +14,34 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cloudwego/eino/components/model"
-
 	"github.com/turnpike-dev/turnpike/pkg/bridge"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 )
 
-// Decisions looks up how a request was decided in the live store: a
+// decisions looks up how a request was decided in the live store: a
 // committed turn or a recorded outcome. history.Store implements it.
-type Decisions interface {
+type decisions interface {
 	Lookup(ctx context.Context, id events.Identity, requestID string) (history.Committed, bool, error)
 }
 
-// Step runs one request against a store, as pkg/worker's Step does.
-type Step interface {
+// stepRunner runs one request against a store: worker.Step is one.
+type stepRunner interface {
 	Run(ctx context.Context, req events.Request, store history.Store, sink bridge.Sink) (bridge.Result, error)
 }
 
-// Deps are a replay's collaborators.
-type Deps struct {
+// deps are a replay's collaborators.
+type deps struct {
 	// Decisions (redrive) is the live store, read only: requests already
-	// decided are skipped, failed ones re-run with Config.RerunFailed.
+	// decided are skipped, failed ones re-run with config.RerunFailed.
 	// Required for redrive.
-	Decisions Decisions
-	// Model (shadow) answers, in the agent NewAgent builds from Config.
-	// Required for shadow unless Agent is set.
-	Model model.ToolCallingChatModel
-	// Agent (shadow), if set, is run instead of NewAgent's.
-	Agent Agent
-	// Step (shadow), if set, runs each request as the worker does: the
-	// worker's own run step (pkg/worker's Step, of an agent configuration
-	// file or of an agent written in Go, pkg/replay), against the shadow
-	// store with a sink that keeps nothing. Agent and Model are then
-	// unused. It is called concurrently for requests of different
-	// conversations.
-	Step Step
+	Decisions decisions
+	// Step (shadow) runs each request as the worker does: the worker's
+	// own run step (worker.Step), against the shadow store with a sink
+	// that keeps nothing. Default: the step of the settings' agent
+	// (newStep). It is called concurrently for requests of different
+	// conversations, one at a time for each conversation.
+	Step stepRunner
 	// ShadowStore (shadow) keeps the rebuilt histories. Default: a fresh
 	// history.MemoryStore, rebuilt from the report on resume. Never the
 	// live store.
@@ -57,7 +49,7 @@ type Deps struct {
 	// Logger. Default: discard.
 	Logger *slog.Logger
 	// Progress, if set, receives the progress display: a progress bar when
-	// ProgressTTY, otherwise a line every Config.ProgressInterval.
+	// ProgressTTY, otherwise a line every config.ProgressInterval.
 	Progress    io.Writer
 	ProgressTTY bool
 	// Now is the clock. Default time.Now.
@@ -67,19 +59,19 @@ type Deps struct {
 	afterRecord func()
 }
 
-// ErrInterrupted is returned (with the summary) when the context ended
+// errInterrupted is returned (with the summary) when the context ended
 // before the replay finished; the checkpoint holds where it stopped.
-var ErrInterrupted = errors.New("replay interrupted: continue it with -resume")
+var errInterrupted = errors.New("replay interrupted: continue it with -resume")
 
-// ErrCheckpointExists is returned when a checkpoint exists and the replay
+// errCheckpointExists is returned when a checkpoint exists and the replay
 // is not resumed.
-var ErrCheckpointExists = errors.New("checkpoint exists")
+var errCheckpointExists = errors.New("checkpoint exists")
 
-// Run runs the replay cfg describes until it is done or ctx ends, and
+// runReplay runs the replay cfg describes until it is done or ctx ends, and
 // returns its summary. On interruption it returns the summary so far and
-// ErrInterrupted; the checkpoint and the report let a Run with
-// Config.Resume continue exactly where it stopped.
-func Run(ctx context.Context, cfg Config, d Deps) (*Summary, error) {
+// errInterrupted; the checkpoint and the report let a runReplay with
+// config.Resume continue exactly where it stopped.
+func runReplay(ctx context.Context, cfg config, d deps) (*summary, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -93,11 +85,8 @@ func Run(ctx context.Context, cfg Config, d Deps) (*Summary, error) {
 	if cfg.DryRun {
 		return dryRun(ctx, cfg, d)
 	}
-	switch {
-	case cfg.Mode == ModeRedrive && d.Decisions == nil:
+	if cfg.Mode == modeRedrive && d.Decisions == nil {
 		return nil, errors.New("redrive needs the live store to look decisions up (set -mongo-uri or TURNPIKE_MONGO_URI)")
-	case cfg.Mode == ModeShadow && d.Step == nil && d.Agent == nil && d.Model == nil:
-		return nil, errors.New("shadow needs a model or an agent")
 	}
 	r, err := newRun(ctx, cfg, d)
 	if err != nil {
@@ -108,9 +97,9 @@ func Run(ctx context.Context, cfg Config, d Deps) (*Summary, error) {
 
 // run is one replay in progress.
 type run struct {
-	cfg     Config
-	d       Deps
-	cp      Checkpoint
+	cfg     config
+	d       deps
+	cp      checkpoint
 	filter  filter
 	resumed bool
 
@@ -121,7 +110,7 @@ type run struct {
 	doneBefore map[[2]int64]struct{}
 	// seed collects the report's shadow turns (resume with the in-memory
 	// shadow store), committed before the replay goes on.
-	seed []Line
+	seed []reportLine
 
 	scanned, selected, alreadyDone, doneCount atomic.Int64
 	stats                                     stats
@@ -146,7 +135,7 @@ func (s *stats) status(st string) {
 	s.mu.Unlock()
 }
 
-func newRun(ctx context.Context, cfg Config, d Deps) (*run, error) {
+func newRun(ctx context.Context, cfg config, d deps) (*run, error) {
 	r := &run{cfg: cfg, d: d, filter: cfg.filter(), trackers: map[int]*tracker{}, doneBefore: map[[2]int64]struct{}{}}
 	fp := cfg.fingerprint()
 	if cfg.Resume {
@@ -157,14 +146,14 @@ func newRun(ctx context.Context, cfg Config, d Deps) (*run, error) {
 		switch {
 		case cp.Fingerprint != fp || cp.Mode != cfg.Mode:
 			return nil, fmt.Errorf("%w: %s was written by a %s replay of %s with other settings; resume with the same flags, or start a new replay with another -report",
-				ErrCheckpointMismatch, cfg.Checkpoint, cp.Mode, cp.Plan.Topic)
+				errCheckpointMismatch, cfg.Checkpoint, cp.Mode, cp.Plan.Topic)
 		case cfg.ReplayID != "" && cfg.ReplayID != cp.ReplayID:
-			return nil, fmt.Errorf("%w: replay id %s, the checkpoint's is %s", ErrCheckpointMismatch, cfg.ReplayID, cp.ReplayID)
+			return nil, fmt.Errorf("%w: replay id %s, the checkpoint's is %s", errCheckpointMismatch, cfg.ReplayID, cp.ReplayID)
 		}
 		r.cp, r.resumed = cp, true
 	} else {
 		if _, err := os.Stat(cfg.Checkpoint); err == nil {
-			return nil, fmt.Errorf("%w: %s: pass -resume to continue that replay, or remove it", ErrCheckpointExists, cfg.Checkpoint)
+			return nil, fmt.Errorf("%w: %s: pass -resume to continue that replay, or remove it", errCheckpointExists, cfg.Checkpoint)
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("checkpoint: %w", err)
 		}
@@ -177,23 +166,23 @@ func newRun(ctx context.Context, cfg Config, d Deps) (*run, error) {
 			id = newReplayID(d.Now())
 		}
 		now := d.Now().UTC()
-		r.cp = Checkpoint{Version: checkpointVersion, ReplayID: id, Mode: cfg.Mode, Fingerprint: fp, Plan: plan, StartedAt: now, UpdatedAt: now}
+		r.cp = checkpoint{Version: checkpointVersion, ReplayID: id, Mode: cfg.Mode, Fingerprint: fp, Plan: plan, StartedAt: now, UpdatedAt: now}
 	}
 	next := map[int]int64{}
 	for _, rg := range r.cp.Plan.Ranges {
 		next[rg.Partition] = rg.Next
 		r.trackers[rg.Partition] = newTracker(rg)
 	}
-	seedShadow := cfg.Mode == ModeShadow && d.ShadowStore == nil
-	rep, err := openReport(cfg.Report, r.resumed, func(l Line) error {
+	seedShadow := cfg.Mode == modeShadow && d.ShadowStore == nil
+	rep, err := openReport(cfg.Report, r.resumed, func(l reportLine) error {
 		if l.Source.Topic == r.cp.Plan.Topic {
 			if n, ok := next[l.Source.Partition]; ok && l.Source.Offset >= n {
 				r.doneBefore[[2]int64{int64(l.Source.Partition), l.Source.Offset}] = struct{}{}
 			}
 		}
 		if seedShadow && l.Answer != "" {
-			r.seed = append(r.seed, Line{Tenant: l.Tenant, User: l.User, Conversation: l.Conversation, RequestID: l.RequestID,
-				Content: l.Content, Answer: l.Answer, Agent: l.Agent, Status: l.Status, Source: Coordinates{Time: l.Source.Time}})
+			r.seed = append(r.seed, reportLine{Tenant: l.Tenant, User: l.User, Conversation: l.Conversation, RequestID: l.RequestID,
+				Content: l.Content, Answer: l.Answer, Agent: l.Agent, Status: l.Status, Source: coordinates{Time: l.Source.Time}})
 		}
 		return nil
 	})
@@ -225,7 +214,7 @@ func (r *run) save(final bool) error {
 // saveState is save, also reporting whether every record is done.
 func (r *run) saveState(final bool) (complete bool, err error) {
 	plan := r.cp.Plan
-	plan.Ranges = make([]Range, len(r.cp.Plan.Ranges))
+	plan.Ranges = make([]partitionRange, len(r.cp.Plan.Ranges))
 	complete = true
 	for i, rg := range r.cp.Plan.Ranges {
 		rg.Next = r.trackers[rg.Partition].resumeAt()
@@ -260,8 +249,8 @@ func (r *run) skipDone(p int, off int64) bool {
 }
 
 // run drives the replay: progress, periodic checkpoints, the mode.
-func (r *run) run(ctx context.Context) (*Summary, error) {
-	sum := &Summary{Mode: r.cfg.Mode, ReplayID: r.cp.ReplayID, Topic: r.cp.Plan.Topic, Report: r.cfg.Report, Resumed: r.resumed}
+func (r *run) run(ctx context.Context) (*summary, error) {
+	sum := &summary{Mode: r.cfg.Mode, ReplayID: r.cp.ReplayID, Topic: r.cp.Plan.Topic, Report: r.cfg.Report, Resumed: r.resumed}
 	if r.cp.Complete {
 		r.d.Logger.Info("the checkpoint's replay is already complete", slog.String("replay_id", r.cp.ReplayID))
 		return sum, r.report.close()
@@ -300,9 +289,9 @@ func (r *run) run(ctx context.Context) (*Summary, error) {
 	start := time.Now()
 	var err error
 	switch r.cfg.Mode {
-	case ModeRedrive:
+	case modeRedrive:
 		err = r.redrive(ctx)
-	case ModeShadow:
+	case modeShadow:
 		err = r.shadow(ctx)
 	}
 	sum.Elapsed = time.Since(start)
@@ -315,19 +304,19 @@ func (r *run) run(ctx context.Context) (*Summary, error) {
 	}
 	complete, serr := r.saveState(true)
 	switch {
-	case complete && errors.Is(err, ErrInterrupted):
+	case complete && errors.Is(err, errInterrupted):
 		err = nil // the interrupt came after the last record
 	case !complete && err == nil && ctx.Err() != nil:
-		err = ErrInterrupted
+		err = errInterrupted
 	}
 	err = errors.Join(err, serr, r.report.close())
 	r.fill(sum)
-	sum.Interrupted = errors.Is(err, ErrInterrupted)
+	sum.Interrupted = errors.Is(err, errInterrupted)
 	return sum, err
 }
 
 // fill copies the counters into sum.
-func (r *run) fill(sum *Summary) {
+func (r *run) fill(sum *summary) {
 	sum.Scanned, sum.Selected, sum.AlreadyDone = r.scanned.Load(), r.selected.Load(), r.alreadyDone.Load()
 	s := &r.stats
 	sum.Published, sum.Skipped, sum.Derived = s.published.Load(), s.skipped.Load(), s.derived.Load()
@@ -342,7 +331,7 @@ func (r *run) fill(sum *Summary) {
 				sum.Completed += v
 			case string(events.StatusIncomplete), string(events.StatusCancelled):
 				sum.Incomplete += v
-			case string(events.StatusFailed), StatusError, StatusInvalid:
+			case string(events.StatusFailed), statusError, statusInvalid:
 				sum.Failed += v
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/cloudwego/eino/components/model"
 	"github.com/cloudwego/eino/schema"
 
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/replay"
 	"github.com/turnpike-dev/turnpike/pkg/turnpiketest"
@@ -100,7 +101,10 @@ func TestShadowReplayRunsAGoAgent(t *testing.T) {
 			t.Errorf("the factory of %s got %+v", ids[i], r)
 		}
 	}
-	if code := replay.MainArgs([]string{"-mode", "shadow"}, func(string) (string, bool) { return "", false }, &stdout, &stderr); code != 2 {
-		t.Errorf("no agent: exit %d, want 2", code)
+	stderr.Reset()
+	hooksOnly := worker.WithPersist(func(bridge.Source) bool { return true })
+	if code := replay.MainArgs([]string{"-mode", "shadow", "-kafka-brokers", strings.Join(stack.Brokers, ","), "-report", report + "2"},
+		func(string) (string, bool) { return "", false }, &stdout, &stderr, hooksOnly); code != 2 || !strings.Contains(stderr.String(), "hook") {
+		t.Errorf("a hook without an agent: exit %d, %q; want 2 naming the hook", code, stderr.String())
 	}
 }

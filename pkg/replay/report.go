@@ -13,27 +13,27 @@ import (
 
 // Actions of a redrive report line.
 const (
-	// ActionPublished: the record was re-published to the requests topic.
-	ActionPublished = "published"
-	// ActionSkipped: the request is already decided (Status says how) and
+	// actionPublished: the record was re-published to the requests topic.
+	actionPublished = "published"
+	// actionSkipped: the request is already decided (Status says how) and
 	// was not re-published.
-	ActionSkipped = "skipped"
+	actionSkipped = "skipped"
 )
 
 // Statuses of a report line besides the run statuses of docs/api.md.
 const (
-	// StatusInvalid: the record does not decode as a request.
-	StatusInvalid = "invalid"
-	// StatusError: the run failed in the infrastructure (the shadow store).
-	StatusError = "error"
+	// statusInvalid: the record does not decode as a request.
+	statusInvalid = "invalid"
+	// statusError: the run failed in the infrastructure (the shadow store).
+	statusError = "error"
 )
 
-// Line is one line of the JSONL report: one selected record.
-type Line struct {
+// reportLine is one line of the JSONL report: one selected record.
+type reportLine struct {
 	// Source is where the replay read the record.
-	Source Coordinates `json:"source"`
+	Source coordinates `json:"source"`
 	// Origin, for a dead letter, is the requests-topic record it came from.
-	Origin *Coordinates `json:"origin,omitempty"`
+	Origin *coordinates `json:"origin,omitempty"`
 	Key    string       `json:"key"`
 
 	Tenant       string `json:"tenant,omitempty"`
@@ -70,14 +70,14 @@ type reportWriter struct {
 	w  *bufio.Writer
 }
 
-// ErrReportExists is returned when the report file already has lines and
+// errReportExists is returned when the report file already has lines and
 // the replay is not resumed: a report is never overwritten.
-var ErrReportExists = errors.New("report exists")
+var errReportExists = errors.New("report exists")
 
 // openReport opens the report for appending. Without resume the file must
 // not exist or be empty. With resume a torn last line (a crash mid-write)
 // is cut off, and each complete line is handed to each.
-func openReport(path string, resume bool, each func(Line) error) (*reportWriter, error) {
+func openReport(path string, resume bool, each func(reportLine) error) (*reportWriter, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open report: %w", err)
@@ -89,7 +89,7 @@ func openReport(path string, resume bool, each func(Line) error) (*reportWriter,
 	}
 	if st.Size() > 0 && !resume {
 		f.Close()
-		return nil, fmt.Errorf("%w: %s has lines: pass -resume to continue its replay, or choose another -report", ErrReportExists, path)
+		return nil, fmt.Errorf("%w: %s has lines: pass -resume to continue its replay, or choose another -report", errReportExists, path)
 	}
 	if resume {
 		good, err := scanReport(f, each)
@@ -110,7 +110,7 @@ func openReport(path string, resume bool, each func(Line) error) (*reportWriter,
 
 // scanReport hands every complete line of r to each and returns the size
 // of the complete lines.
-func scanReport(r io.Reader, each func(Line) error) (int64, error) {
+func scanReport(r io.Reader, each func(reportLine) error) (int64, error) {
 	br := bufio.NewReaderSize(r, 256<<10)
 	var good int64
 	for n := 1; ; n++ {
@@ -121,7 +121,7 @@ func scanReport(r io.Reader, each func(Line) error) (int64, error) {
 		if err != nil {
 			return good, err
 		}
-		var l Line
+		var l reportLine
 		if err := json.Unmarshal(bytes.TrimSpace(b), &l); err != nil {
 			return good, fmt.Errorf("line %d: %w", n, err)
 		}
@@ -135,7 +135,7 @@ func scanReport(r io.Reader, each func(Line) error) (int64, error) {
 }
 
 // write appends one line (buffered).
-func (r *reportWriter) write(l *Line) error {
+func (r *reportWriter) write(l *reportLine) error {
 	b, err := json.Marshal(l)
 	if err != nil {
 		return fmt.Errorf("report: %w", err)

@@ -18,15 +18,15 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
-// ErrUnknownTopic is returned for a topic the brokers do not have.
-var ErrUnknownTopic = errors.New("unknown topic")
+// errUnknownTopic is returned for a topic the brokers do not have.
+var errUnknownTopic = errors.New("unknown topic")
 
-// ErrBadSelection is wrapped by every error about a selection that cannot
+// errBadSelection is wrapped by every error about a selection that cannot
 // be satisfied (a partition the topic does not have, an empty time range).
-var ErrBadSelection = errors.New("bad selection")
+var errBadSelection = errors.New("bad selection")
 
-// Range is the part of one partition a replay reads: offsets [Start, End).
-type Range struct {
+// partitionRange is the part of one partition a replay reads: offsets [Start, End).
+type partitionRange struct {
 	Partition int   `json:"partition"`
 	Start     int64 `json:"start"`
 	End       int64 `json:"end"`
@@ -36,17 +36,17 @@ type Range struct {
 }
 
 // Len is the number of offsets of the range still to read.
-func (r Range) Len() int64 { return max(0, r.End-r.Next) }
+func (r partitionRange) Len() int64 { return max(0, r.End-r.Next) }
 
-// Plan is a resolved selection: the topic and the offset range of each
+// plan is a resolved selection: the topic and the offset range of each
 // selected partition.
-type Plan struct {
-	Topic  string  `json:"topic"`
-	Ranges []Range `json:"ranges"`
+type plan struct {
+	Topic  string           `json:"topic"`
+	Ranges []partitionRange `json:"ranges"`
 }
 
 // Remaining is the number of offsets still to read over all partitions.
-func (p Plan) Remaining() int64 {
+func (p plan) Remaining() int64 {
 	var n int64
 	for _, r := range p.Ranges {
 		n += r.Len()
@@ -55,12 +55,12 @@ func (p Plan) Remaining() int64 {
 }
 
 // topicName resolves the Topic shorthand.
-func (c Config) topicName() string {
+func (c config) topicName() string {
 	names := c.Topics()
 	switch c.Topic {
-	case TopicRequests, "":
+	case topicRequests, "":
 		return names.Requests
-	case TopicDLQ:
+	case topicDLQ:
 		return names.DLQ
 	}
 	return c.Topic
@@ -69,7 +69,7 @@ func (c Config) topicName() string {
 // filter keeps the records whose key has the configured identity parts.
 type filter struct{ tenant, user, conversation string }
 
-func (c Config) filter() filter { return filter{c.Tenant, c.User, c.Conversation} }
+func (c config) filter() filter { return filter{c.Tenant, c.User, c.Conversation} }
 
 func (f filter) all() bool { return f == filter{} }
 
@@ -90,7 +90,7 @@ func (f filter) match(key []byte) bool {
 // fingerprint identifies what a replay does, so that a checkpoint is only
 // resumed by the same replay: mode, topic, selection and the settings that
 // shape the results.
-func (c Config) fingerprint() string {
+func (c config) fingerprint() string {
 	parts := slices.Clone(c.Partitions)
 	slices.Sort(parts)
 	v := map[string]any{
@@ -99,12 +99,15 @@ func (c Config) fingerprint() string {
 		"max_content_bytes": c.MaxContentBytes,
 	}
 	switch c.Mode {
-	case ModeRedrive:
+	case modeRedrive:
 		v["target"] = c.Topics().Requests
 		v["rerun_failed"] = c.RerunFailed
-	case ModeShadow:
+	case modeShadow:
 		v["model"], v["echo_delay"], v["instruction"], v["agent"] = c.Model, c.EchoDelay.String(), c.Instruction, c.AgentName
 		v["window"], v["shadow_db"], v["agent_kind"] = c.WindowMessages, c.ShadowMongoDB, c.Agent
+		if c.CompactTokens > 0 { // (absent when off: a checkpoint of before compaction's flags still matches)
+			v["compact_tokens"], v["compact_keep"] = c.CompactTokens, c.CompactKeep
+		}
 		if c.AgentFile != "" {
 			// The file's content, not its name: an edited file is another replay.
 			b, err := os.ReadFile(c.AgentFile)
@@ -122,19 +125,19 @@ func (c Config) fingerprint() string {
 
 // resolve turns the configured selection into a Plan: it checks that the
 // topic and partitions exist and looks the offset bounds up.
-func resolve(ctx context.Context, c Config, now time.Time) (Plan, error) {
+func resolve(ctx context.Context, c config, now time.Time) (plan, error) {
 	name := c.topicName()
 	cl := &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 10 * time.Second}
 	all, err := partitionsOf(ctx, cl, name, c.TopicPrefix)
 	if err != nil {
-		return Plan{}, err
+		return plan{}, err
 	}
 	parts := all
 	if len(c.Partitions) > 0 {
 		parts = nil
 		for _, p := range c.Partitions {
 			if !slices.Contains(all, p) {
-				return Plan{}, fmt.Errorf("%w: partition %d out of range: topic %s has partitions 0..%d", ErrBadSelection, p, name, len(all)-1)
+				return plan{}, fmt.Errorf("%w: partition %d out of range: topic %s has partitions 0..%d", errBadSelection, p, name, len(all)-1)
 			}
 			if !slices.Contains(parts, p) {
 				parts = append(parts, p)
@@ -144,32 +147,32 @@ func resolve(ctx context.Context, c Config, now time.Time) (Plan, error) {
 	}
 	first, err := listOffsets(ctx, cl, name, parts, func(p int) kafka.OffsetRequest { return kafka.FirstOffsetOf(p) })
 	if err != nil {
-		return Plan{}, err
+		return plan{}, err
 	}
 	last, err := listOffsets(ctx, cl, name, parts, func(p int) kafka.OffsetRequest { return kafka.LastOffsetOf(p) })
 	if err != nil {
-		return Plan{}, err
+		return plan{}, err
 	}
 	since, err := parseTime(c.Since, now)
 	if err != nil {
-		return Plan{}, fmt.Errorf("%w: since: %w", ErrBadSelection, err)
+		return plan{}, fmt.Errorf("%w: since: %w", errBadSelection, err)
 	}
 	until, err := parseTime(c.Until, now)
 	if err != nil {
-		return Plan{}, fmt.Errorf("%w: until: %w", ErrBadSelection, err)
+		return plan{}, fmt.Errorf("%w: until: %w", errBadSelection, err)
 	}
 	var sinceOff, untilOff map[int]int64
 	if !since.IsZero() {
 		if sinceOff, err = offsetsForTime(ctx, cl, name, parts, since, last); err != nil {
-			return Plan{}, err
+			return plan{}, err
 		}
 	}
 	if !until.IsZero() {
 		if untilOff, err = offsetsForTime(ctx, cl, name, parts, until, last); err != nil {
-			return Plan{}, err
+			return plan{}, err
 		}
 	}
-	plan := Plan{Topic: name}
+	plan := plan{Topic: name}
 	for _, p := range parts {
 		start, end := first[p], last[p]
 		if c.StartOffset >= 0 {
@@ -185,12 +188,12 @@ func resolve(ctx context.Context, c Config, now time.Time) (Plan, error) {
 			end = min(end, untilOff[p])
 		}
 		end = max(end, start) // an empty range, not a negative one
-		plan.Ranges = append(plan.Ranges, Range{Partition: p, Start: start, End: end, Next: start})
+		plan.Ranges = append(plan.Ranges, partitionRange{Partition: p, Start: start, End: end, Next: start})
 	}
 	return plan, nil
 }
 
-// partitionsOf lists the partitions of topic, or returns ErrUnknownTopic
+// partitionsOf lists the partitions of topic, or returns errUnknownTopic
 // naming the topics under prefix that do exist. It asks for every topic's
 // metadata, which never creates one.
 func partitionsOf(ctx context.Context, cl *kafka.Client, topic, prefix string) ([]int, error) {
@@ -220,7 +223,7 @@ func partitionsOf(ctx context.Context, cl *kafka.Client, topic, prefix string) (
 	if len(known) > 0 {
 		hint = strings.Join(known, ", ")
 	}
-	return nil, fmt.Errorf("%w %q (topics under prefix %q: %s)", ErrUnknownTopic, topic, prefix, hint)
+	return nil, fmt.Errorf("%w %q (topics under prefix %q: %s)", errUnknownTopic, topic, prefix, hint)
 }
 
 // listOffsets asks one offset of each partition.

@@ -17,30 +17,30 @@ import (
 
 func TestConfigValidateReportsEveryProblem(t *testing.T) {
 	t.Parallel()
-	base := func() Config {
-		c := Config{Mode: ModeShadow, StartOffset: -1, EndOffset: -1}
+	base := func() config {
+		c := config{Mode: modeShadow, StartOffset: -1, EndOffset: -1}
 		c.Brokers, c.MongoDB = []string{"127.0.0.1:9"}, "turnpike"
 		return c
 	}
 	tests := []struct {
 		name  string
-		tweak func(*Config)
+		tweak func(*config)
 		want  []string // substrings of the error; none: valid
 	}{
-		{"A plain shadow replay is valid.", func(*Config) {}, nil},
-		{"A start offset after the end offset is a bad range.", func(c *Config) { c.StartOffset, c.EndOffset = 10, 5 },
+		{"A plain shadow replay is valid.", func(*config) {}, nil},
+		{"A start offset after the end offset is a bad range.", func(c *config) { c.StartOffset, c.EndOffset = 10, 5 },
 			[]string{"start 10 is after end 5"}},
-		{"Since after until is a bad time range.", func(c *Config) { c.Since, c.Until = "2026-11-30T10:00:00Z", "2026-11-30T09:00:00Z" },
+		{"Since after until is a bad time range.", func(c *config) { c.Since, c.Until = "2026-11-30T10:00:00Z", "2026-11-30T09:00:00Z" },
 			[]string{"since 2026-11-30T10:00:00Z is after until"}},
-		{"A time that is neither RFC 3339 nor a duration is refused.", func(c *Config) { c.Since = "yesterday" },
+		{"A time that is neither RFC 3339 nor a duration is refused.", func(c *config) { c.Since = "yesterday" },
 			[]string{`since: "yesterday"`}},
-		{"A missing mode and missing brokers are both reported.", func(c *Config) { c.Mode, c.Brokers = "", nil },
+		{"A missing mode and missing brokers are both reported.", func(c *config) { c.Mode, c.Brokers = "", nil },
 			[]string{"mode: required", "no Kafka brokers"}},
-		{"The shadow database may not be the live one.", func(c *Config) { c.MongoURI, c.ShadowMongoDB = "mongodb://x", "turnpike" },
+		{"The shadow database may not be the live one.", func(c *config) { c.MongoURI, c.ShadowMongoDB = "mongodb://x", "turnpike" },
 			[]string{"is the live database"}},
-		{"Rerun-failed belongs to redrive.", func(c *Config) { c.RerunFailed = true }, []string{"rerun-failed applies to redrive only"}},
-		{"A filter must follow the ID rule.", func(c *Config) { c.Tenant = "a/b" }, []string{"tenant"}},
-		{"A negative offset other than -1 is refused.", func(c *Config) { c.StartOffset = -5 }, []string{"start offset -5"}},
+		{"Rerun-failed belongs to redrive.", func(c *config) { c.RerunFailed = true }, []string{"rerun-failed applies to redrive only"}},
+		{"A filter must follow the ID rule.", func(c *config) { c.Tenant = "a/b" }, []string{"tenant"}},
+		{"A negative offset other than -1 is refused.", func(c *config) { c.StartOffset = -5 }, []string{"start offset -5"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -87,30 +87,30 @@ func TestSelectionResolvesRangesAndRefusesWhatTheTopicDoesNotHave(t *testing.T) 
 
 	tests := []struct {
 		name    string
-		tweak   func(*Config)
-		want    []Range // partition 0 first
+		tweak   func(*config)
+		want    []partitionRange // partition 0 first
 		wantErr error
 		errText string
 	}{
-		{"Every partition, whole, by default.", func(*Config) {}, []Range{{0, 0, 10, 0}, {1, 0, 0, 0}, {2, 0, 0, 0}}, nil, ""},
-		{"An offset range is applied to each selected partition.", func(c *Config) { c.Partitions, c.StartOffset, c.EndOffset = []int{0}, 3, 7 },
-			[]Range{{0, 3, 7, 3}}, nil, ""},
-		{"An end past the partition's end stops at the end.", func(c *Config) { c.Partitions, c.EndOffset = []int{0}, 100 },
-			[]Range{{0, 0, 10, 0}}, nil, ""},
-		{"A time range becomes offsets through offset-for-time.", func(c *Config) {
+		{"Every partition, whole, by default.", func(*config) {}, []partitionRange{{0, 0, 10, 0}, {1, 0, 0, 0}, {2, 0, 0, 0}}, nil, ""},
+		{"An offset range is applied to each selected partition.", func(c *config) { c.Partitions, c.StartOffset, c.EndOffset = []int{0}, 3, 7 },
+			[]partitionRange{{0, 3, 7, 3}}, nil, ""},
+		{"An end past the partition's end stops at the end.", func(c *config) { c.Partitions, c.EndOffset = []int{0}, 100 },
+			[]partitionRange{{0, 0, 10, 0}}, nil, ""},
+		{"A time range becomes offsets through offset-for-time.", func(c *config) {
 			c.Partitions, c.Since, c.Until = []int{0}, t0.Add(2*time.Minute).Format(time.RFC3339), t0.Add(5*time.Minute+time.Second).Format(time.RFC3339)
-		}, []Range{{0, 2, 6, 2}}, nil, ""},
-		{"A since later than every record selects nothing.", func(c *Config) { c.Partitions, c.Since = []int{0}, t0.Add(time.Hour).Format(time.RFC3339) },
-			[]Range{{0, 10, 10, 10}}, nil, ""},
-		{"A partition the topic does not have is refused.", func(c *Config) { c.Partitions = []int{0, 7} },
-			nil, ErrBadSelection, "partition 7 out of range: topic " + e.names.Requests + " has partitions 0..2"},
-		{"An unknown topic is refused, naming the topics that exist.", func(c *Config) { c.Topic = e.prefix + "nope" },
-			nil, ErrUnknownTopic, e.names.DLQ},
+		}, []partitionRange{{0, 2, 6, 2}}, nil, ""},
+		{"A since later than every record selects nothing.", func(c *config) { c.Partitions, c.Since = []int{0}, t0.Add(time.Hour).Format(time.RFC3339) },
+			[]partitionRange{{0, 10, 10, 10}}, nil, ""},
+		{"A partition the topic does not have is refused.", func(c *config) { c.Partitions = []int{0, 7} },
+			nil, errBadSelection, "partition 7 out of range: topic " + e.names.Requests + " has partitions 0..2"},
+		{"An unknown topic is refused, naming the topics that exist.", func(c *config) { c.Topic = e.prefix + "nope" },
+			nil, errUnknownTopic, e.names.DLQ},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := e.config(ModeShadow, "x")
+			cfg := e.config(modeShadow, "x")
 			tc.tweak(&cfg)
 			cfg.setDefaults()
 			plan, err := resolve(ctx, cfg, time.Now())
@@ -136,9 +136,9 @@ func TestDryRunCountsAndSamplesTheFilteredSelectionAndWritesNothing(t *testing.T
 	e := newEnv(t)
 	e.conversations(t, ctx, "hal", 4, 5)
 	e.produce(t, ctx, e.names.Requests, request(events.Identity{Tenant: "acme", User: "ida", Conversation: "c0"}, "", "other user"))
-	cfg := e.config(ModeRedrive, "dry")
+	cfg := e.config(modeRedrive, "dry")
 	cfg.DryRun, cfg.User, cfg.Sample = true, "hal", 3
-	sum, err := Run(ctx, cfg, Deps{})
+	sum, err := runReplay(ctx, cfg, deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestDryRunCountsAndSamplesTheFilteredSelectionAndWritesNothing(t *testing.T
 
 func TestTheTrackerResumesAtTheFirstRecordNotDone(t *testing.T) {
 	t.Parallel()
-	tr := newTracker(Range{Partition: 0, Start: 10, End: 30, Next: 10})
+	tr := newTracker(partitionRange{Partition: 0, Start: 10, End: 30, Next: 10})
 	if got := tr.resumeAt(); got != 10 {
 		t.Fatalf("nothing read: %d, want 10", got)
 	}
@@ -208,15 +208,15 @@ func TestAResumedReportDropsATornLastLine(t *testing.T) {
 	if err := os.WriteFile(path, []byte(good+`{"source":{"topic":"t","parti`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := openReport(path, false, nil); !errors.Is(err, ErrReportExists) {
+	if _, err := openReport(path, false, nil); !errors.Is(err, errReportExists) {
 		t.Fatalf("opening a report with lines without resume: %v, want ErrReportExists", err)
 	}
-	var seen []Line
-	r, err := openReport(path, true, func(l Line) error { seen = append(seen, l); return nil })
+	var seen []reportLine
+	r, err := openReport(path, true, func(l reportLine) error { seen = append(seen, l); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.write(&Line{Source: Coordinates{Topic: "t", Offset: 2}, Key: "a/b/c"}); err != nil {
+	if err := r.write(&reportLine{Source: coordinates{Topic: "t", Offset: 2}, Key: "a/b/c"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.close(); err != nil {
@@ -240,7 +240,7 @@ func TestACheckpointIsReplacedAtomically(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "cp")
 	for i := range 3 {
-		cp := Checkpoint{Version: checkpointVersion, ReplayID: "rp-1", Mode: ModeShadow, Plan: Plan{Topic: "t", Ranges: []Range{{0, 0, 10, int64(i)}}}}
+		cp := checkpoint{Version: checkpointVersion, ReplayID: "rp-1", Mode: modeShadow, Plan: plan{Topic: "t", Ranges: []partitionRange{{0, 0, 10, int64(i)}}}}
 		if err := writeCheckpoint(path, cp); err != nil {
 			t.Fatal(err)
 		}

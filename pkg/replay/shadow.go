@@ -2,8 +2,6 @@ package replay
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -30,8 +28,8 @@ func (discardSink) Emit(context.Context, events.Identity, events.Event) error { 
 
 // job is one request of a shadow replay.
 type job struct {
-	src  Coordinates
-	at   *Coordinates // origin of a dead letter
+	src  coordinates
+	at   *coordinates // origin of a dead letter
 	key  string
 	req  events.Request
 	drv  bool
@@ -49,13 +47,11 @@ type conv struct {
 // shadowRun is the state of a shadow replay.
 type shadowRun struct {
 	*run
-	agent  Agent
-	store  history.Store
-	bridge *bridge.Bridge
-	// abort is closed when the drain deadline after an interrupt passed:
-	// runs still going are aborted (and replayed on resume). abortCtx
-	// ends then too, for Deps.Step.
-	abort       chan struct{}
+	// step runs each request: the worker's run step.
+	step  stepRunner
+	store history.Store
+	// abortCtx ends when the drain deadline after an interrupt passed:
+	// runs still going are aborted (and replayed on resume).
 	abortCtx    context.Context
 	cancelAbort context.CancelFunc
 
@@ -69,7 +65,7 @@ type shadowRun struct {
 // shadow runs the plan's requests through the agent: concurrently across
 // conversations (Concurrency runners), in topic order within each.
 func (r *run) shadow(ctx context.Context) error {
-	s := &shadowRun{run: r, store: r.d.ShadowStore, abort: make(chan struct{}),
+	s := &shadowRun{run: r, store: r.d.ShadowStore,
 		convs: map[string]*conv{}, ready: make(chan *conv, r.cfg.Concurrency), inflight: make(chan struct{}, r.cfg.MaxInflight)}
 	if s.store == nil {
 		mem := history.NewMemoryStore()
@@ -81,26 +77,13 @@ func (r *run) shadow(ctx context.Context) error {
 	}
 	s.abortCtx, s.cancelAbort = context.WithCancel(context.Background())
 	defer s.cancelAbort()
-	s.agent = r.d.Agent
-	if s.agent == nil && r.d.Step == nil {
-		ac := AgentConfig{Name: r.cfg.AgentName, Instruction: r.cfg.Instruction, Model: r.d.Model}
-		var a Agent
-		var err error
-		if r.cfg.Agent == AgentDirect {
-			a, err = NewDirectAgent(ac)
-		} else {
-			a, err = NewAgent(ctx, ac)
-		}
+	if s.step = r.d.Step; s.step == nil {
+		st, err := newStep(r.cfg, r.d.Logger, nil)
 		if err != nil {
 			return err
 		}
-		s.agent = a
+		s.step = st
 	}
-	b, err := bridge.New(bridge.Config{Sink: discardSink{}, BufferSize: shadowBufferSize, Logger: r.d.Logger, Now: r.d.Now})
-	if err != nil {
-		return err
-	}
-	s.bridge = b
 
 	// After an interrupt, running requests get DrainTimeout to finish.
 	finished := make(chan struct{})
@@ -112,7 +95,6 @@ func (r *run) shadow(ctx context.Context) error {
 		defer t.Stop()
 		select {
 		case <-t.C:
-			close(s.abort)
 			s.cancelAbort()
 		case <-finished:
 		}
@@ -142,14 +124,14 @@ func (r *run) shadow(ctx context.Context) error {
 		return cause
 	}
 	if ctx.Err() != nil {
-		return ErrInterrupted
+		return errInterrupted
 	}
 	return readErr
 }
 
 // seed commits the turns of a resumed replay's report to a fresh shadow
 // store, in report order (which is each conversation's topic order).
-func seed(ctx context.Context, store history.Store, lines []Line) error {
+func seed(ctx context.Context, store history.Store, lines []reportLine) error {
 	for _, l := range lines {
 		id := events.Identity{Tenant: l.Tenant, User: l.User, Conversation: l.Conversation}
 		st := events.Status(l.Status)
@@ -166,7 +148,7 @@ func seed(ctx context.Context, store history.Store, lines []Line) error {
 
 // readPartition reads one partition and hands its requests to their
 // conversations' queues.
-func (s *shadowRun) readPartition(ctx, runCtx context.Context, rg Range) error {
+func (s *shadowRun) readPartition(ctx, runCtx context.Context, rg partitionRange) error {
 	tr := s.trackers[rg.Partition]
 	err := readRange(ctx, s.cfg.Brokers, s.cp.Plan.Topic, rg, func(m kafka.Message) error {
 		s.scanned.Add(1)
@@ -185,7 +167,7 @@ func (s *shadowRun) readPartition(ctx, runCtx context.Context, rg Range) error {
 		at, fromHeaders := origin(m)
 		d, err := decodeRequest(m, at, s.cfg.MaxContentBytes)
 		if err != nil {
-			l := Line{Source: src, Key: string(m.Key), Status: StatusInvalid, Error: err.Error()}
+			l := reportLine{Source: src, Key: string(m.Key), Status: statusInvalid, Error: err.Error()}
 			if fromHeaders {
 				l.Origin = &at
 			}
@@ -276,12 +258,12 @@ func (s *shadowRun) runner(ctx, runCtx context.Context, fail context.CancelCause
 }
 
 // finish writes a record's report line and marks it done.
-func (s *shadowRun) finish(_ context.Context, p int, off int64, l *Line) error {
+func (s *shadowRun) finish(_ context.Context, p int, off int64, l *reportLine) error {
 	if err := s.report.write(l); err != nil {
 		return err
 	}
 	s.stats.status(l.Status)
-	if l.Status == StatusInvalid {
+	if l.Status == statusInvalid {
 		s.stats.invalid.Add(1)
 	}
 	s.recordDone(p, off)
@@ -290,68 +272,31 @@ func (s *shadowRun) finish(_ context.Context, p int, off int64, l *Line) error {
 
 // runJob runs one request against the shadow store. ok is false when the
 // run was abandoned (aborted after an interrupt): it is not done.
-func (s *shadowRun) runJob(ctx context.Context, j *job) (Line, bool) {
+func (s *shadowRun) runJob(ctx context.Context, j *job) (reportLine, bool) {
 	req := j.req
 	id := req.Identity()
-	l := Line{Source: j.src, Origin: j.at, Key: j.key, Tenant: id.Tenant, User: id.User, Conversation: id.Conversation,
+	l := reportLine{Source: j.src, Origin: j.at, Key: j.key, Tenant: id.Tenant, User: id.User, Conversation: id.Conversation,
 		RequestID: req.RequestID, DerivedID: j.drv, Content: req.Content}
 	start := time.Now()
 	// A request already decided in the shadow store (a duplicate record,
 	// or a replay resumed on a MongoDB shadow store) ends as it did.
 	if c, ok, err := s.store.Lookup(ctx, id, req.RequestID); err != nil {
-		l.Status, l.Error = StatusError, fmt.Sprintf("lookup: %v", err)
+		l.Status, l.Error = statusError, fmt.Sprintf("lookup: %v", err)
 		return l, true
 	} else if ok {
 		l.Status, l.Error = string(c.Status), "duplicate request id: decided before, not run again"
 		return l, true
 	}
-	if s.d.Step != nil {
-		return s.runStep(ctx, l, start, req)
-	}
-	pending := history.Begin(s.store, id, req.RequestID, req.Content, req.CreatedAt)
-	window, err := pending.Window(ctx, s.cfg.WindowMessages)
-	if err != nil {
-		l.Status, l.Error = StatusError, fmt.Sprintf("load window: %v", err)
-		return l, true
-	}
-	runCtx, stopGeneration := context.WithTimeout(ctx, s.cfg.RunTimeout)
-	defer stopGeneration()
-	iter := s.agent.Run(runCtx, toMessages(window))
-	h := s.bridge.Start(ctx, bridge.Run{Identity: id, RequestID: req.RequestID, RunID: newRunID(), Turn: pending, StopGeneration: stopGeneration}, iter)
-	select {
-	case <-h.Done():
-	case <-s.abort:
-		h.Abort()
-	}
-	res, err := h.Wait()
-	lat := time.Since(start)
-	if errors.Is(err, bridge.ErrAborted) {
-		return l, false
-	}
-	l.Answer, l.Agent, l.Tokens = res.Answer, res.Agent, res.Tokens
-	l.LatencyMS = float64(lat.Microseconds()) / 1000
-	l.Status = string(res.Status)
-	switch {
-	case err != nil:
-		l.Status, l.Error = StatusError, err.Error()
-	case res.ModelErr != nil:
-		l.Error = res.ModelErr.Error()
-		if res.Answer == "" {
-			l.Status = string(events.StatusFailed)
-		}
-	}
-	s.stats.tokens.Add(int64(res.Tokens))
-	s.stats.lat.add(lat)
-	return l, true
+	return s.runStep(ctx, l, start, req)
 }
 
-// runStep runs req through Deps.Step, aborted when the drain deadline
+// runStep runs req through the worker's run step, aborted when the drain deadline
 // after an interrupt passed or when ctx ends (a failed replay).
-func (s *shadowRun) runStep(ctx context.Context, l Line, start time.Time, req events.Request) (Line, bool) {
+func (s *shadowRun) runStep(ctx context.Context, l reportLine, start time.Time, req events.Request) (reportLine, bool) {
 	stepCtx, cancel := context.WithCancel(s.abortCtx)
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()
-	res, err := s.d.Step.Run(stepCtx, req, s.store, discardSink{})
+	res, err := s.step.Run(stepCtx, req, s.store, discardSink{})
 	lat := time.Since(start)
 	if errors.Is(err, bridge.ErrAborted) || (err != nil && stepCtx.Err() != nil) {
 		return l, false
@@ -364,7 +309,7 @@ func (s *shadowRun) runStep(ctx context.Context, l Line, start time.Time, req ev
 		// The worker would retry it; a shadow replay reports the failure.
 		l.Status, l.Error = string(events.StatusFailed), err.Error()
 	case err != nil:
-		l.Status, l.Error = StatusError, err.Error()
+		l.Status, l.Error = statusError, err.Error()
 	case res.ModelErr != nil:
 		l.Error = res.ModelErr.Error()
 		if res.Answer == "" {
@@ -374,11 +319,4 @@ func (s *shadowRun) runStep(ctx context.Context, l Line, start time.Time, req ev
 	s.stats.tokens.Add(int64(res.Tokens))
 	s.stats.lat.add(lat)
 	return l, true
-}
-
-// newRunID returns a fresh run id.
-func newRunID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "run-" + hex.EncodeToString(b[:])
 }

@@ -5,18 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/components/model"
+	"github.com/cloudwego/eino/components/tool"
+	"github.com/cloudwego/eino/compose"
+	"github.com/cloudwego/eino/schema"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/pkg/echo"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // conversations produces convs conversations of msgs requests each
@@ -49,7 +56,7 @@ func echoModel(t testing.TB) *echo.Model {
 // checkShadowAnswers checks that each request of the report was answered
 // as the echo model answers the j-th message of a conversation whose
 // history holds the j-1 before it.
-func checkShadowAnswers(t *testing.T, lines []Line) {
+func checkShadowAnswers(t *testing.T, lines []reportLine) {
 	t.Helper()
 	for _, l := range lines {
 		var j int
@@ -107,21 +114,21 @@ func TestShadowRebuildsHistoriesInOrderAndNeverTouchesLiveHistoryOrTheStreamTopi
 	streamBefore := e.endOffsets(t, ctx, e.names.Stream)
 	requestsBefore := e.endOffsets(t, ctx, e.names.Requests)
 
-	cfg := e.config(ModeShadow, "shadow")
+	cfg := e.config(modeShadow, "shadow")
 	cfg.MongoURI, cfg.MongoDB = uri, liveDB
 	cfg.ShadowMongoDB = liveDB
-	if _, _, err := Connect(ctx, cfg, io.Discard); err == nil || !strings.Contains(err.Error(), "live database") {
+	if _, _, err := connect(ctx, cfg, io.Discard, nil); err == nil || !strings.Contains(err.Error(), "live database") {
 		t.Fatalf("a shadow database named like the live one: %v, want a refusal", err)
 	}
 	cfg.ShadowMongoDB = testenv.Name(t, "shadow")
 	sum, deps := connectAndRun(t, ctx, cfg)
-	if sum.Completed != 12 || sum.Failed != 1 || sum.Statuses[StatusInvalid] != 1 || sum.Latency == nil {
+	if sum.Completed != 12 || sum.Failed != 1 || sum.Statuses[statusInvalid] != 1 || sum.Latency == nil {
 		t.Fatalf("summary: completed %d, failed %d, statuses %v, latency %v; want 12 complete, 1 invalid", sum.Completed, sum.Failed, sum.Statuses, sum.Latency)
 	}
 	lines := readReport(t, cfg.Report)
-	var runs []Line
+	var runs []reportLine
 	for _, l := range lines {
-		if l.Status != StatusInvalid {
+		if l.Status != statusInvalid {
 			runs = append(runs, l)
 		}
 	}
@@ -160,17 +167,17 @@ func TestAnInterruptedShadowReplayResumesAndReportsEveryRecordOnce(t *testing.T)
 	ctx := testenv.Context(t, 60*time.Second)
 	e := newEnv(t)
 	e.conversations(t, ctx, "eve", 20, 10)
-	cfg := e.config(ModeShadow, "resume")
+	cfg := e.config(modeShadow, "resume")
 	cfg.Concurrency = 4
 
 	runCtx, interrupt := context.WithCancel(ctx)
 	var n atomic.Int64
-	sum, err := Run(runCtx, cfg, Deps{Model: echoModel(t), afterRecord: func() {
+	sum, err := runReplay(runCtx, cfg, deps{afterRecord: func() {
 		if n.Add(1) == 70 {
 			interrupt()
 		}
 	}})
-	if !errors.Is(err, ErrInterrupted) || sum == nil || !sum.Interrupted {
+	if !errors.Is(err, errInterrupted) || sum == nil || !sum.Interrupted {
 		t.Fatalf("interrupted run: %v, %+v; want ErrInterrupted", err, sum)
 	}
 	first := readReport(t, cfg.Report)
@@ -184,17 +191,17 @@ func TestAnInterruptedShadowReplayResumesAndReportsEveryRecordOnce(t *testing.T)
 
 	// Starting over without -resume is refused; so is resuming with other
 	// settings.
-	if _, err := Run(ctx, cfg, Deps{Model: echoModel(t)}); !errors.Is(err, ErrCheckpointExists) {
+	if _, err := runReplay(ctx, cfg, deps{}); !errors.Is(err, errCheckpointExists) {
 		t.Errorf("a new run over the checkpoint: %v, want ErrCheckpointExists", err)
 	}
 	other := cfg
 	other.Resume, other.Conversation = true, "c1"
-	if _, err := Run(ctx, other, Deps{Model: echoModel(t)}); !errors.Is(err, ErrCheckpointMismatch) {
+	if _, err := runReplay(ctx, other, deps{}); !errors.Is(err, errCheckpointMismatch) {
 		t.Errorf("resuming with another filter: %v, want ErrCheckpointMismatch", err)
 	}
 
 	cfg.Resume = true
-	sum, err = Run(ctx, cfg, Deps{Model: echoModel(t)})
+	sum, err = runReplay(ctx, cfg, deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +228,7 @@ func TestAnInterruptedShadowReplayResumesAndReportsEveryRecordOnce(t *testing.T)
 		t.Errorf("final checkpoint: complete %v, %v", cp.Complete, err)
 	}
 	// A complete replay resumed again does nothing.
-	if sum, err := Run(ctx, cfg, Deps{Model: echoModel(t)}); err != nil || sum.Selected != 0 {
+	if sum, err := runReplay(ctx, cfg, deps{}); err != nil || sum.Selected != 0 {
 		t.Errorf("resuming a complete replay: %v, selected %d", err, sum.Selected)
 	}
 	if got := len(readReport(t, cfg.Report)); got != 200 {
@@ -234,22 +241,22 @@ func TestAnInterruptedRedriveResumesAndPublishesEveryRecordOnce(t *testing.T) {
 	ctx := testenv.Context(t, 60*time.Second)
 	e := newEnv(t)
 	e.conversations(t, ctx, "fay", 10, 10)
-	cfg := e.config(ModeRedrive, "redrive")
+	cfg := e.config(modeRedrive, "redrive")
 	cfg.RedriveBatch = 7
 	live := history.NewMemoryStore()
 
 	runCtx, interrupt := context.WithCancel(ctx)
 	var n atomic.Int64
-	sum, err := Run(runCtx, cfg, Deps{Decisions: live, afterRecord: func() {
+	sum, err := runReplay(runCtx, cfg, deps{Decisions: live, afterRecord: func() {
 		if n.Add(1) == 30 {
 			interrupt()
 		}
 	}})
-	if !errors.Is(err, ErrInterrupted) || !sum.Interrupted {
+	if !errors.Is(err, errInterrupted) || !sum.Interrupted {
 		t.Fatalf("interrupted run: %v", err)
 	}
 	cfg.Resume = true
-	if _, err := Run(ctx, cfg, Deps{Decisions: live}); err != nil {
+	if _, err := runReplay(ctx, cfg, deps{Decisions: live}); err != nil {
 		t.Fatal(err)
 	}
 	cp, err := readCheckpoint(cfg.Checkpoint)
@@ -258,12 +265,12 @@ func TestAnInterruptedRedriveResumesAndPublishesEveryRecordOnce(t *testing.T) {
 	}
 	copies := map[string]int{}
 	for _, m := range e.readAll(t, ctx, e.names.Requests) {
-		if id, ok := header(m, HeaderReplayID); ok {
+		if id, ok := header(m, headerReplayID); ok {
 			if id != cp.ReplayID {
 				t.Errorf("copy of replay %q, want %q", id, cp.ReplayID)
 			}
-			p, _ := header(m, HeaderReplaySourcePartition)
-			o, _ := header(m, HeaderReplaySourceOffset)
+			p, _ := header(m, headerReplaySourcePartition)
+			o, _ := header(m, headerReplaySourceOffset)
 			copies[p+"/"+o]++
 		}
 	}
@@ -293,24 +300,24 @@ func TestTheDirectAgentAnswersAsTheWorkersAgentDoes(t *testing.T) {
 		}
 	}
 	e.produce(t, ctx, e.names.Requests, msgs...)
-	reports := map[string]map[string]Line{}
-	for _, kind := range []string{AgentADK, AgentDirect} {
-		cfg := e.config(ModeShadow, kind)
+	reports := map[string]map[string]reportLine{}
+	for _, kind := range []string{agentADK, agentDirect} {
+		cfg := e.config(modeShadow, kind)
 		cfg.Agent, cfg.Instruction = kind, "Be brief."
-		if _, err := Run(ctx, cfg, Deps{Model: echoModel(t)}); err != nil {
+		if _, err := runReplay(ctx, cfg, deps{}); err != nil {
 			t.Fatal(err)
 		}
-		reports[kind] = map[string]Line{}
+		reports[kind] = map[string]reportLine{}
 		for _, l := range readReport(t, cfg.Report) {
 			reports[kind][l.RequestID] = l
 		}
 	}
-	if len(reports[AgentADK]) != 12 {
-		t.Fatalf("adk report has %d requests, want 12", len(reports[AgentADK]))
+	if len(reports[agentADK]) != 12 {
+		t.Fatalf("adk report has %d requests, want 12", len(reports[agentADK]))
 	}
 	statuses := map[string]bool{}
-	for id, a := range reports[AgentADK] {
-		d := reports[AgentDirect][id]
+	for id, a := range reports[agentADK] {
+		d := reports[agentDirect][id]
 		statuses[a.Status] = true
 		if a.Status != d.Status || a.Answer != d.Answer || a.Tokens != d.Tokens || (a.Error == "") != (d.Error == "") {
 			t.Errorf("%s: adk %s %q %d tokens err %q; direct %s %q %d tokens err %q",
@@ -322,4 +329,189 @@ func TestTheDirectAgentAnswersAsTheWorkersAgentDoes(t *testing.T) {
 			t.Errorf("no request ended %s: the comparison misses a case (%v)", st, statuses)
 		}
 	}
+}
+
+// windowModel answers with the window it was given, so that two runs
+// answer alike only if they saw the same window: "seen" and each message
+// as role:text. A user message asking to book is answered by asking the
+// user (ask_user: the run is interrupted), and the tool's result, once
+// resumed, by "booked for <answer>".
+type windowModel struct{}
+
+func (windowModel) Generate(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.Message, error) {
+	last := in[len(in)-1]
+	switch {
+	case last.Role == schema.Tool:
+		return schema.AssistantMessage("booked for "+last.Content, nil), nil
+	case last.Role == schema.User && strings.Contains(last.Content, "book"):
+		return schema.AssistantMessage("", []schema.ToolCall{{ID: "call-ask", Type: "function",
+			Function: schema.FunctionCall{Name: "ask_user", Arguments: `{"question":"For how many?"}`}}}), nil
+	}
+	parts := make([]string, 0, len(in))
+	for _, m := range in {
+		parts = append(parts, string(m.Role)[:1]+":"+m.Content)
+	}
+	return schema.AssistantMessage("seen "+strings.Join(parts, " | "), nil), nil
+}
+
+func (w windowModel) Stream(ctx context.Context, in []*schema.Message, opts ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	m, err := w.Generate(ctx, in, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return schema.StreamReaderFromArray([]*schema.Message{m}), nil
+}
+
+func (w windowModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return w, nil }
+
+// summaryModel condenses a conversation into the count of its messages
+// and their first words.
+type summaryModel struct{}
+
+func (summaryModel) Generate(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.Message, error) {
+	var words []string
+	for _, m := range in {
+		if f := strings.Fields(m.Content); len(f) > 0 {
+			words = append(words, f[0])
+		}
+	}
+	return schema.AssistantMessage(fmt.Sprintf("%d messages: %s", len(in), strings.Join(words, " ")), nil), nil
+}
+
+func (s summaryModel) Stream(ctx context.Context, in []*schema.Message, opts ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	m, err := s.Generate(ctx, in, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return schema.StreamReaderFromArray([]*schema.Message{m}), nil
+}
+
+// persisted is a stored message by the fields both stores must agree on
+// (not the times).
+func persisted(m history.Message) string {
+	s := fmt.Sprintf("%d %s %s %q agent=%s status=%s", m.Seq, m.Role, m.RequestID, m.Content, m.Agent, m.Status)
+	if m.Interrupt != nil {
+		s += fmt.Sprintf(" interrupt=%s/%s %q", m.Interrupt.Agent, m.Interrupt.Tool, m.Interrupt.Question)
+	}
+	return s
+}
+
+// A shadow replay runs the worker's own run step: one conversation with
+// an interrupt, its resume, a message whose window holds the interrupted
+// answer's question, and compactions, run live by the worker (kfake,
+// FerretDB) and then replayed in shadow from the requests topic into
+// another database, ends with the same stored messages (status, agent,
+// interrupt), the same summaries, and a report whose every line is what
+// the worker persisted for that request.
+func TestAShadowReplayReportsWhatTheWorkerPersisted(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 90*time.Second)
+	e := newEnv(t)
+	uri := testenv.MongoURI(t)
+	client := testenv.MongoClient(t, uri)
+	liveDB, shadowDB := testenv.Name(t, "live"), testenv.Name(t, "shadow")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.Database(liveDB).Drop(ctx)
+		_ = client.Database(shadowDB).Drop(ctx)
+	})
+	live, err := history.NewMongoStore(ctx, client.Database(liveDB), history.MongoConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const window, compactTokens, compactKeep = 6, 60, 2
+	agent := []worker.Option{
+		worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+			return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "concierge", Description: "books tables", Model: windowModel{},
+				ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{worker.AskUser()}}}})
+		}),
+		worker.WithSummarizer(summaryModel{}),
+	}
+
+	id := events.Identity{Tenant: "acme", User: "ivy", Conversation: "dinner"}
+	contents := []string{"hello there", "book a table", "four", "what comes next", "and then", "tell me more", "one more thing", "last one"}
+	var msgs []kafka.Message
+	for i, c := range contents {
+		r := events.Request{V: 1, RequestID: fmt.Sprintf("r%d", i+1), Tenant: id.Tenant, User: id.User, Conversation: id.Conversation, Content: c}
+		if c == "four" {
+			r.ResumeOf = "r2" // the answer to the interrupt of "book a table"
+		}
+		b, err := events.EncodeRequest(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, kafka.Message{Key: []byte(id.Key()), Value: b})
+	}
+	e.produce(t, ctx, e.names.Requests, msgs...)
+
+	stop := e.startWorkerWith(t, ctx, live, func(c *worker.Config) {
+		c.WindowMessages, c.CompactTokens, c.CompactKeep = window, compactTokens, compactKeep
+	}, agent...)
+	liveMsgs := waitTurns(t, ctx, live, map[events.Identity]int{id: len(contents)})[id]
+	stop()
+
+	// The conversation has what the test is about: an interrupt, a window
+	// that holds its question, and a summary.
+	var interrupted, questionSeen bool
+	for _, m := range liveMsgs {
+		interrupted = interrupted || (m.Status == events.StatusInterrupted && m.Interrupt != nil && m.Interrupt.Question == "For how many?")
+		questionSeen = questionSeen || (m.RequestID == "r4" && m.Role == history.RoleAssistant && strings.Contains(m.Content, "a:For how many?"))
+	}
+	liveSum, found, err := live.Summary(ctx, id)
+	if err != nil || !found || !interrupted || !questionSeen {
+		t.Fatalf("the live conversation lacks an interrupt (%v), its question in a window (%v) or a summary (%v, %v):\n%s",
+			interrupted, questionSeen, found, err, strings.Join(mapSlice(liveMsgs, persisted), "\n"))
+	}
+
+	report := filepath.Join(e.dir, "equivalence.jsonl")
+	args := []string{"-mode", "shadow", "-kafka-brokers", strings.Join(e.brokers, ","), "-topic-prefix", e.prefix,
+		"-mongo-uri", uri, "-mongo-db", liveDB, "-shadow-mongo-db", shadowDB, "-report", report,
+		"-window", fmt.Sprint(window), "-compact-tokens", fmt.Sprint(compactTokens), "-compact-keep", fmt.Sprint(compactKeep)}
+	var stdout, stderr strings.Builder
+	if code := MainArgs(args, func(string) (string, bool) { return "", false }, &stdout, &stderr, agent...); code != 0 {
+		t.Fatalf("replay exit %d\n%s\n%s", code, stdout.String(), stderr.String())
+	}
+
+	shadow, err := history.NewMongoStore(ctx, client.Database(shadowDB), history.MongoConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := shadow.List(ctx, id, 0, history.MaxListLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(mapSlice(page.Messages, persisted), "\n"), strings.Join(mapSlice(liveMsgs, persisted), "\n"); got != want {
+		t.Errorf("the shadow store holds\n%s\nthe worker persisted\n%s", got, want)
+	}
+	if sum, found, err := shadow.Summary(ctx, id); err != nil || !found || sum.Through != liveSum.Through || sum.Text != liveSum.Text {
+		t.Errorf("the shadow summary %+v (%v, %v), the worker's %+v", sum, found, err, liveSum)
+	}
+
+	answers := map[string]history.Message{}
+	for _, m := range liveMsgs {
+		if m.Role == history.RoleAssistant {
+			answers[m.RequestID] = m
+		}
+	}
+	lines := readReport(t, report)
+	if len(lines) != len(contents) {
+		t.Fatalf("the report has %d lines, want %d", len(lines), len(contents))
+	}
+	for i, l := range lines {
+		w := answers[l.RequestID]
+		if l.RequestID != fmt.Sprintf("r%d", i+1) || l.Content != contents[i] || l.Status != string(w.Status) || l.Answer != w.Content || l.Agent != w.Agent {
+			t.Errorf("report line %d: %s %q: %s %q by %q; the worker persisted %s %q by %q",
+				i, l.RequestID, l.Content, l.Status, l.Answer, l.Agent, w.Status, w.Content, w.Agent)
+		}
+	}
+}
+
+// mapSlice applies f to each element of s.
+func mapSlice[T, U any](s []T, f func(T) U) []U {
+	out := make([]U, 0, len(s))
+	for _, v := range s {
+		out = append(out, f(v))
+	}
+	return out
 }

@@ -15,37 +15,37 @@ import (
 // Header names. The DLQ ones are the worker's (docs/api.md); the replay ones are
 // added to every redriven record.
 const (
-	HeaderDLQReason       = "turnpike-dlq-reason"
-	HeaderSourceTopic     = topic.HeaderSourceTopic
-	HeaderSourcePartition = topic.HeaderSourcePartition
-	HeaderSourceOffset    = topic.HeaderSourceOffset
-	HeaderDLQAttempts     = "turnpike-dlq-attempts"
+	headerDLQReason       = "turnpike-dlq-reason"
+	headerSourceTopic     = topic.HeaderSourceTopic
+	headerSourcePartition = topic.HeaderSourcePartition
+	headerSourceOffset    = topic.HeaderSourceOffset
+	headerDLQAttempts     = "turnpike-dlq-attempts"
 
-	HeaderReplayID              = "turnpike-replay-id"
-	HeaderReplaySourceTopic     = "turnpike-replay-source-topic"
-	HeaderReplaySourcePartition = "turnpike-replay-source-partition"
-	HeaderReplaySourceOffset    = "turnpike-replay-source-offset"
+	headerReplayID              = "turnpike-replay-id"
+	headerReplaySourceTopic     = "turnpike-replay-source-topic"
+	headerReplaySourcePartition = "turnpike-replay-source-partition"
+	headerReplaySourceOffset    = "turnpike-replay-source-offset"
 )
 
-// Coordinates locate one record.
-type Coordinates struct {
+// coordinates locate one record.
+type coordinates struct {
 	Topic     string    `json:"topic"`
 	Partition int       `json:"partition"`
 	Offset    int64     `json:"offset"`
 	Time      time.Time `json:"time,omitzero"`
 }
 
-func coordinatesOf(m kafka.Message) Coordinates {
-	return Coordinates{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Time: m.Time}
+func coordinatesOf(m kafka.Message) coordinates {
+	return coordinates{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Time: m.Time}
 }
 
 // origin returns the coordinates the worker saw the record at: its own, or
 // for a dead letter those of its turnpike-source-* headers (the DLQ keeps
 // the original timestamp). ok is false for a record that names no valid
 // origin, which then stands for itself.
-func origin(m kafka.Message) (c Coordinates, fromHeaders bool) {
+func origin(m kafka.Message) (c coordinates, fromHeaders bool) {
 	t, p, o, fromHeaders := topic.Origin(m)
-	return Coordinates{Topic: t, Partition: p, Offset: o, Time: m.Time}, fromHeaders
+	return coordinates{Topic: t, Partition: p, Offset: o, Time: m.Time}, fromHeaders
 }
 
 // decoded is a record decoded as the worker decodes it.
@@ -60,7 +60,7 @@ type decoded struct {
 // key matching the identity) and fills what the worker fills: the request
 // id derived from the record's origin, created_at from its timestamp, the
 // default strategy.
-func decodeRequest(m kafka.Message, at Coordinates, maxContent int) (decoded, error) {
+func decodeRequest(m kafka.Message, at coordinates, maxContent int) (decoded, error) {
 	req, err := events.DecodeRequest(m.Value, maxContent)
 	if err != nil {
 		return decoded{}, err
@@ -119,7 +119,7 @@ func newPartitionReader(brokers []string, topic string, partition int, start int
 
 // readRange calls fn with each record of partition r.Partition in
 // [r.Next, r.End), in order, until the end, an error of fn, or ctx ends.
-func readRange(ctx context.Context, brokers []string, topic string, r Range, fn func(kafka.Message) error) error {
+func readRange(ctx context.Context, brokers []string, topic string, r partitionRange, fn func(kafka.Message) error) error {
 	if r.Next >= r.End {
 		return nil
 	}

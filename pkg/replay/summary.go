@@ -12,8 +12,8 @@ import (
 	"time"
 )
 
-// Summary is what a replay did. It is plain data.
-type Summary struct {
+// summary is what a replay did. It is plain data.
+type summary struct {
 	Mode     string `json:"mode"`
 	ReplayID string `json:"replay_id"`
 	Topic    string `json:"topic"`
@@ -52,30 +52,30 @@ type Summary struct {
 	Incomplete int64            `json:"incomplete,omitempty"`
 	Failed     int64            `json:"failed,omitempty"`
 	Tokens     int64            `json:"tokens,omitempty"`
-	Latency    *Latency         `json:"latency,omitempty"`
+	Latency    *latency         `json:"latency,omitempty"`
 
 	Elapsed       time.Duration `json:"elapsed_ns"`
 	RecordsPerSec float64       `json:"records_per_sec"`
 	// Raw is the plain read of the same selection (MeasureRaw).
-	Raw *RawResult `json:"raw,omitempty"`
+	Raw *rawResult `json:"raw,omitempty"`
 	// RatioToRaw is RecordsPerSec ÷ Raw.RecordsPerSec.
 	RatioToRaw float64 `json:"ratio_to_raw,omitempty"`
 
 	// Partitions are the per-partition counts of a dry run.
-	Partitions []PartitionCount `json:"partitions,omitempty"`
+	Partitions []partitionCount `json:"partitions,omitempty"`
 	// Sample holds the first records of a dry run.
-	Sample []Line `json:"sample,omitempty"`
+	Sample []reportLine `json:"sample,omitempty"`
 }
 
-// PartitionCount is one partition of a dry run.
-type PartitionCount struct {
-	Range
+// partitionCount is one partition of a dry run.
+type partitionCount struct {
+	partitionRange
 	Scanned  int64 `json:"scanned"`
 	Selected int64 `json:"selected"`
 }
 
-// Latency summarises the run times of shadow requests.
-type Latency struct {
+// latency summarises the run times of shadow requests.
+type latency struct {
 	P50 time.Duration `json:"p50_ns"`
 	P90 time.Duration `json:"p90_ns"`
 	P99 time.Duration `json:"p99_ns"`
@@ -117,7 +117,7 @@ func (l *latencies) add(d time.Duration) {
 	}
 }
 
-func (l *latencies) summary() *Latency {
+func (l *latencies) summary() *latency {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.d) == 0 {
@@ -125,11 +125,11 @@ func (l *latencies) summary() *Latency {
 	}
 	sort.Slice(l.d, func(i, j int) bool { return l.d[i] < l.d[j] })
 	q := func(p float64) time.Duration { return l.d[min(len(l.d)-1, int(p*float64(len(l.d))))] }
-	return &Latency{P50: q(0.50), P90: q(0.90), P99: q(0.99), Max: l.max}
+	return &latency{P50: q(0.50), P90: q(0.90), P99: q(0.99), Max: l.max}
 }
 
 // WriteText writes the summary for people.
-func (s *Summary) WriteText(w io.Writer) error {
+func (s *summary) WriteText(w io.Writer) error {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	switch {
@@ -153,10 +153,10 @@ func (s *Summary) WriteText(w io.Writer) error {
 	p("\n")
 	switch {
 	case s.DryRun:
-	case s.Mode == ModeRedrive:
+	case s.Mode == modeRedrive:
 		p("  published %d (derived ids %d, re-runs under a fresh id %d, undecodable byte for byte %d), skipped as already decided %d\n",
 			s.Published, s.Derived, s.Reruns, s.Invalid, s.Skipped)
-	case s.Mode == ModeShadow:
+	case s.Mode == modeShadow:
 		p("  completed %d, incomplete %d, failed %d; tokens %d\n", s.Completed, s.Incomplete, s.Failed, s.Tokens)
 		if len(s.Statuses) > 0 {
 			var parts []string

@@ -27,7 +27,7 @@ type trackedOffset struct {
 	done bool
 }
 
-func newTracker(r Range) *tracker { return &tracker{next: r.Next, end: r.End} }
+func newTracker(r partitionRange) *tracker { return &tracker{next: r.Next, end: r.End} }
 
 // read notes a record read (offsets ascend).
 func (t *tracker) read(off int64) {
