@@ -107,4 +107,9 @@ func TestShadowReplayRunsAGoAgent(t *testing.T) {
 		func(string) (string, bool) { return "", false }, &stdout, &stderr, hooksOnly); code != 2 || !strings.Contains(stderr.String(), "hook") {
 		t.Errorf("a hook without an agent: exit %d, %q; want 2 naming the hook", code, stderr.String())
 	}
+	stderr.Reset()
+	if code := replay.MainArgs([]string{"-mode", "shadow", "-agent", "direct", "-kafka-brokers", strings.Join(stack.Brokers, ","), "-report", report + "3"},
+		func(string) (string, bool) { return "", false }, &stdout, &stderr, agent); code != 2 || !strings.Contains(stderr.String(), "agent direct") {
+		t.Errorf("-agent direct beside a Go agent: exit %d, %q; want 2 naming -agent direct", code, stderr.String())
+	}
 }
