@@ -12,9 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/server"
 	"github.com/turnpike-dev/turnpike/internal/tracing"
+	"github.com/turnpike-dev/turnpike/pkg/auth"
 )
 
 // retryAfter is the Retry-After of a 503.

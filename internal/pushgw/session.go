@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/server"
+	"github.com/turnpike-dev/turnpike/pkg/auth"
 )
 
 // session is the transport-independent half of one client connection,

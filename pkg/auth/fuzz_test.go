@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/pkg/auth"
 )
 
 // FuzzVerify signs arbitrary headers and claims with the secret, so that

@@ -314,7 +314,7 @@ func clip(s string) string {
 // Mint signs a token for tenant/user valid for ttl from now: claims sub,
 // tenant (omitted for DefaultTenant), iat and exp. exp keeps sub-second
 // precision when ttl has it. The devstack uses it to print a ready dev
-// token; tests use it too.
+// token; a team's sign-in service mints its users' tokens with it.
 func Mint(secret, tenant, user string, ttl time.Duration, now time.Time) (string, error) {
 	if len(secret) < MinSecretBytes {
 		return "", fmt.Errorf("mint token: secret of %d bytes, at least %d required", len(secret), MinSecretBytes)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/pkg/auth"
 )
 
 // Claims are decoded exactly: a token an attacker shaped to be read as

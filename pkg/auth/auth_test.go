@@ -15,7 +15,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/pkg/auth"
 )
 
 const secret = "0123456789abcdef0123456789abcdef" // 32 bytes, the minimum
