@@ -35,7 +35,7 @@ import (
 // The connection benchmarks are not tests: they run only with -bench, for
 // minutes, and measure the machine. BENCHMARKS.md has their figures:
 //
-//	go test -run '^$' -bench 'IdleConnections|FanoutLatency|StreamReadCost' -benchtime 1x -timeout 30m ./internal/pushgw/
+//	go test -run '^$' -bench 'IdleConnections|FanoutLatency|StreamReadCost' -benchtime 1x -timeout 30m ./pkg/pushgw/
 //
 // The gateway runs alone in the test process (so -cpuprofile and
 // -memprofile profile the gateway only); the broker, the producer and the
