@@ -367,3 +367,48 @@ func TestTheQuestionIsTheRootCausesInfoElseTheInterruptsData(t *testing.T) {
 		})
 	}
 }
+
+// Usage counts wherever a model reports it: on the tool-call chunk itself,
+// on a whole tool-call message, in a trailing chunk. A run whose every
+// model call ended in a tool call still has the usage of those calls.
+func TestUsageCountsWhereverTheModelReportsIt(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		steps []step
+		want  events.Usage
+	}{
+		{"Usage on the tool-call chunk itself counts.", []step{
+			{agent: "a", chunks: []*schema.Message{text("Let me check. "), withUsage(toolCall(), 10, 1)}},
+			{agent: "a", role: schema.Tool, whole: schema.ToolMessage("12:00", "call-1")},
+			{agent: "a", chunks: []*schema.Message{text("noon"), withUsage(text(""), 20, 8)}},
+		}, events.Usage{PromptTokens: 30, CompletionTokens: 9, TotalTokens: 39}},
+		{"Usage on a whole tool-call message counts.", []step{
+			{agent: "a", whole: withUsage(toolCall(), 10, 1)},
+			{agent: "a", role: schema.Tool, whole: schema.ToolMessage("12:00", "call-1")},
+			{agent: "a", whole: withUsage(text("noon"), 20, 8)},
+		}, events.Usage{PromptTokens: 30, CompletionTokens: 9, TotalTokens: 39}},
+		{"Usage on the tool-call chunk and again, cumulative, after it counts once.", []step{
+			{agent: "a", chunks: []*schema.Message{withUsage(toolCall(), 10, 1), withUsage(text(""), 10, 2)}},
+			{agent: "a", role: schema.Tool, whole: schema.ToolMessage("12:00", "call-1")},
+			{agent: "a", chunks: []*schema.Message{withUsage(text("noon"), 20, 8)}},
+		}, events.Usage{PromptTokens: 30, CompletionTokens: 10, TotalTokens: 40}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			sink := &recordingSink{}
+			iter, done := script(ctx, tt.steps...)
+			turn := &answerTurn{}
+			res, err := newBridge(t, sink, nil).Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+			<-done
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Usage == nil || res.Usage.TotalTokens != int(tt.want.TotalTokens) || len(turn.answers) != 1 || turn.answers[0].Usage == nil || *turn.answers[0].Usage != tt.want {
+				t.Fatalf("usage %+v, persisted %+v; want %+v", res.Usage, turn.answers, tt.want)
+			}
+		})
+	}
+}

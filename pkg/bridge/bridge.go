@@ -472,7 +472,15 @@ func (r *runner) message(src Source, base item, m *schema.Message, whole bool) b
 	}
 	if len(m.ToolCalls) > 0 {
 		r.cfg.OnSkip(Skip{Source: src, Reason: "tool-call"})
-		return r.send(item{kind: itemToolCall, msg: base.msg})
+		if !r.send(item{kind: itemToolCall, msg: base.msg}) {
+			return false
+		}
+		// A model may report its usage on the tool-call chunk itself (or
+		// on a whole tool-call message): it counts like any other.
+		if rm := m.ResponseMeta; rm != nil && rm.Usage != nil {
+			return r.send(item{kind: itemUsage, msg: base.msg, agent: base.agent, usage: rm.Usage})
+		}
+		return true
 	}
 	if m.Content != "" {
 		it := base

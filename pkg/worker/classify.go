@@ -10,7 +10,6 @@ import (
 	goopenai "github.com/meguminnnnnnnnn/go-openai"
 
 	"github.com/turnpike-dev/turnpike/pkg/bridge"
-	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 )
 
@@ -44,7 +43,7 @@ func classify(err error) class {
 		return classAbandoned
 	case errors.Is(err, history.ErrFenced):
 		return classFenced
-	case errors.Is(err, events.ErrInvalid):
+	case isPermanent(err):
 		return classPermanent
 	case errors.Is(err, bridge.ErrModelRetry), errors.As(err, new(retryRecord)):
 		return classRetryRecord

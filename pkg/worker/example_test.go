@@ -15,6 +15,7 @@ import (
 
 	"github.com/turnpike-dev/turnpike/pkg/bridge"
 	"github.com/turnpike-dev/turnpike/pkg/echo"
+	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
@@ -106,7 +107,10 @@ func ExampleWithTransientErrors() {
 func ExamplePermanent() {
 	err := worker.Permanent(errors.New("no agent for tenant acme"))
 	fmt.Println(err)
-	// Output: invalid: no agent for tenant acme
+	fmt.Println(errors.Is(err, events.ErrInvalid))
+	// Output:
+	// no agent for tenant acme
+	// true
 }
 
 // A worker run from Go, stopped by its context.

@@ -32,8 +32,8 @@ func goAgents(o *options, d deps) *agents {
 			err = errors.New("the agent factory returned no agent")
 		}
 		if err != nil {
-			// Retried like a model error; classify dead-letters one that
-			// wraps events.ErrInvalid (Permanent) at once.
+			// Retried like a model error; classify dead-letters one marked
+			// Permanent at once.
 			return nil, retryRecord{err}
 		}
 		return ag, nil
@@ -68,7 +68,7 @@ func (a *agents) resumeValue(ctx context.Context, r Resume) (any, error) {
 	}
 	v, err := a.resume(ctx, r)
 	switch {
-	case errors.Is(err, events.ErrInvalid):
+	case isPermanent(err):
 		return nil, badAnswer{err}
 	case err != nil:
 		return nil, retryRecord{err}
@@ -92,7 +92,7 @@ type badAnswer struct{ error }
 func (e badAnswer) Unwrap() error { return e.error }
 
 // notice is the rejected resume's notice: the hook's error, without the
-// "invalid: " that marks it refused (Permanent).
+// "invalid: " of one that wraps events.ErrInvalid.
 func (e badAnswer) notice() string {
 	return "Answer rejected: " + strings.TrimPrefix(e.Error(), events.ErrInvalid.Error()+": ")
 }

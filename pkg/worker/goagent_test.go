@@ -272,7 +272,7 @@ func TestDeadLettersOfACustomAgent(t *testing.T) {
 	c := stack.Client("judy")
 	want := map[string]struct{ reason, attempts string }{}
 	for conv, w := range map[string]struct{ reason, attempts string }{
-		"bad":         {"build agent: invalid: no agent for this tenant", "1"},
+		"bad":         {"build agent: no agent for this tenant", "1"},
 		"unreachable": {"build agent: tenant config unreachable", "2"},
 		"flaky":       {errFlaky.Error(), "2"},
 	} {

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 
@@ -71,8 +70,30 @@ type Resume struct {
 // Permanent marks err as one that retrying cannot help: an AgentFactory
 // error dead-letters the request at once, and a resume hook's error
 // rejects the resume (the interrupt stays pending and the user may answer
-// again).
-func Permanent(err error) error { return fmt.Errorf("%w: %w", events.ErrInvalid, err) }
+// again). Its message is err's own, so that the dead letter's reason is the
+// factory's error; it matches events.ErrInvalid under errors.Is, and an
+// error of yours that wraps events.ErrInvalid is treated the same.
+// Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// permanentError is Permanent's mark.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Is makes a Permanent error match events.ErrInvalid, as it did when
+// Permanent wrapped it.
+func (e permanentError) Is(target error) bool { return target == events.ErrInvalid }
+
+// isPermanent says whether err is marked Permanent or wraps
+// events.ErrInvalid (a Permanent error matches it).
+func isPermanent(err error) bool { return errors.Is(err, events.ErrInvalid) }
 
 // An Option sets an agent or a hook of the worker.
 type Option func(*options)
@@ -197,7 +218,7 @@ func WithSummarizer(m model.BaseChatModel) Option {
 }
 
 // WithModelLabel labels each agent's token usage in the metrics
-// (turnpike_worker_model_tokens_total{model}). Default "custom".
+// (turnpike_worker_model_tokens_total{kind,model}). Default "custom".
 func WithModelLabel(label func(agent string) string) Option {
 	return func(o *options) { o.modelLabel, o.hooks = label, true }
 }
