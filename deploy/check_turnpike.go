@@ -29,7 +29,7 @@ const (
 	// kafkaWriteTimeout is the WriteTimeout of internal/topic.StreamWriter:
 	// the longest flush of the worker's writers.
 	kafkaWriteTimeout = 10 * time.Second
-	// pushgwCloseTime is internal/pushgw's DefaultWriteTimeout of the close
+	// pushgwCloseTime is pkg/pushgw's DefaultWriteTimeout of the close
 	// frame plus its closeLinger for the peer's answer.
 	pushgwCloseTime = 10*time.Second + time.Second
 	// graceMargin is what a terminationGracePeriodSeconds keeps beyond

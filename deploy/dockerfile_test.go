@@ -256,7 +256,7 @@ func TestTheBuildContextHoldsEverythingTheBinariesNeed(t *testing.T) {
 			}
 		}
 	}
-	if !slices.Contains(deps, "github.com/turnpike-dev/turnpike/internal/service") {
+	if !slices.Contains(deps, "github.com/turnpike-dev/turnpike/pkg/ingest") {
 		t.Errorf("go list -deps missed the services' own packages: %v", deps)
 	}
 }

@@ -128,9 +128,9 @@ func TestShutdownConstantsMirrorTheCode(t *testing.T) {
 	if got := constDuration(t, "internal/server/pprof.go", "ShutdownGrace"); got != serverShutdownGrace {
 		t.Errorf("internal/server ShutdownGrace %v, serverShutdownGrace %v", got, serverShutdownGrace)
 	}
-	closeTime := constDuration(t, "internal/pushgw/config.go", "DefaultWriteTimeout") + constDuration(t, "internal/pushgw/client.go", "closeLinger")
+	closeTime := constDuration(t, "pkg/pushgw/config.go", "DefaultWriteTimeout") + constDuration(t, "pkg/pushgw/client.go", "closeLinger")
 	if closeTime != pushgwCloseTime {
-		t.Errorf("internal/pushgw closes a client in up to %v, pushgwCloseTime %v", closeTime, pushgwCloseTime)
+		t.Errorf("pkg/pushgw closes a client in up to %v, pushgwCloseTime %v", closeTime, pushgwCloseTime)
 	}
 	var write time.Duration
 	ast.Inspect(parseRepoFile(t, "internal/topic/stream.go"), func(n ast.Node) bool {

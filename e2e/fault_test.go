@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -21,14 +22,15 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/embedded"
-	"github.com/turnpike-dev/turnpike/internal/service"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/auth"
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
+	"github.com/turnpike-dev/turnpike/pkg/ingest"
+	"github.com/turnpike-dev/turnpike/pkg/pushgw"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
@@ -49,24 +51,45 @@ func runServiceProcess(role string) int {
 		fmt.Fprintln(os.Stderr, role+":", err)
 		return 2
 	}
-	var (
-		cfg service.Configurable
-		run func(ctx context.Context, env service.Env) error
-	)
+	var run func(ctx context.Context) error
 	switch role {
 	case "ingest":
-		c := &service.IngestConfig{}
-		cfg, run = c, func(ctx context.Context, env service.Env) error { return service.RunIngest(ctx, *c, env, ln) }
+		c, err := ingest.LoadConfig(nil, os.LookupEnv)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, role+":", err)
+			return 2
+		}
+		s, err := ingest.New(c, ingest.WithListener(ln))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, role+":", err)
+			return 1
+		}
+		run = s.Run
 	case "worker":
 		return runWorkerProcess(ln)
 	case "pushgw":
-		c := &service.PushgwConfig{}
-		cfg, run = c, func(ctx context.Context, env service.Env) error { return service.RunPushgw(ctx, *c, env, ln) }
+		c, err := pushgw.LoadConfig(nil, os.LookupEnv)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, role+":", err)
+			return 2
+		}
+		s, err := pushgw.New(c, pushgw.WithListener(ln))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, role+":", err)
+			return 1
+		}
+		run = s.Run
 	default:
 		fmt.Fprintln(os.Stderr, "unknown role", role)
 		return 2
 	}
-	return service.Main(role, nil, os.LookupEnv, os.Stderr, cfg, run)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, role+" stopped:", err)
+		return 1
+	}
+	return 0
 }
 
 // runWorkerProcess runs the worker as cmd/worker does (pkg/worker's
@@ -563,13 +586,17 @@ func (f *faultStack) ingest(t *testing.T, tenant, user string) *client.Client {
 	t.Helper()
 	const secret = "fault-test-secret-that-is-32-bytes-long"
 	ln := loopback(t)
-	var c service.IngestConfig
+	c := ingest.DefaultConfig()
 	c.Brokers, c.MongoURI, c.MongoDB = []string{f.kafka.Addr()}, f.mongoURI(), f.db
-	c.AuthSecret, c.TopicPrefix, c.Model = secret, f.prefix, "echo"
-	c.Ingest.RatePerSecond = -1
+	c.AuthSecret, c.TopicPrefix = secret, f.prefix
+	c.RatePerSecond, c.LogLevel = -1, "error"
+	s, err := ingest.New(c, ingest.WithListener(ln), ingest.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- service.RunIngest(ctx, c, service.Env{}, ln) }()
+	go func() { done <- s.Run(ctx) }()
 	t.Cleanup(func() {
 		stop()
 		if err := <-done; err != nil {

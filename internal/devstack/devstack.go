@@ -16,12 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/turnpike-dev/turnpike/internal/auth"
 	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
 	"github.com/turnpike-dev/turnpike/internal/server"
 	"github.com/turnpike-dev/turnpike/internal/service"
 	"github.com/turnpike-dev/turnpike/internal/webui"
+	"github.com/turnpike-dev/turnpike/pkg/auth"
+	"github.com/turnpike-dev/turnpike/pkg/ingest"
+	"github.com/turnpike-dev/turnpike/pkg/pushgw"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
@@ -63,8 +65,11 @@ type Config struct {
 	// every interface or on loopback, else on the gateway's address.
 	PublicStreamURL string
 
-	Ingest service.IngestConfig
-	Pushgw service.PushgwConfig
+	// Ingest and Pushgw configure ingest and the push gateway; the
+	// devstack sets their brokers, MongoDB, topics, secret, logs and
+	// tracing from Shared, their listeners, and the demo page's settings.
+	Ingest ingest.Config
+	Pushgw pushgw.Config
 	// Worker configures the worker; the devstack sets its brokers,
 	// MongoDB, topics, logs and tracing from Shared, and it serves no ops
 	// endpoints or pprof of its own (the ingest port serves the
@@ -95,8 +100,8 @@ func (c *Config) Bind(set *flagenv.Set) {
 	set.String(&c.PublicStreamURL, "public-stream-url", "TURNPIKE_PUBLIC_STREAM_URL", "",
 		"push gateway WebSocket URL for the demo page; {host} is the page's host name (default: the gateway's listener)")
 	set.Fail(c.Worker.RegisterFlags(set.FlagSet(), set.Lookup(), c.WorkerOptions...))
-	c.Ingest.Ingest.BindFlags(set)
-	c.Pushgw.Pushgw.BindFlags(set)
+	set.Fail(c.Ingest.RegisterFlags(set.FlagSet(), set.Lookup()))
+	set.Fail(c.Pushgw.RegisterFlags(set.FlagSet(), set.Lookup()))
 }
 
 // Listeners lets tests hand in listeners on random ports; nil fields are
@@ -290,25 +295,22 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	const parts = 3
 	readyc := make(chan struct{}, parts)
-	env := func(name string) service.Env {
+	readyHook := func() func() {
 		var once sync.Once
-		return service.Env{Logger: log.With(slog.String("service", name)), Registry: reg, Ready: func() {
-			once.Do(func() { readyc <- struct{}{} })
-		}}
+		return func() { once.Do(func() { readyc <- struct{}{} }) }
 	}
-	ic, pc := c.Ingest, c.Pushgw
-	ic.Shared, pc.Shared = c.Shared, c.Shared
-	ic.PprofAddr, pc.PprofAddr = "", "" // one for the process, below
+	partLog := func(name string) *slog.Logger { return log.With(slog.String("service", name)) }
+	ic, pc := c.ingestConfig(), c.pushgwConfig()
 	wc := c.workerConfig()
-	ic.Ingest.MaxContentBytes = wc.MaxContentBytes // one flag for both
+	ic.MaxContentBytes = wc.MaxContentBytes // one flag for both
 	// The demo page signs in by picking a user: the devstack mints tokens.
-	ic.Ingest.DevTokens = true
+	ic.DevTokens = true
 	ic.PublicStreamURL = cmp.Or(c.PublicStreamURL, pageStreamURL(st.PushgwAddr))
 	// Browser pages allowed: the demo page's own origins and the ones
 	// configured for the gateway; the dev-token endpoint takes the same.
-	pc.Pushgw.AllowedOrigins = append(pageOrigins(st.IngestAddr), pc.Pushgw.AllowedOrigins...)
-	ic.Ingest.DevTokenOrigins = pc.Pushgw.AllowedOrigins
-	ic.Ingest.DevTokensRemote = c.DevTokensRemote
+	pc.AllowedOrigins = append(pageOrigins(st.IngestAddr), pc.AllowedOrigins...)
+	ic.DevTokenOrigins = pc.AllowedOrigins
+	ic.DevTokensRemote = c.DevTokensRemote
 
 	// The push gateway outlives ingest and worker so that the events of
 	// draining runs still reach clients. A failure anywhere stops it all.
@@ -329,11 +331,22 @@ func Run(ctx context.Context, c Config, lns Listeners, log *slog.Logger, ready f
 		return err
 	}
 	var front, back errgroup.Group
-	back.Go(func() error { return fail(service.RunPushgw(pushCtx, pc, env("pushgw"), lns.Pushgw)) })
-	front.Go(func() error { return fail(service.RunIngest(frontCtx, ic, env("ingest"), lns.Ingest)) })
+	back.Go(func() error {
+		gw, err := pushgw.New(pc, pushgw.WithLogger(partLog("pushgw")), pushgw.WithRegistry(reg), pushgw.WithReady(readyHook()), pushgw.WithListener(lns.Pushgw))
+		if err == nil {
+			err = gw.Run(pushCtx)
+		}
+		return fail(err)
+	})
 	front.Go(func() error {
-		we := env("worker")
-		opts := append(slices.Clip(c.WorkerOptions), worker.WithLogger(we.Logger), worker.WithRegistry(reg), worker.WithReady(we.Ready))
+		in, err := ingest.New(ic, ingest.WithLogger(partLog("ingest")), ingest.WithRegistry(reg), ingest.WithReady(readyHook()), ingest.WithListener(lns.Ingest))
+		if err == nil {
+			err = in.Run(frontCtx)
+		}
+		return fail(err)
+	})
+	front.Go(func() error {
+		opts := append(slices.Clip(c.WorkerOptions), worker.WithLogger(partLog("worker")), worker.WithRegistry(reg), worker.WithReady(readyHook()))
 		w, err := worker.New(wc, opts...)
 		if err == nil {
 			err = w.Run(frontCtx)
@@ -378,6 +391,27 @@ func (c Config) workerConfig() worker.Config {
 	}
 	w.Addr, w.PprofAddr = "", ""
 	return w
+}
+
+// ingestConfig is ingest's configuration: c.Ingest with the settings
+// every part shares taken from c.Shared, and no address or pprof of its
+// own (the devstack hands it its listener).
+func (c Config) ingestConfig() ingest.Config {
+	i := c.Ingest
+	i.Brokers, i.MongoURI, i.MongoDB, i.MongoPool, i.AuthSecret = c.Brokers, c.MongoURI, c.MongoDB, c.MongoPool, c.AuthSecret
+	i.TopicPrefix, i.Partitions, i.LogLevel, i.LogFormat = c.TopicPrefix, c.Partitions, c.LogLevel, c.LogFormat
+	i.OTLPEndpoint, i.TraceSampleRatio = c.OTLPEndpoint, c.TraceSampleRatio
+	i.Addr, i.PprofAddr = "", ""
+	return i
+}
+
+// pushgwConfig is the push gateway's configuration, as ingestConfig.
+func (c Config) pushgwConfig() pushgw.Config {
+	p := c.Pushgw
+	p.Brokers, p.AuthSecret, p.TopicPrefix, p.Partitions = c.Brokers, c.AuthSecret, c.TopicPrefix, c.Partitions
+	p.LogLevel, p.LogFormat = c.LogLevel, c.LogFormat
+	p.Addr, p.PprofAddr = "", ""
+	return p
 }
 
 // SharedOf is the shared settings of a worker configuration, for a

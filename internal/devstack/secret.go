@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/turnpike-dev/turnpike/internal/auth"
+	"github.com/turnpike-dev/turnpike/pkg/auth"
 )
 
 // SecretFile is the file in the data directory that keeps the auth secret

@@ -1,6 +1,5 @@
-// Package service wires Turnpike's services from their configuration: the
-// settings every binary shares (Kafka, MongoDB, auth, topics, model,
-// logging), and one Run function per service that cmd/ingest, cmd/worker,
-// cmd/pushgw and cmd/devstack call. Each Run owns what it opens and closes
-// it, in order, before returning.
+// Package service holds what is left of the services' wiring: the shared
+// settings (Shared) that cmd/replay reads. Ingest and the push gateway are
+// pkg/ingest and pkg/pushgw, the worker pkg/worker; this package goes
+// when the replay takes its settings into pkg/replay.
 package service

@@ -15,17 +15,17 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/turnpike-dev/turnpike/internal/auth"
-	"github.com/turnpike-dev/turnpike/internal/service"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/pkg/auth"
 	"github.com/turnpike-dev/turnpike/pkg/client"
+	"github.com/turnpike-dev/turnpike/pkg/pushgw"
 )
 
 // sseGateway is a push gateway of the test's own on a fixed loopback
 // address, which the test stops and starts again.
 type sseGateway struct {
 	t      *testing.T
-	cfg    service.PushgwConfig
+	cfg    pushgw.Config
 	addr   string
 	reg    *prometheus.Registry
 	cancel context.CancelFunc
@@ -52,7 +52,11 @@ func (g *sseGateway) start() {
 	ready := make(chan struct{})
 	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
-		g.done <- service.RunPushgw(ctx, g.cfg, service.Env{Logger: log, Registry: g.reg, Ready: func() { close(ready) }}, ln)
+		s, err := pushgw.New(g.cfg, pushgw.WithLogger(log), pushgw.WithRegistry(g.reg), pushgw.WithReady(func() { close(ready) }), pushgw.WithListener(ln))
+		if err == nil {
+			err = s.Run(ctx)
+		}
+		g.done <- err
 	}()
 	select {
 	case <-ready:
@@ -87,10 +91,10 @@ func TestBrowserEventSourceResumesAcrossAGatewayRestart(t *testing.T) {
 	ctx := newBrowser(t, chromium, "net::ERR_CONNECTION_REFUSED", "status of 404 (Not Found)")
 
 	gw := &sseGateway{t: t}
-	gw.cfg.Shared = cfg.Shared
-	gw.cfg.Brokers, gw.cfg.AuthSecret, gw.cfg.MongoURI = st.Brokers, st.AuthSecret, st.MongoURI
-	gw.cfg.Pushgw.SSERetry = 200 * time.Millisecond
-	gw.cfg.Pushgw.AllowedOrigins = []string{"http://" + st.IngestAddr} // the page's origin
+	gw.cfg.TopicPrefix, gw.cfg.Partitions, gw.cfg.LogLevel = cfg.TopicPrefix, cfg.Partitions, cfg.LogLevel
+	gw.cfg.Brokers, gw.cfg.AuthSecret = st.Brokers, st.AuthSecret
+	gw.cfg.SSERetry = 200 * time.Millisecond
+	gw.cfg.AllowedOrigins = []string{"http://" + st.IngestAddr} // the page's origin
 	gw.start()
 	t.Cleanup(func() { gw.stop() })
 

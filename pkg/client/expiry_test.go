@@ -17,13 +17,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/turnpike-dev/turnpike/internal/auth"
-	"github.com/turnpike-dev/turnpike/internal/pushgw"
 	"github.com/turnpike-dev/turnpike/internal/server"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/auth"
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/pushgw"
 )
 
 const gatewaySecret = "client-test-secret-0123456789abcdef"
@@ -103,21 +103,17 @@ func startGateway(t *testing.T, ctx context.Context, to server.Timeouts) *gatewa
 	if err := topic.Ensure(ctx, brokers, 4, stream); err != nil {
 		t.Fatalf("ensure topic: %v", err)
 	}
-	v, err := auth.NewVerifier(gatewaySecret, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	gw, err := pushgw.New(pushgw.Config{Brokers: brokers, Topic: stream}, v, prometheus.NewRegistry(), log)
+	ready := make(chan struct{})
+	gw, err := pushgw.New(pushgw.Config{Brokers: brokers, Topic: stream, AuthSecret: gatewaySecret, Partitions: 4},
+		pushgw.WithRegistry(prometheus.NewRegistry()), pushgw.WithLogger(log), pushgw.WithReady(func() { close(ready) }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	runErr := make(chan error, 1)
 	go func() { runErr <- gw.Run(runCtx) }()
-	mux := http.NewServeMux()
-	mux.Handle("/v1/stream", gw)
-	mux.HandleFunc(pushgw.EventsPath, gw.ServeEvents)
+	mux := gw.Handler()
 	tcp, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -140,14 +136,12 @@ func startGateway(t *testing.T, ctx context.Context, to server.Timeouts) *gatewa
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	for gw.Ready(ctx) != nil {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("gateway not ready: %v", ctx.Err())
-		case err := <-runErr:
-			t.Fatalf("Run returned early: %v", err)
-		case <-time.After(10 * time.Millisecond):
-		}
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		t.Fatalf("gateway not ready: %v", ctx.Err())
+	case err := <-runErr:
+		t.Fatalf("Run returned early: %v", err)
 	}
 	return g
 }

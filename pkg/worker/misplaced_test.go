@@ -18,11 +18,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/turnpike-dev/turnpike/internal/embedded"
-	"github.com/turnpike-dev/turnpike/internal/ingest"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
+	"github.com/turnpike-dev/turnpike/pkg/ingest"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 

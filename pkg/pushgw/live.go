@@ -1,0 +1,189 @@
+package pushgw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/turnpike-dev/turnpike/internal/topic"
+)
+
+// Start-up retry delays while the stream topic is unreachable.
+const (
+	startRetryMin = 100 * time.Millisecond
+	startRetryMax = 5 * time.Second
+)
+
+// newReader returns a reader of one partition of the stream topic, without
+// consumer group (nothing is committed).
+func (g *gateway) newReader(partition int, maxWait time.Duration) (*kafka.Reader, error) {
+	return topic.PartitionReader(g.cfg.Brokers, g.cfg.Topic, partition, maxWait, func(msg string, args ...any) {
+		g.log.Warn("kafka reader: "+fmt.Sprintf(msg, args...), "partition", partition)
+	})
+}
+
+// newLiveReader returns the live reader of partition, positioned at start.
+func (g *gateway) newLiveReader(partition int, start int64) (*kafka.Reader, error) {
+	r, err := g.newReader(partition, topic.LiveMaxWait)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.SetOffset(start); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("live reader %d: seek: %w", partition, err)
+	}
+	return r, nil
+}
+
+// readLive feeds h with the records of r (partition's live reader) until
+// ctx ends (then it returns nil). It closes r. Fetch errors are retried (the
+// reader backs off and resumes at its offset, so nothing is skipped); while
+// they last, Ready reports the gateway unready.
+func (g *gateway) readLive(ctx context.Context, h *hub, partition int, r *kafka.Reader) error {
+	defer r.Close()
+	failing := false
+	defer func() {
+		if failing {
+			g.failingReaders.Add(-1)
+		}
+	}()
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, io.EOF) {
+				return fmt.Errorf("live reader %d: closed", partition)
+			}
+			if !failing {
+				failing = true
+				g.failingReaders.Add(1)
+			}
+			g.log.Warn("live reader: fetch failed, retrying", "partition", partition, "err", err)
+			continue
+		}
+		if failing {
+			failing = false
+			g.failingReaders.Add(-1)
+		}
+		if g.beforeDispatch != nil {
+			g.beforeDispatch(partition, m.Offset)
+		}
+		h.dispatch(partition, m.Offset, m.Key, m.Value, m.Time)
+	}
+}
+
+// awaitStartPositions returns the live start offset of every partition of
+// the stream topic, retrying while Kafka or the topic is not there yet. It
+// fails only when ctx ends.
+func (g *gateway) awaitStartPositions(ctx context.Context) (map[int]int64, error) {
+	delay := startRetryMin
+	for {
+		starts, err := g.startPositions(ctx)
+		if err == nil {
+			return starts, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		g.log.Warn("push gateway: stream topic not readable yet", "topic", g.cfg.Topic, "err", err, "retry_in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		delay = min(2*delay, startRetryMax)
+	}
+}
+
+// startPositions returns the end offset of every partition of the topic:
+// where its live reader starts.
+func (g *gateway) startPositions(ctx context.Context) (map[int]int64, error) {
+	md, err := g.kafka.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{g.cfg.Topic}})
+	if err != nil {
+		return nil, fmt.Errorf("metadata %s: %w", g.cfg.Topic, err)
+	}
+	var reqs []kafka.OffsetRequest
+	for _, t := range md.Topics {
+		if t.Name != g.cfg.Topic {
+			continue
+		}
+		if t.Error != nil {
+			return nil, fmt.Errorf("metadata %s: %w", g.cfg.Topic, t.Error)
+		}
+		for _, p := range t.Partitions {
+			reqs = append(reqs, kafka.LastOffsetOf(p.ID))
+		}
+	}
+	if len(reqs) == 0 {
+		return nil, fmt.Errorf("metadata %s: no partitions", g.cfg.Topic)
+	}
+	offs, err := g.listOffsets(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	starts := make(map[int]int64, len(offs))
+	for _, po := range offs {
+		starts[po.Partition] = po.LastOffset
+	}
+	for _, r := range reqs {
+		if _, ok := starts[r.Partition]; !ok {
+			return nil, fmt.Errorf("list offsets %s: no answer for partition %d", g.cfg.Topic, r.Partition)
+		}
+	}
+	return starts, nil
+}
+
+// firstOffset returns the first retained offset of partition.
+func (g *gateway) firstOffset(ctx context.Context, partition int) (int64, error) {
+	offs, err := g.listOffsets(ctx, []kafka.OffsetRequest{kafka.FirstOffsetOf(partition)})
+	if err != nil {
+		return 0, err
+	}
+	for _, po := range offs {
+		if po.Partition == partition {
+			return po.FirstOffset, nil
+		}
+	}
+	return 0, fmt.Errorf("list offsets %s: no answer for partition %d", g.cfg.Topic, partition)
+}
+
+// endOffset returns the end offset of partition: the offset its next
+// record will get.
+func (g *gateway) endOffset(ctx context.Context, partition int) (int64, error) {
+	offs, err := g.listOffsets(ctx, []kafka.OffsetRequest{kafka.LastOffsetOf(partition)})
+	if err != nil {
+		return 0, err
+	}
+	for _, po := range offs {
+		if po.Partition == partition {
+			return po.LastOffset, nil
+		}
+	}
+	return 0, fmt.Errorf("list offsets %s: no answer for partition %d", g.cfg.Topic, partition)
+}
+
+func (g *gateway) listOffsets(ctx context.Context, reqs []kafka.OffsetRequest) ([]kafka.PartitionOffsets, error) {
+	resp, err := g.kafka.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{g.cfg.Topic: reqs}})
+	if err != nil {
+		return nil, fmt.Errorf("list offsets %s: %w", g.cfg.Topic, err)
+	}
+	offs := resp.Topics[g.cfg.Topic]
+	var errs []error
+	for _, po := range offs {
+		if po.Error != nil {
+			errs = append(errs, fmt.Errorf("list offsets %s/%d: %w", g.cfg.Topic, po.Partition, po.Error))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return offs, nil
+}
