@@ -21,14 +21,10 @@ const module = "github.com/turnpike-dev/turnpike"
 // import pkg/ back, each with the reason it is left and who removes it.
 // Every entry is a debt: delete it with the move that pays it.
 var knownChains = map[string]string{
-	// TODO(i23 lead): delete on the merge of i23r (internal/replay moves
-	// into pkg/replay).
-	module + "/internal/replay": "phase R moves it into pkg/replay",
-	// TODO(i23s): internal/service keeps the replay's Shared only;
-	// it goes with internal/replay.
-	module + "/internal/service": "the replay's settings, moved with phase R",
-	// TODO(i23s): internal/devstack merges into pkg/devstack (phase S,
-	// step 3, not done yet).
+	// internal/service keeps only the devstack's Shared settings; it goes
+	// with internal/devstack (issue 23).
+	module + "/internal/service": "the devstack's shared settings, going with internal/devstack",
+	// internal/devstack merges into pkg/devstack (issue 23, still open).
 	module + "/internal/devstack": "to merge into pkg/devstack",
 }
 
