@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"fmt"
 	"os"
 	"path"
 	"path/filepath"
@@ -84,4 +85,23 @@ func TestTheGuaranteeMapCitesOnlyTestsAndMutantsThatExist(t *testing.T) {
 		t.Errorf("checked %d citations: the table's format changed under this test", checked)
 	}
 	t.Logf("%d cited tests and mutants exist", checked)
+}
+
+// The map's closing paragraph counts its rows by status; the counts follow
+// the table.
+func TestTheGuaranteeMapsCountsMatchItsRows(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "guarantees.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(doc)
+	count := func(status string) int {
+		return len(regexp.MustCompile(`(?m)\| `+regexp.QuoteMeta(status)+` \|$`).FindAllString(text, -1))
+	}
+	d, w, g, p := count("defended"), count("weak"), count("GAP"), count("GAP (in progress)")
+	want := fmt.Sprintf("At this commit, %d rows: %d defended, %d weak, %d GAP and %d GAP (in\nprogress).", d+w+g+p, d, w, g, p)
+	if !strings.Contains(text, want) {
+		t.Errorf("docs/guarantees.md does not say %q", want)
+	}
 }
