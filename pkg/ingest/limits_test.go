@@ -200,3 +200,27 @@ func TestEachRefusalIsCountedUnderItsLimit(t *testing.T) {
 		}
 	}
 }
+
+// A queued request expires once it is older than QueuedTTL, found by a
+// sweep that runs at most once a second: not at exactly QueuedTTL, not
+// between sweeps, and at the first sweep a second after the last.
+func TestAQueuedRequestExpiresPastItsTTLAtASweepOnceASecond(t *testing.T) {
+	t.Parallel()
+	clock := &testClock{t: testNow}
+	s := newTestServiceWith(t, Config{RatePerSecond: -1, MaxQueuedPerConversation: 1, QueuedTTL: time.Minute}, nil, nil, nil,
+		func(d *serviceDeps) { d.Now = clock.now })
+	post := func() *httptest.ResponseRecorder {
+		return s.do(http.MethodPost, messagesURL, token(t, "acme", "ann"), `{"content":"hi"}`, nil)
+	}
+	if w := post(); w.Code != http.StatusAccepted {
+		t.Fatalf("first POST: %d %s", w.Code, w.Body)
+	}
+	clock.advance(time.Minute) // a sweep: the request is exactly QueuedTTL old
+	checkLimited(t, post())
+	clock.advance(time.Second - time.Millisecond) // older, but no sweep yet
+	checkLimited(t, post())
+	clock.advance(time.Millisecond) // a second after the last sweep
+	if w := post(); w.Code != http.StatusAccepted {
+		t.Fatalf("POST at the sweep a second later: %d %s", w.Code, w.Body)
+	}
+}

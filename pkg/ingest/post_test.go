@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -143,6 +144,8 @@ func TestPostMessageAccepted(t *testing.T) {
 		{name: "Reject is passed on.", body: `{"content":"hello","strategy":"reject"}`, wantContent: "hello", wantStrategy: "reject"},
 		{name: "An explicit enqueue is passed on.", body: `{"content":"hello","strategy":"enqueue"}`, wantContent: "hello", wantStrategy: "enqueue"},
 		{name: "A surrogate pair is the character it encodes.", body: `{"content":"hi \ud83d\ude00"}`, wantContent: "hi \U0001F600", wantStrategy: "enqueue"},
+		{name: "The first surrogate pair is U+10000.", body: `{"content":"\ud800\udc00"}`, wantContent: "\U00010000", wantStrategy: "enqueue"},
+		{name: "The last surrogate pair is U+10FFFF.", body: `{"content":"\udbff\udfff"}`, wantContent: "\U0010FFFF", wantStrategy: "enqueue"},
 		{name: "An escaped backslash before u is no escape.", body: `{"content":"\\ud800"}`, wantContent: `\ud800`, wantStrategy: "enqueue"},
 		{name: "Content is sent verbatim, echo directives included.", body: `{"content":"[[delay:5ms]] [[tokens:3]] <b>&amp;</b> \"q\" \\ \u2028 😀"}`, wantContent: "[[delay:5ms]] [[tokens:3]] <b>&amp;</b> \"q\" \\ \u2028 😀", wantStrategy: "enqueue"},
 		{name: "Content of exactly the limit is accepted.", body: `{"content":"` + maxContent + `"}`, wantContent: maxContent, wantStrategy: "enqueue"},
@@ -343,5 +346,26 @@ func TestPostMessageLogsFailuresWithoutContent(t *testing.T) {
 	}
 	if strings.Contains(w.Body.String(), "broker down") {
 		t.Errorf("body %s leaks the internal error", w.Body)
+	}
+}
+
+// An unknown field is named in the error, clipped after 32 bytes: a name
+// of exactly 32 whole, a longer one as its first 32 and an ellipsis.
+func TestPostMessageNamesAnUnknownFieldClippedAfter32Bytes(t *testing.T) {
+	t.Parallel()
+	s := newTestService(t, Config{}, nil, nil, nil)
+	for _, name := range []string{strings.Repeat("x", 32), strings.Repeat("y", 33)} {
+		w := s.do(http.MethodPost, messagesURL, token(t, "acme", "alice"), `{"content":"hi","`+name+`":1}`, nil)
+		want := name
+		if len(name) > 32 {
+			want = name[:32] + "…"
+		}
+		var body struct {
+			Error struct{ Code, Message string }
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != http.StatusBadRequest ||
+			!strings.HasSuffix(body.Error.Message, fmt.Sprintf("unknown field %q", want)) {
+			t.Errorf("a %d-byte unknown field: %d %s, want 400 naming %q", len(name), w.Code, w.Body, want)
+		}
 	}
 }
