@@ -90,6 +90,18 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 	return time.Duration(maxV) // counts lag n during concurrent Records
 }
 
+// CountAbove returns how many recorded values are above d, within the
+// histogram's precision (a value counts by its bucket's midpoint).
+func (h *Histogram) CountAbove(d time.Duration) int64 {
+	var n int64
+	for i := range h.counts {
+		if lo, w := bucketRange(i); lo+(w-1)/2 > int64(d) {
+			n += int64(h.counts[i].Load())
+		}
+	}
+	return n
+}
+
 // Latency summarises a Histogram.
 type Latency struct {
 	Count int64         `json:"count"`

@@ -92,8 +92,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (*Result, error) {
 	}
 	if f, p := res.Floor, res.Pipeline; f != nil && p != nil && f.Latency.P50 > 0 && f.Latency.P99 > 0 {
 		res.Ratios = &Ratios{
-			P50: float64(p.TokenLatency.P50) / float64(f.Latency.P50),
-			P99: float64(p.TokenLatency.P99) / float64(f.Latency.P99),
+			P50:           float64(p.TokenLatency.P50) / float64(f.Latency.P50),
+			P99:           float64(p.TokenLatency.P99) / float64(f.Latency.P99),
+			FirstTokenP99: float64(p.FirstTokenLatency.P99) / float64(f.Latency.P99),
+		}
+		if p.firstToken != nil {
+			p.FirstTokenSlow = p.firstToken.CountAbove(SlowFactor * f.Latency.P50)
 		}
 	}
 	return res, nil

@@ -36,6 +36,12 @@ type conversation struct {
 	subscribeOnce sync.Once
 	subscribed    chan struct{} // closed by the reader on the subscribed frame
 	failed        atomic.Bool   // stopped early: its history is not checked
+
+	// postStart is the unix ns at which the current turn's POST was sent;
+	// awaitFirst is set then and cleared by the reader at the turn's first
+	// token event, which records POST → first token.
+	postStart  atomic.Int64
+	awaitFirst atomic.Bool
 }
 
 // connection is one WebSocket and the conversations subscribed on it.
@@ -58,9 +64,9 @@ type pipeline struct {
 	conns []*connection
 	users int
 
-	tokenLatency, postLatency, turnLatency Histogram
-	tokens, tokenEvents, turns             atomic.Int64
-	lastDone                               atomic.Int64 // unix ns of the last run.completed
+	tokenLatency, postLatency, turnLatency, firstTokenLatency Histogram
+	tokens, tokenEvents, turns                                atomic.Int64
+	lastDone                                                  atomic.Int64 // unix ns of the last run.completed
 }
 
 func runPipeline(ctx context.Context, cfg Config, runID string, violations, errs *tally, notes *[]string) (*PipelineResult, error) {
@@ -101,6 +107,7 @@ func runPipeline(ctx context.Context, cfg Config, runID string, violations, errs
 		TurnsExpected: int64(cfg.Conversations) * int64(cfg.Messages),
 		Turns:         p.turns.Load(), Tokens: p.tokens.Load(), TokenEvents: p.tokenEvents.Load(),
 		TokenLatency: p.tokenLatency.Summary(), PostLatency: p.postLatency.Summary(), TurnLatency: p.turnLatency.Summary(),
+		FirstTokenLatency: p.firstTokenLatency.Summary(), firstToken: &p.firstTokenLatency,
 	}
 	if last := p.lastDone.Load(); last > 0 {
 		res.Elapsed = time.Unix(0, last).Sub(start)
@@ -299,6 +306,9 @@ func (p *pipeline) read(c *connection) {
 		if v.Type == string(events.TypeToken) {
 			p.tokenLatency.Record(recv.Sub(time.Unix(0, v.TS)))
 			p.tokenEvents.Add(1)
+			if cv.awaitFirst.CompareAndSwap(true, false) {
+				p.firstTokenLatency.Record(recv.Sub(time.Unix(0, cv.postStart.Load())))
+			}
 		}
 		if words := cv.check.event(&v); words > 0 {
 			p.tokens.Add(int64(words))
@@ -313,6 +323,8 @@ func (p *pipeline) converse(ctx context.Context, cv *conversation) {
 		content := p.cfg.content(i)
 		idx := cv.check.begin(content)
 		start := time.Now()
+		cv.postStart.Store(start.UnixNano())
+		cv.awaitFirst.Store(true)
 		acc, err := p.send(ctx, cv, i, content)
 		if err != nil {
 			cv.failed.Store(true)

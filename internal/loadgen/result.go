@@ -69,6 +69,14 @@ type PipelineResult struct {
 	// PostLatency is POST → 202; TurnLatency POST → run.completed.
 	PostLatency Latency `json:"post_latency"`
 	TurnLatency Latency `json:"turn_latency"`
+	// FirstTokenLatency is POST sent → the turn's first token event
+	// received: what a chat user waits before the first word.
+	FirstTokenLatency Latency `json:"first_token_latency"`
+	// FirstTokenSlow counts turns whose first token took more than
+	// SlowFactor × the floor's p50 (set when the floor ran too).
+	FirstTokenSlow int64 `json:"first_token_slow"`
+	// firstToken is the histogram behind FirstTokenLatency.
+	firstToken *Histogram
 	// HistoryChecked conversations had their history read back and checked.
 	HistoryChecked int `json:"history_checked"`
 }
@@ -77,7 +85,14 @@ type PipelineResult struct {
 type Ratios struct {
 	P50 float64 `json:"p50"`
 	P99 float64 `json:"p99"`
+	// FirstTokenP99 is the pipeline's POST → first token p99 over the
+	// floor's p99.
+	FirstTokenP99 float64 `json:"first_token_p99"`
 }
+
+// SlowFactor: a turn whose first token took more than SlowFactor × the
+// floor's p50 counts as slow (issue 25's stall measure).
+const SlowFactor = 10
 
 // RSS is the stack's resident memory, from its metrics endpoint.
 type RSS struct {
@@ -136,6 +151,7 @@ func (r *Result) WriteSummary(w io.Writer) error {
 	if p := r.Pipeline; p != nil {
 		row("pipeline token ts→receive", p.TokenLatency)
 		row("POST→202", p.PostLatency)
+		row("POST→first token", p.FirstTokenLatency)
 		row("POST→run.completed", p.TurnLatency)
 	}
 	if err := tw.Flush(); err != nil {
@@ -154,7 +170,10 @@ func (r *Result) WriteSummary(w io.Writer) error {
 			p.Tokens, p.TokenEvents, p.HistoryChecked, p.Reruns)
 	}
 	if q := r.Ratios; q != nil {
-		fmt.Fprintf(tw, "ratio to floor\tp50 %.2f×\tp99 %.2f×\t\n", q.P50, q.P99)
+		fmt.Fprintf(tw, "ratio to floor\tp50 %.2f×\tp99 %.2f×\tfirst token p99 %.2f×\n", q.P50, q.P99, q.FirstTokenP99)
+		if f, p := r.Floor, r.Pipeline; f != nil && p != nil {
+			fmt.Fprintf(tw, "slow first tokens\t%d of %d turns over %d× the floor's p50 (%s)\t\t\n", p.FirstTokenSlow, p.FirstTokenLatency.Count, SlowFactor, ms(SlowFactor*f.Latency.P50))
+		}
 	}
 	if r.RSS.Samples > 0 {
 		fmt.Fprintf(tw, "stack RSS\tidle %s\tpeak %s floor, %s pipeline\t\n", mib(r.RSS.IdleBytes), mib(r.RSS.FloorPeakBytes), mib(r.RSS.PipelinePeakBytes))

@@ -2,6 +2,7 @@ package topic
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -51,19 +52,57 @@ const PartitionReaderMaxBytes = 1 << 20
 
 // PartitionReader returns a reader of one partition without a consumer
 // group (nothing is committed). With MinBytes 1 a fetch returns as soon as a
-// record arrives; maxWait only bounds idle long polls. logf, if set,
-// receives the reader's error logs.
+// record arrives; maxWait only bounds idle long polls, and an idle poll
+// answered late is no error (ReaderDialer). logf, if set, receives the
+// reader's error logs.
 func PartitionReader(brokers []string, topic string, partition int, maxWait time.Duration, logf func(msg string, args ...any)) (*kafka.Reader, error) {
+	return NewPartitionReader(ReaderOptions{Brokers: brokers, Topic: topic, Partition: partition, MaxWait: maxWait, Logf: logf})
+}
+
+// ReaderOptions configure NewPartitionReader.
+type ReaderOptions struct {
+	Brokers   []string
+	Topic     string
+	Partition int
+	MaxWait   time.Duration
+	// Logf, if set, receives the reader's error logs.
+	Logf func(msg string, args ...any)
+	// Dial and ConnState are ReaderDialer's dial and state.
+	Dial      DialFunc
+	ConnState func(error)
+	// EmptyFetch, if set, is called after every fetch that the broker
+	// answered without records at the end of its wait: the reader's
+	// fetches succeed though the partition is idle.
+	EmptyFetch func()
+}
+
+// emptyFetchLog is the start of the message kafka-go v0.4.51's Reader
+// logs (to its Logger, not its ErrorLogger) when the broker answered a
+// fetch with no record within its wait (the "RequestTimedOut" case of
+// reader.run, an ordinary idle long poll).
+const emptyFetchLog = "no messages received from kafka within the allocated time"
+
+// NewPartitionReader is PartitionReader with every option.
+func NewPartitionReader(o ReaderOptions) (*kafka.Reader, error) {
 	cfg := kafka.ReaderConfig{
-		Brokers:   brokers,
-		Topic:     topic,
-		Partition: partition,
+		Brokers:   o.Brokers,
+		Topic:     o.Topic,
+		Partition: o.Partition,
 		MinBytes:  1,
 		MaxBytes:  PartitionReaderMaxBytes,
-		MaxWait:   maxWait,
+		MaxWait:   o.MaxWait,
+		Dialer:    ReaderDialer(o.Dial, o.ConnState),
 	}
-	if logf != nil {
-		cfg.ErrorLogger = kafka.LoggerFunc(logf)
+	if o.Logf != nil {
+		cfg.ErrorLogger = kafka.LoggerFunc(o.Logf)
+	}
+	if o.EmptyFetch != nil {
+		empty := o.EmptyFetch
+		cfg.Logger = kafka.LoggerFunc(func(msg string, _ ...any) {
+			if strings.HasPrefix(msg, emptyFetchLog) {
+				empty()
+			}
+		})
 	}
 	if err := cfg.Validate(); err != nil { // kafka.NewReader panics on a bad config
 		return nil, fmt.Errorf("kafka reader: %w", err)

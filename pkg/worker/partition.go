@@ -9,6 +9,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
@@ -80,6 +81,9 @@ func (w *consumer) consumePartition(genCtx context.Context, gen *kafka.Generatio
 		MinBytes:  1,
 		MaxBytes:  10 << 20,
 		MaxWait:   500 * time.Millisecond,
+		// An idle poll answered late is no error, so no backoff delays the
+		// next request (topic.ReaderDialer).
+		Dialer: topic.ReaderDialer(nil, nil),
 	})
 	defer r.Close()
 	if err := r.SetOffset(pa.Offset); err != nil {
