@@ -54,6 +54,9 @@ type gateway struct {
 	// before each record is dispatched: tests use it to hold one replica
 	// back.
 	beforeDispatch func(partition int, offset int64)
+	// dialKafka, if set before Run, opens the live readers' broker
+	// connections: tests break them.
+	dialKafka topic.DialFunc
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -139,16 +142,21 @@ func (g *gateway) Run(ctx context.Context) error {
 	if err != nil { // only when ctx ended
 		return nil
 	}
-	readers := make(map[int]*kafka.Reader, len(starts))
+	type live struct {
+		r *kafka.Reader
+		h *liveHealth
+	}
+	readers := make(map[int]live, len(starts))
 	for p, off := range starts {
-		r, err := g.newLiveReader(p, off)
+		r, h, err := g.newLiveReader(p, off)
 		if err != nil {
-			for _, r := range readers {
-				r.Close()
+			for _, l := range readers {
+				l.h.close()
+				l.r.Close()
 			}
 			return fmt.Errorf("push gateway: %w", err)
 		}
-		readers[p] = r
+		readers[p] = live{r, h}
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -160,9 +168,9 @@ func (g *gateway) Run(ctx context.Context) error {
 
 	var running sync.WaitGroup
 	errc := make(chan error, len(readers))
-	for p, r := range readers {
+	for p, l := range readers {
 		running.Go(func() {
-			if err := g.readLive(runCtx, h, p, r); err != nil {
+			if err := g.readLive(runCtx, h, p, l.r, l.h); err != nil {
 				errc <- err
 				stop()
 			}

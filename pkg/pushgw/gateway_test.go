@@ -49,6 +49,9 @@ type fixture struct {
 	writer  *kafka.Writer
 	// launchLogged, if set, is the logger of the gateways launched next.
 	launchLogged *slog.Logger
+	// dialKafka, if set, opens the live readers' broker connections of the
+	// gateways launched next.
+	dialKafka topic.DialFunc
 
 	*instance // the gateway of start
 }
@@ -135,6 +138,7 @@ func (f *fixture) launch(ctx context.Context, mod func(*Config), wrap func(net.L
 		t.Fatalf("New: %v", err)
 	}
 	in.gw.beforeDispatch = hook
+	in.gw.dialKafka = f.dialKafka
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	in.stop = stop
 	in.runErr = make(chan error, 1)

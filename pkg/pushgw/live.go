@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -26,30 +27,91 @@ func (g *gateway) newReader(partition int, maxWait time.Duration) (*kafka.Reader
 	})
 }
 
-// newLiveReader returns the live reader of partition, positioned at start.
-func (g *gateway) newLiveReader(partition int, start int64) (*kafka.Reader, error) {
-	r, err := g.newReader(partition, topic.LiveMaxWait)
+// newLiveReader returns the live reader of partition, positioned at start,
+// and its part of readiness.
+func (g *gateway) newLiveReader(partition int, start int64) (*kafka.Reader, *liveHealth, error) {
+	h := &liveHealth{g: g, partition: partition}
+	r, err := topic.NewPartitionReader(topic.ReaderOptions{
+		Brokers: g.cfg.Brokers, Topic: g.cfg.Topic, Partition: partition, MaxWait: topic.LiveMaxWait,
+		Logf: func(msg string, args ...any) {
+			g.log.Warn("kafka reader: "+fmt.Sprintf(msg, args...), "partition", partition)
+		},
+		Dial:       g.dialKafka,
+		ConnState:  h.conn,
+		EmptyFetch: h.fetched,
+	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := r.SetOffset(start); err != nil {
 		r.Close()
-		return nil, fmt.Errorf("live reader %d: seek: %w", partition, err)
+		return nil, nil, fmt.Errorf("live reader %d: seek: %w", partition, err)
 	}
-	return r, nil
+	return r, h, nil
 }
 
-// readLive feeds h with the records of r (partition's live reader) until
+// liveHealth is one live reader's part of readiness. The reader is failing
+// while its last read from the broker failed (a refused dial, a broken
+// connection, an answer later than MaxWait plus topic.ReadDeadlineMargin:
+// failures kafka-go retries by itself without telling FetchMessage) or its
+// last fetch returned an error, and no longer once bytes arrive again and a
+// fetch succeeds, with a record or empty at the end of an idle poll.
+type liveHealth struct {
+	g         *gateway
+	partition int
+
+	mu sync.Mutex
+	// Guarded by mu.
+	connFailing  bool // the last read or dial of a broker connection failed
+	fetchFailing bool // the last fetch FetchMessage returned failed
+	counted      bool // counted in g.failingReaders
+	closed       bool // the reader is done: never counted again
+}
+
+func (h *liveHealth) update(f func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f()
+	failing := !h.closed && (h.connFailing || h.fetchFailing)
+	if failing == h.counted {
+		return
+	}
+	h.counted = failing
+	if failing {
+		h.g.failingReaders.Add(1)
+	} else {
+		h.g.failingReaders.Add(-1)
+	}
+}
+
+// conn is told of every read and dial of the reader's broker connections.
+func (h *liveHealth) conn(err error) {
+	h.update(func() {
+		if err != nil && !h.connFailing && !h.closed {
+			h.g.log.Warn("live reader: broker connection failed, retrying", "partition", h.partition, "err", err)
+		}
+		h.connFailing = err != nil
+	})
+}
+
+// fetched: a fetch succeeded (a record, or an idle poll that ended empty).
+func (h *liveHealth) fetched() { h.update(func() { h.fetchFailing = false }) }
+
+// fetchFailed: FetchMessage returned an error.
+func (h *liveHealth) fetchFailed() { h.update(func() { h.fetchFailing = true }) }
+
+// close takes the reader out of readiness for good.
+func (h *liveHealth) close() { h.update(func() { h.closed = true }) }
+
+// readLive feeds hub with the records of r (partition's live reader) until
 // ctx ends (then it returns nil). It closes r. Fetch errors are retried (the
 // reader backs off and resumes at its offset, so nothing is skipped); while
-// they last, Ready reports the gateway unready.
-func (g *gateway) readLive(ctx context.Context, h *hub, partition int, r *kafka.Reader) error {
-	defer r.Close()
-	failing := false
+// they last, and while the reader's broker connections fail, Ready reports
+// the gateway unready (liveHealth).
+func (g *gateway) readLive(ctx context.Context, hb *hub, partition int, r *kafka.Reader, h *liveHealth) error {
 	defer func() {
-		if failing {
-			g.failingReaders.Add(-1)
-		}
+		h.close()
+		r.Close()
 	}()
 	for {
 		m, err := r.FetchMessage(ctx)
@@ -60,21 +122,15 @@ func (g *gateway) readLive(ctx context.Context, h *hub, partition int, r *kafka.
 			if errors.Is(err, io.EOF) {
 				return fmt.Errorf("live reader %d: closed", partition)
 			}
-			if !failing {
-				failing = true
-				g.failingReaders.Add(1)
-			}
+			h.fetchFailed()
 			g.log.Warn("live reader: fetch failed, retrying", "partition", partition, "err", err)
 			continue
 		}
-		if failing {
-			failing = false
-			g.failingReaders.Add(-1)
-		}
+		h.fetched()
 		if g.beforeDispatch != nil {
 			g.beforeDispatch(partition, m.Offset)
 		}
-		h.dispatch(partition, m.Offset, m.Key, m.Value, m.Time)
+		hb.dispatch(partition, m.Offset, m.Key, m.Value, m.Time)
 	}
 }
 
