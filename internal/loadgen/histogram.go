@@ -91,11 +91,13 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 }
 
 // CountAbove returns how many recorded values are above d, within the
-// histogram's precision (a value counts by its bucket's midpoint).
+// histogram's precision (a value counts by its bucket's midpoint, at most
+// the largest value recorded, as Quantile reports it).
 func (h *Histogram) CountAbove(d time.Duration) int64 {
 	var n int64
+	maxV := h.max.Load()
 	for i := range h.counts {
-		if lo, w := bucketRange(i); lo+(w-1)/2 > int64(d) {
+		if lo, w := bucketRange(i); min(lo+(w-1)/2, maxV) > int64(d) {
 			n += int64(h.counts[i].Load())
 		}
 	}

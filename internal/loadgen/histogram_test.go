@@ -100,3 +100,19 @@ func TestHistogramRecordIsSafeForConcurrentUse(t *testing.T) {
 		t.Errorf("count %d max %v, want 40000 and 39999ns", n, m)
 	}
 }
+
+func TestCountAboveCountsTheValuesOverTheThreshold(t *testing.T) {
+	t.Parallel()
+	var h Histogram
+	for _, d := range []time.Duration{time.Millisecond, 2 * time.Millisecond, 28 * time.Millisecond, 30 * time.Millisecond, time.Second} {
+		h.Record(d)
+	}
+	for _, c := range []struct {
+		over time.Duration
+		want int64
+	}{{0, 5}, {1500 * time.Microsecond, 4}, {29 * time.Millisecond, 2}, {time.Second, 0}} {
+		if got := h.CountAbove(c.over); got != c.want {
+			t.Errorf("CountAbove(%v) = %d, want %d", c.over, got, c.want)
+		}
+	}
+}

@@ -140,12 +140,14 @@ func TestRunAgainstTheDevstack(t *testing.T) {
 			t.Errorf("pipeline: %d token events, %d latencies", p.TokenEvents, p.TokenLatency.Count)
 		case p.TokenLatency.P50 <= 0 || p.TokenLatency.Max > 30*time.Second || p.PostLatency.Count != p.Turns || p.TurnLatency.Count != p.Turns:
 			t.Errorf("pipeline latencies implausible: token %+v post %+v turn %+v", p.TokenLatency, p.PostLatency, p.TurnLatency)
+		case p.FirstTokenLatency.Count != p.Turns || p.FirstTokenLatency.P50 <= 0 || p.FirstTokenSlow > p.Turns:
+			t.Errorf("pipeline: first token of %d turns (%+v, %d slow), want one per turn", p.Turns, p.FirstTokenLatency, p.FirstTokenSlow)
 		case p.TokensPerSec <= 0 || p.TurnsPerSec <= 0 || p.Elapsed <= 0:
 			t.Errorf("pipeline rates: %+v", p)
 		case p.HistoryChecked != conversations || p.Connections != conversations || p.Users != 2:
 			t.Errorf("pipeline: history checked %d, connections %d, users %d", p.HistoryChecked, p.Connections, p.Users)
 		}
-		if res.Ratios == nil || res.Ratios.P50 <= 0 || res.Ratios.P99 <= 0 {
+		if res.Ratios == nil || res.Ratios.P50 <= 0 || res.Ratios.P99 <= 0 || res.Ratios.FirstTokenP99 <= 0 {
 			t.Errorf("ratios %+v", res.Ratios)
 		}
 		if res.RSS.IdleBytes <= 0 || res.RSS.PipelinePeakBytes <= 0 || res.RSS.Samples < 3 {

@@ -29,11 +29,12 @@ func sampleResult() *Result {
 			Latency: Latency{Count: 50000, Mean: 900 * time.Microsecond, P50: 800 * time.Microsecond, P90: time.Millisecond, P99: 3 * time.Millisecond, Max: 9 * time.Millisecond}},
 		Pipeline: &PipelineResult{Conversations: 100, Connections: 25, Users: 10, TurnsExpected: 1000, Turns: 999, Tokens: 49950,
 			TokenEvents: 40000, Reruns: 1, Elapsed: 13 * time.Second, TokensPerSec: 3842.3, TokenEventsPerSec: 3076.9, TurnsPerSec: 76.8,
-			TokenLatency:   Latency{Count: 40000, Mean: 2 * time.Millisecond, P50: 2 * time.Millisecond, P90: 3 * time.Millisecond, P99: 6 * time.Millisecond, Max: 30 * time.Millisecond},
-			PostLatency:    Latency{Count: 1000, P50: time.Millisecond},
-			TurnLatency:    Latency{Count: 999, P50: time.Second},
+			TokenLatency:      Latency{Count: 40000, Mean: 2 * time.Millisecond, P50: 2 * time.Millisecond, P90: 3 * time.Millisecond, P99: 6 * time.Millisecond, Max: 30 * time.Millisecond},
+			PostLatency:       Latency{Count: 1000, P50: time.Millisecond},
+			TurnLatency:       Latency{Count: 999, P50: time.Second},
+			FirstTokenLatency: Latency{Count: 999, P50: 7 * time.Millisecond, P99: 12 * time.Millisecond}, FirstTokenSlow: 3,
 			HistoryChecked: 99},
-		Ratios: &Ratios{P50: 2.5, P99: 2},
+		Ratios: &Ratios{P50: 2.5, P99: 2, FirstTokenP99: 4},
 		RSS:    RSS{URL: "http://localhost:8080/metrics", IdleBytes: 100 << 20, FloorPeakBytes: 150 << 20, PipelinePeakBytes: 300 << 20, Samples: 27},
 		Violations: Problems{Total: 3, ByKind: map[string]int64{KindText: 2, KindSeq: 1},
 			First: []Problem{{Kind: KindText, Conversation: "c1", Detail: "message 1 streamed …"}, {Kind: KindSeq, Conversation: "c2", Detail: "seq 4 after 2"}}},
@@ -81,7 +82,8 @@ func TestSummaryShowsFiguresRatiosAndProblems(t *testing.T) {
 	}
 	out := sb.String()
 	for _, want := range []string{"floor produce→fetch", "pipeline token ts→receive", "0.80ms", "6.00ms", "3842 tokens/s",
-		"p50 2.50×", "p99 2.00×", "idle 100 MiB", "300 MiB pipeline", "violations: 3: seq=1 text=2", "text c1: message 1 streamed",
+		"p50 2.50×", "p99 2.00×", "POST→first token", "7.00ms", "12.0ms", "first token p99 4.00×",
+		"3 of 999 turns over 10× the floor's p50 (8.00ms)", "idle 100 MiB", "300 MiB pipeline", "violations: 3: seq=1 text=2", "text c1: message 1 streamed",
 		"errors: 1: turn_timeout=1", "FAIL: 3 violations, 1 errors"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
