@@ -82,7 +82,7 @@ type Answer struct {
 	Agent string
 	// Parts, when set instead of Text and Agent, is an answer of several
 	// agents: one assistant message per part (see Turn.Parts).
-	Parts []Part
+	Parts  []Part
 	Status events.Status
 	At     time.Time
 	// Usage, if known, is the run's token usage.

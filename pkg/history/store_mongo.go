@@ -248,16 +248,16 @@ func (s *MongoStore) createIndexes(ctx context.Context) error {
 // Documents. Field names are part of the stored format.
 
 type convDoc struct {
-	ID           string    `bson:"_id"`
-	Tenant       string    `bson:"tenant"`
-	User         string    `bson:"user"`
-	Conversation string    `bson:"conversation"`
-	Turns        int64     `bson:"turns"`
+	ID           string `bson:"_id"`
+	Tenant       string `bson:"tenant"`
+	User         string `bson:"user"`
+	Conversation string `bson:"conversation"`
+	Turns        int64  `bson:"turns"`
 	// Messages is the seq of the conversation's last message; 0 in a
 	// document written before parts (then it is 2 × Turns).
 	Messages  int64     `bson:"messages,omitempty"`
 	CreatedAt time.Time `bson:"created_at"`
-	UpdatedAt    time.Time `bson:"updated_at"`
+	UpdatedAt time.Time `bson:"updated_at"`
 }
 
 // turnFormat is the format version of the turn documents Commit writes.
