@@ -529,12 +529,12 @@ func (r *runner) coordinate() (Result, error) {
 		msgPart, msgOff int
 		capped          bool // a part beyond history.MaxParts was refused
 		curMsg          int  // the message being persisted (messages count from 1)
-		sinkErr    error
-		incomplete bool
-		retry      bool // a transient model error before any content
-		cancelled  bool
-		pending    []item           // a batch drained from the buffer
-		usage      = map[int]item{} // the last usage each message reported
+		sinkErr         error
+		incomplete      bool
+		retry           bool // a transient model error before any content
+		cancelled       bool
+		pending         []item           // a batch drained from the buffer
+		usage           = map[int]item{} // the last usage each message reported
 	)
 	ctx := r.ctx
 	emit := func(f func() error) {
