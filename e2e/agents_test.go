@@ -239,30 +239,34 @@ func TestASupervisorTransfersToASubAgentAndBack(t *testing.T) {
 	w := watch(t, ctx, ann, "team", "")
 	id := send(t, ctx, ann, "team", "research this")
 	r := w.until(ctx, id)
+	// By default every agent's text is streamed, each token with its agent.
 	var trail []string
 	for _, e := range r.events {
 		switch e := e.(type) {
 		case *events.AgentTransferEvent:
 			trail = append(trail, e.From+"->"+e.To)
 		case *events.TokenEvent:
-			if e.Agent != "supervisor" {
-				t.Fatalf("the %s's text was streamed; by default only the supervisor's is", e.Agent)
+			if len(trail) == 0 || trail[len(trail)-1] != e.Agent+":" {
+				trail = append(trail, e.Agent+":")
 			}
 		}
 	}
-	if got := strings.Join(trail, " "); got != "supervisor->researcher researcher->supervisor" {
-		t.Fatalf("transfers %q", got)
+	if got := strings.Join(trail, " "); got != "supervisor->researcher researcher: researcher->supervisor supervisor:" {
+		t.Fatalf("transfers and token agents %q", got)
 	}
-	if r.text != "The team says: facts found." || r.status != events.StatusComplete {
+	if r.text != "Facts found.The team says: facts found." || r.status != events.StatusComplete {
 		t.Fatalf("streamed %q %s", r.text, r.status)
 	}
 	// Three model calls: the supervisor twice, the researcher once.
 	if u := lastCompleted(t, r).Usage; u == nil || u.CompletionTokens != 1+2+5 {
 		t.Fatalf("usage %+v, want the three calls' completion tokens (1+2+5)", u)
 	}
+	// And persisted: one assistant message per agent, in order, the run's
+	// usage on the last.
 	h := storedHistory(t, ctx, ann, "team")
-	if len(h) != 2 || h[1].Content != "The team says: facts found." || h[1].Agent != "supervisor" {
-		t.Fatalf("history %+v", h)
+	if len(h) != 3 || h[1].Content != "Facts found." || h[1].Agent != "researcher" || h[1].Usage != nil || h[1].Status != "complete" ||
+		h[2].Content != "The team says: facts found." || h[2].Agent != "supervisor" || h[2].Usage == nil || h[2].Seq != 3 {
+		t.Fatalf("history %+v: want the user message, the researcher's answer, then the supervisor's", h)
 	}
 }
 

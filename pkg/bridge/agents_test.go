@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -410,5 +411,166 @@ func TestUsageCountsWhereverTheModelReportsIt(t *testing.T) {
 				t.Fatalf("usage %+v, persisted %+v; want %+v", res.Usage, turn.answers, tt.want)
 			}
 		})
+	}
+}
+
+// streamedStretches joins the token events of a run into one stretch per
+// run of consecutive tokens of one agent ("agent: text"): what was
+// streamed, whatever the deltas' coalescing.
+func streamedStretches(evs []events.Event) []string {
+	var out []string
+	last := ""
+	for _, e := range evs {
+		tok, ok := e.(*events.TokenEvent)
+		if !ok {
+			continue
+		}
+		if len(out) > 0 && tok.Agent == last {
+			out[len(out)-1] += tok.Delta
+			continue
+		}
+		out = append(out, tok.Agent+": "+tok.Delta)
+		last = tok.Agent
+	}
+	return out
+}
+
+func partsOf(ps []history.Part) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Agent+": "+p.Text)
+	}
+	return out
+}
+
+func TestAnswersOfSeveralAgentsArePersistedOnePartPerAgent(t *testing.T) {
+	t.Parallel()
+	orders := bridge.AgentRole("orders", schema.Assistant)
+	tests := []struct {
+		name    string
+		persist bridge.Predicate
+		steps   []step
+		// parts is what is committed (history.Answer.Parts, or Text and
+		// Agent for one part); streamed what the stream holds.
+		parts, streamed []string
+	}{
+		{
+			name: "A sub-agent's answer, then the supervisor's, with the default predicates, are two parts under their own agents.",
+			steps: []step{
+				{agent: "desk", chunks: []*schema.Message{toolCall()}},
+				{agent: "desk", role: schema.Tool, whole: schema.ToolMessage("transferred", "call-1"), action: transfer("orders")},
+				{agent: "orders", chunks: []*schema.Message{text("ORD-7 left "), text("warehouse B yesterday")}},
+				{agent: "orders", role: schema.Tool, whole: schema.ToolMessage("transferred", "call-2"), action: transfer("desk")},
+				{agent: "desk", chunks: []*schema.Message{text("The orders desk says: it is on its way.")}},
+			},
+			parts:    []string{"orders: ORD-7 left warehouse B yesterday", "desk: The orders desk says: it is on its way."},
+			streamed: []string{"orders: ORD-7 left warehouse B yesterday", "desk: The orders desk says: it is on its way."},
+		},
+		{
+			name: "A, then B, then A again are three parts.",
+			steps: []step{
+				{agent: "desk", chunks: []*schema.Message{text("Let me ask. ")}},
+				{agent: "orders", chunks: []*schema.Message{text("Shipped.")}},
+				{agent: "desk", chunks: []*schema.Message{text(" It shipped.")}},
+			},
+			parts:    []string{"desk: Let me ask. ", "orders: Shipped.", "desk:  It shipped."},
+			streamed: []string{"desk: Let me ask. ", "orders: Shipped.", "desk:  It shipped."},
+		},
+		{
+			name:    "A predicate selecting one agent persists one part, while the stream keeps every agent's text.",
+			persist: orders,
+			steps: []step{
+				{agent: "desk", chunks: []*schema.Message{text("Let me ask. ")}},
+				{agent: "orders", chunks: []*schema.Message{text("Shipped.")}},
+				{agent: "desk", chunks: []*schema.Message{text(" It shipped.")}},
+			},
+			parts:    []string{"orders: Shipped."},
+			streamed: []string{"desk: Let me ask. ", "orders: Shipped.", "desk:  It shipped."},
+		},
+		{
+			name: "Two messages of one agent in a row, a tool round between them, are one part.",
+			steps: []step{
+				{agent: "orders", chunks: []*schema.Message{text("Looking. "), toolCall()}},
+				{agent: "orders", role: schema.Tool, whole: schema.ToolMessage("ok", "call-1")},
+				{agent: "orders", chunks: []*schema.Message{text("Found it.")}},
+				{agent: "orders", chunks: []*schema.Message{text(" ORD-7.")}},
+			},
+			parts:    []string{"orders: Found it. ORD-7."},
+			streamed: []string{"orders: Looking. Found it. ORD-7."},
+		},
+		{
+			name: "Another agent's text cut by its tool call leaves no part, and the first agent's text goes on in its part.",
+			steps: []step{
+				{agent: "desk", chunks: []*schema.Message{text("One. ")}},
+				{agent: "orders", chunks: []*schema.Message{text("checking"), toolCall()}},
+				{agent: "desk", chunks: []*schema.Message{text("Two.")}},
+			},
+			parts:    []string{"desk: One. Two."},
+			streamed: []string{"desk: One. ", "orders: checking", "desk: Two."},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			sink := &recordingSink{}
+			b := newBridge(t, sink, func(c *bridge.Config) { c.Persist = tc.persist })
+			iter, done := script(ctx, tc.steps...)
+			turn := &answerTurn{}
+			res, err := b.Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+			<-done
+			if err != nil || res.Status != events.StatusComplete {
+				t.Fatalf("Run = %+v, %v", res, err)
+			}
+			if len(turn.answers) != 1 {
+				t.Fatalf("%d commits, want 1", len(turn.answers))
+			}
+			a := turn.answers[0]
+			got := partsOf(a.Parts)
+			if len(a.Parts) == 0 {
+				got = []string{a.Agent + ": " + a.Text}
+			} else if a.Text != "" || a.Agent != "" {
+				t.Errorf("committed both parts and text %q of %q", a.Text, a.Agent)
+			}
+			if !reflect.DeepEqual(got, tc.parts) {
+				t.Errorf("committed parts %q, want %q", got, tc.parts)
+			}
+			if !reflect.DeepEqual(partsOf(res.Parts), tc.parts) {
+				t.Errorf("Result.Parts %q, want %q", partsOf(res.Parts), tc.parts)
+			}
+			if s := streamedStretches(sink.snapshot()); !reflect.DeepEqual(s, tc.streamed) {
+				t.Errorf("streamed %q, want %q", s, tc.streamed)
+			}
+			summarize(t, sink.snapshot(), "run-1")
+		})
+	}
+}
+
+func TestAnAnswerOfMoreThanMaxPartsEndsIncompleteAtTheCap(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	sink := &recordingSink{}
+	b := newBridge(t, sink, nil)
+	var steps []step
+	for i := range history.MaxParts + 2 {
+		agent := []string{"desk", "orders"}[i%2]
+		steps = append(steps, step{agent: agent, chunks: []*schema.Message{text(fmt.Sprintf("%d.", i+1))}})
+	}
+	iter, done := script(ctx, steps...)
+	turn := &answerTurn{}
+	res, err := b.Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != events.StatusIncomplete || len(turn.answers) != 1 || turn.answers[0].Status != events.StatusIncomplete {
+		t.Fatalf("status %s (committed %+v), want incomplete", res.Status, turn.answers)
+	}
+	parts := turn.answers[0].Parts
+	if len(parts) != history.MaxParts || parts[len(parts)-1].Text != fmt.Sprintf("%d.", history.MaxParts) {
+		t.Fatalf("committed %d parts ending %+v, want the first %d", len(parts), parts[len(parts)-1], history.MaxParts)
+	}
+	if s := streamedStretches(sink.snapshot()); len(s) != history.MaxParts+2 {
+		t.Errorf("streamed %d stretches, want all %d: the cap is the persisted answer's only", len(s), history.MaxParts+2)
 	}
 }

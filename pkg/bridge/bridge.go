@@ -36,15 +36,18 @@ var ErrAborted = errors.New("run aborted")
 var ErrModelRetry = errors.New("model failed before any content; retry")
 
 // Turn is the pending turn a run commits or discards; *history.Pending
-// implements it.
+// implements it. A plain Turn's Commit takes one answer of one agent: an
+// answer of several parts (see Result.Parts) is given to it joined, under
+// the last part's agent. Implement AnswerTurn to keep the parts apart.
 type Turn interface {
 	Commit(ctx context.Context, answer, agent string, status events.Status, at time.Time) (history.Committed, error)
 	Discard()
 }
 
 // AnswerTurn is a Turn that also persists the run's token usage and
-// interrupt, and an interrupted answer without text; *history.Pending
-// implements it. With a plain Turn, usage is not persisted and an
+// interrupt, an interrupted answer without text, and an answer of several
+// parts (history.Answer.Parts, one per agent's stretch of text);
+// *history.Pending implements it. With a plain Turn, usage is not persisted and an
 // interrupted run is persisted as incomplete (discarded when it has no
 // text).
 type AnswerTurn interface {
@@ -66,11 +69,13 @@ type Config struct {
 	// Sink receives the stream events of runs that do not bring their own
 	// (Run.Sink). One of the two is required.
 	Sink Sink
-	// Stream selects the messages whose deltas are streamed. Default:
-	// assistant messages of any agent.
+	// Stream selects the messages whose deltas are streamed; nil is the
+	// default (see Predicate).
 	Stream Predicate
-	// Persist selects the messages concatenated into the persisted answer.
-	// Default: assistant messages of any agent.
+	// Persist selects the messages that make the persisted answer; nil is
+	// the default (see Predicate). Each contiguous stretch of one agent's
+	// selected text is a part of the answer (Result.Parts), persisted as
+	// an assistant message of its own.
 	Persist Predicate
 	// OnSkip, if set, observes every message or action left out. It is
 	// called from the run's reader goroutine and must not block.
@@ -166,10 +171,17 @@ type Result struct {
 	Status events.Status
 	// Committed is the committed turn, when Status persisted one.
 	Committed history.Committed
-	// Answer is the persisted text ("" when discarded).
+	// Answer is the persisted text, every part's joined ("" when
+	// discarded).
 	Answer string
 	// Agent is the agent of the last persisted message.
 	Agent string
+	// Parts is the persisted answer, one part per contiguous stretch of
+	// one agent's selected text, in order (A, then B, then A again is
+	// three parts); each is persisted as an assistant message of its own.
+	// At most history.MaxParts: a run whose text would start another part
+	// ends its answer there, incomplete (the stream is not cut).
+	Parts []history.Part
 	// Tokens counts the deltas read from the model; Events the stream
 	// events emitted, run.started and run.completed included.
 	Tokens, Events int
@@ -510,16 +522,19 @@ func (r *runner) send(it item) bool {
 // commits or discards the turn and emits run.completed.
 func (r *runner) coordinate() (Result, error) {
 	var (
-		res        Result
-		answer     []byte
-		msgStart   int // offset in answer where message curMsg starts
-		curMsg     int // the message being persisted (messages count from 1)
-		sinkErr    error
-		incomplete bool
-		retry      bool // a transient model error before any content
-		cancelled  bool
-		pending    []item           // a batch drained from the buffer
-		usage      = map[int]item{} // the last usage each message reported
+		res    Result
+		answer answerParts
+		// Where message curMsg starts: the answer's last part before it,
+		// and that part's length then.
+		msgPart, msgOff int
+		capped          bool // a part beyond history.MaxParts was refused
+		curMsg          int  // the message being persisted (messages count from 1)
+		sinkErr         error
+		incomplete      bool
+		retry           bool // a transient model error before any content
+		cancelled       bool
+		pending         []item           // a batch drained from the buffer
+		usage           = map[int]item{} // the last usage each message reported
 	)
 	ctx := r.ctx
 	emit := func(f func() error) {
@@ -572,12 +587,16 @@ loop:
 			switch it.kind {
 			case itemDelta:
 				res.Tokens++
-				if it.persist {
+				if it.persist && !capped {
 					if it.msg != curMsg {
-						curMsg, msgStart = it.msg, len(answer)
+						curMsg = it.msg
+						msgPart, msgOff = answer.mark()
 					}
-					answer = append(answer, it.text...)
-					res.Agent = it.agent
+					if answer.add(it.agent, it.text) {
+						res.Agent = it.agent
+					} else {
+						capped, incomplete = true, true
+					}
 				}
 				if it.stream {
 					if it.agent != deltaAgent {
@@ -603,7 +622,7 @@ loop:
 				}
 			case itemToolCall:
 				if it.msg == curMsg {
-					answer = answer[:msgStart]
+					answer.cut(msgPart, msgOff)
 				}
 			case itemErr, itemCutOff:
 				flush()
@@ -663,12 +682,12 @@ loop:
 	switch {
 	case interrupted:
 		res.Status = events.StatusInterrupted
-	case len(answer) == 0 && cancelled:
+	case answer.empty() && cancelled:
 		// Cancelled before any content: nothing to persist, but the
 		// client asked for the cancel and is told so.
 		r.run.Turn.Discard()
 		res.Status = events.StatusCancelled
-	case len(answer) == 0:
+	case answer.empty():
 		r.run.Turn.Discard()
 		res.Status = events.StatusDiscarded
 	case cancelled:
@@ -678,16 +697,24 @@ loop:
 	default:
 		res.Status = events.StatusComplete
 	}
-	if len(answer) > 0 || interrupted {
-		res.Answer = string(answer)
+	if !answer.empty() || interrupted {
+		res.Parts = answer.parts()
+		res.Answer = answer.joined()
+		if len(res.Parts) > 0 {
+			res.Agent = res.Parts[len(res.Parts)-1].Agent
+		}
 		if res.Agent == "" && interrupted {
 			res.Agent = res.Interrupt.Agent
 		}
 		var c history.Committed
 		var err error
 		if canCommit {
-			c, err = at.CommitAnswer(ctx, history.Answer{Text: res.Answer, Agent: res.Agent, Status: res.Status,
-				At: r.cfg.Now(), Usage: toEventsUsage(res.Usage), Interrupt: res.Interrupt})
+			a := history.Answer{Text: res.Answer, Agent: res.Agent, Status: res.Status,
+				At: r.cfg.Now(), Usage: toEventsUsage(res.Usage), Interrupt: res.Interrupt}
+			if len(res.Parts) > 1 {
+				a.Text, a.Agent, a.Parts = "", "", res.Parts
+			}
+			c, err = at.CommitAnswer(ctx, a)
 		} else {
 			c, err = r.run.Turn.Commit(ctx, res.Answer, res.Agent, res.Status, r.cfg.Now())
 		}
@@ -705,6 +732,65 @@ loop:
 	emit(func() error { return r.emit.CompletedWithUsage(ctx, res.Status, toEventsUsage(res.Usage)) })
 	res.Events = int(r.emit.Seq())
 	return res, sinkErr
+}
+
+// answerParts is the persisted answer being built: one part per
+// contiguous stretch of one agent's text.
+type answerParts struct {
+	agents []string
+	texts  [][]byte
+}
+
+// add appends text of agent: to the last part when that is agent's, else
+// as a new part. It reports false, adding nothing, when that part would
+// be one more than history.MaxParts.
+func (a *answerParts) add(agent, text string) bool {
+	n := len(a.agents)
+	if n == 0 || a.agents[n-1] != agent {
+		if n == history.MaxParts {
+			return false
+		}
+		a.agents, a.texts = append(a.agents, agent), append(a.texts, nil)
+		n++
+	}
+	a.texts[n-1] = append(a.texts[n-1], text...)
+	return true
+}
+
+// mark is where the answer ends now: its last part (-1: none) and that
+// part's length, for cut.
+func (a *answerParts) mark() (part, off int) {
+	n := len(a.agents)
+	if n == 0 {
+		return -1, 0
+	}
+	return n - 1, len(a.texts[n-1])
+}
+
+// cut takes the answer back to a mark: what was added since is dropped.
+func (a *answerParts) cut(part, off int) {
+	a.agents, a.texts = a.agents[:part+1], a.texts[:part+1]
+	if part >= 0 {
+		a.texts[part] = a.texts[part][:off]
+	}
+}
+
+func (a *answerParts) empty() bool { return len(a.agents) == 0 }
+
+func (a *answerParts) parts() []history.Part {
+	out := make([]history.Part, len(a.agents))
+	for i := range a.agents {
+		out[i] = history.Part{Agent: a.agents[i], Text: string(a.texts[i])}
+	}
+	return out
+}
+
+func (a *answerParts) joined() string {
+	var b []byte
+	for _, t := range a.texts {
+		b = append(b, t...)
+	}
+	return string(b)
 }
 
 // runeCut returns where to cut s, longer than n bytes, to keep at most n

@@ -1,6 +1,6 @@
 // Package bridge splits one eino agent run in two: one half streams the
 // selected assistant deltas as stream events to a Sink (the stream topic),
-// the other half concatenates the answer and commits the turn to history.
+// the other half gathers the answer and commits the turn to history.
 //
 // Its guarantees, each covered by a test:
 //
@@ -13,7 +13,15 @@
 //     persisted; tool-call messages and tool results are neither persisted
 //     nor streamed as text.
 //   - predicates: Predicates over agent and role choose what is streamed and
-//     what is persisted; nil means assistant messages only.
+//     what is persisted; nil means the assistant text of every agent (the
+//     one default: see Predicate).
+//   - parts: two agents' text is never persisted as one message. The
+//     answer is one part per contiguous stretch of one agent's persisted
+//     text (A, B, then A again: three parts), each committed as an
+//     assistant message with its agent's name (through an AnswerTurn); at
+//     most history.MaxParts of them, after which the answer ends
+//     incomplete. The stream is unchanged: its token events carry their
+//     agent.
 //   - detached: the context given to Start carries values only. Its
 //     cancellation (a client going away, a request ending) aborts neither
 //     the generation nor the persistence. Only Handle.Cancel (persist the

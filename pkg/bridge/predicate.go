@@ -11,6 +11,15 @@ type Source struct {
 }
 
 // Predicate decides whether a message is selected (streamed or persisted).
+//
+// The default, wherever a predicate is left unset (a nil Config.Stream or
+// Config.Persist; pkg/worker's WithStream and WithPersist not given; an
+// agent file without "stream" or "persist"), is the assistant text of
+// every agent: a supervisor's and its sub-agents' alike. The persisted
+// answer keeps each agent's words apart: one part, persisted as one
+// assistant message with the agent's name, per contiguous stretch of one
+// agent's text (see Result.Parts). Tool calls and tool results are never
+// selected.
 type Predicate func(Source) bool
 
 // Role selects messages of role r, from any agent.
@@ -52,7 +61,7 @@ func Not(p Predicate) Predicate {
 	return func(s Source) bool { return !p(s) }
 }
 
-// assistantOnly is the default predicate.
+// assistantOnly is the default predicate (see Predicate).
 var assistantOnly = Role(schema.Assistant)
 
 func orDefault(p Predicate) Predicate {

@@ -117,20 +117,65 @@ func (c *Client) post(ctx context.Context, conversation, endpoint string, body m
 	return a, err
 }
 
-// Message is one message of a conversation's history.
+// Message is one message of a conversation's history. A turn is its user
+// message, then one assistant message per agent's contiguous stretch of
+// text (a sub-agent's answer, then the supervisor's: two), all with the
+// turn's RequestID; Turns groups them.
 type Message struct {
-	Seq        int64     `json:"seq"`
-	Role       string    `json:"role"`
-	Content    string    `json:"content"`
-	RequestID  string    `json:"request_id"`
-	Agent      string    `json:"agent"`
-	CreatedAt  time.Time `json:"created_at"`
-	Status     string    `json:"status,omitempty"`
-	Incomplete bool      `json:"incomplete,omitempty"`
-	// Usage is the model's token usage of an assistant message, when known.
+	// Seq numbers the conversation's messages 1, 2, 3 … with no gap.
+	Seq     int64  `json:"seq"`
+	Role    string `json:"role"`
+	Content string `json:"content"`
+	// RequestID is the turn's: its user message and every assistant
+	// message share it.
+	RequestID string `json:"request_id"`
+	// Agent is the agent that wrote an assistant message.
+	Agent     string    `json:"agent"`
+	CreatedAt time.Time `json:"created_at"`
+	// Status and Incomplete are the run's, on every assistant message.
+	Status     string `json:"status,omitempty"`
+	Incomplete bool   `json:"incomplete,omitempty"`
+	// Usage is the run's token usage, when known: on the turn's last
+	// assistant message only.
 	Usage *events.Usage `json:"usage,omitempty"`
-	// Interrupt is the question of an interrupted assistant message.
+	// Interrupt is the question of an interrupted run: on the turn's last
+	// assistant message only.
 	Interrupt *events.Interrupt `json:"interrupt,omitempty"`
+}
+
+// Turn is one turn of a history page: its user message (nil when the page
+// starts within the turn) and its assistant messages, in order.
+type Turn struct {
+	RequestID string
+	User      *Message
+	Assistant []Message
+}
+
+// Last returns the turn's last assistant message, which carries the run's
+// usage and interrupt; ok is false when the page holds none of them.
+func (t Turn) Last() (m Message, ok bool) {
+	if len(t.Assistant) == 0 {
+		return Message{}, false
+	}
+	return t.Assistant[len(t.Assistant)-1], true
+}
+
+// Turns groups messages (oldest first, as a page holds them) by turn: a
+// new turn at each user message or change of request id.
+func Turns(messages []Message) []Turn {
+	var out []Turn
+	for _, m := range messages {
+		if n := len(out); n == 0 || m.Role == "user" || out[n-1].RequestID != m.RequestID {
+			out = append(out, Turn{RequestID: m.RequestID})
+		}
+		t := &out[len(out)-1]
+		if m.Role == "user" {
+			t.User = &m
+		} else {
+			t.Assistant = append(t.Assistant, m)
+		}
+	}
+	return out
 }
 
 // HistoryPage is one page of history, oldest first.

@@ -59,3 +59,36 @@ func TestAnswersWithMembersTheClientDoesNotKnowAreRead(t *testing.T) {
 		t.Errorf("History = %+v, want %+v", p, want)
 	}
 }
+
+func TestTurnsGroupsAPageByTurnWithOneAssistantMessagePerAgent(t *testing.T) {
+	t.Parallel()
+	msgs := []Message{
+		{Seq: 2, Role: "assistant", RequestID: "r1", Agent: "desk", Content: "cut by the page"},
+		{Seq: 3, Role: "user", RequestID: "r2", Content: "where is ORD-7?"},
+		{Seq: 4, Role: "assistant", RequestID: "r2", Agent: "orders", Content: "ORD-7 left warehouse B yesterday."},
+		{Seq: 5, Role: "assistant", RequestID: "r2", Agent: "desk", Content: "It is on its way.", Usage: &events.Usage{TotalTokens: 41}},
+		{Seq: 6, Role: "user", RequestID: "r3", Content: "thanks"},
+	}
+	got := Turns(msgs)
+	var summary []string
+	for _, tr := range got {
+		s := tr.RequestID + ":"
+		if tr.User != nil {
+			s += " user " + tr.User.Content + ";"
+		}
+		for _, a := range tr.Assistant {
+			s += " " + a.Agent + " " + a.Content + ";"
+		}
+		summary = append(summary, s)
+	}
+	want := []string{"r1: desk cut by the page;", "r2: user where is ORD-7?; orders ORD-7 left warehouse B yesterday.; desk It is on its way.;", "r3: user thanks;"}
+	if !reflect.DeepEqual(summary, want) {
+		t.Fatalf("Turns = %q, want %q", summary, want)
+	}
+	if last, ok := got[1].Last(); !ok || last.Usage == nil || last.Agent != "desk" {
+		t.Errorf("Last of r2 = %+v, %v; want the desk's message with the usage", last, ok)
+	}
+	if _, ok := got[2].Last(); ok {
+		t.Errorf("Last of a turn without assistant messages reported one")
+	}
+}

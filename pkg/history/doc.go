@@ -1,6 +1,8 @@
 // Package history keeps Turnpike's conversations: turns of one user message
-// and one assistant answer, bound to the identity triple (tenant, user,
-// conversation).
+// and the assistant's answer, one assistant message per part (each agent's
+// contiguous stretch of text: Turn.Parts), bound to the identity triple
+// (tenant, user, conversation). Messages are numbered 1, 2, 3 … over the
+// conversation, with no gap.
 //
 // A turn is written atomically as one document and is idempotent per request
 // id, without multi-document transactions (FerretDB has none, and the same

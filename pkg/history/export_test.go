@@ -30,12 +30,14 @@ func SeedTurns(ctx context.Context, s *MongoStore, id events.Identity, first int
 		return nil
 	}
 	var oldest, newest time.Time
+	seq := 2*first - 1 // turns before first had one part each
 	for i, t := range turns {
 		if err := t.Validate(); err != nil {
 			return fmt.Errorf("seed turn %d: %w", i, err)
 		}
 		t = normalize(t, s.cfg.Now)
-		d := newTurnDoc(id, first+int64(i), t)
+		d := newTurnDoc(id, first+int64(i), seq, t)
+		seq += int64(len(t.Parts)) + 1
 		tdocs = append(tdocs, d)
 		if i == 0 || t.CommittedAt.Before(oldest) {
 			oldest = t.CommittedAt
@@ -55,16 +57,16 @@ func SeedTurns(ctx context.Context, s *MongoStore, id events.Identity, first int
 		}
 	}
 	last := first + int64(len(turns)) - 1
-	if err := s.rollForward(ctx, id, last, oldest); err != nil {
+	if err := s.rollForward(ctx, id, last, seq-1, oldest); err != nil {
 		return err
 	}
-	return s.rollForward(ctx, id, last, newest)
+	return s.rollForward(ctx, id, last, seq-1, newest)
 }
 
 // InsertTurnOnly writes the commit point of turn n and nothing else, as a
 // crash right after it would leave the store.
 func InsertTurnOnly(ctx context.Context, s *MongoStore, id events.Identity, n int64, t Turn) error {
-	_, err := s.turns.InsertOne(ctx, newTurnDoc(id, n, normalize(t, s.cfg.Now)))
+	_, err := s.turns.InsertOne(ctx, newTurnDoc(id, n, 2*n-1, normalize(t, s.cfg.Now)))
 	return err
 }
 

@@ -20,8 +20,9 @@ const (
 
 // Message is one persisted message of a conversation.
 type Message struct {
-	// Seq numbers the messages of a conversation 1, 2, 3 …: a turn n holds
-	// the user message 2n-1 and the assistant message 2n.
+	// Seq numbers the messages of a conversation 1, 2, 3 …, with no gap:
+	// a turn holds its user message, then one assistant message per part
+	// of its answer (Turn.Parts), so a turn holds two messages or more.
 	Seq       int64
 	Role      Role
 	Content   string
@@ -30,13 +31,14 @@ type Message struct {
 	Agent     string
 	CreatedAt time.Time
 	// Status is set on assistant messages only: complete, incomplete,
-	// cancelled or interrupted.
+	// cancelled or interrupted. It is the run's, the same on every
+	// assistant message of a turn.
 	Status events.Status
-	// Usage is the token usage of an assistant message's run, when the
-	// model reported it.
+	// Usage is the token usage of the run, when the model reported it. It
+	// is set on the turn's last assistant message only.
 	Usage *events.Usage
-	// Interrupt is set on an interrupted assistant message: what the run
-	// asked the user.
+	// Interrupt is set on the last assistant message of an interrupted
+	// turn: what the run asked the user.
 	Interrupt *Interrupt
 }
 
@@ -83,18 +85,39 @@ func (m Message) Incomplete() bool {
 	return m.Role == RoleAssistant && m.Status != events.StatusComplete
 }
 
-// Turn is what Commit persists: one user message and the assistant's answer.
+// Part is one agent's contiguous stretch of an answer: the text one agent
+// said before another agent spoke (or the answer ended).
+type Part struct {
+	Agent string
+	Text  string
+}
+
+// MaxParts bounds the parts of one answer (Turn.Parts): a turn holds at
+// most MaxParts+1 messages. The bridge ends an answer incomplete rather
+// than start a part beyond it.
+const MaxParts = 64
+
+// Turn is what Commit persists: one user message and the assistant's
+// answer, one assistant message per part of it.
 type Turn struct {
 	RequestID string
 	// User is the user message, verbatim.
 	User string
 	// UserAt is when the user message was received.
 	UserAt time.Time
-	// Answer is the concatenated assistant text. Never empty
-	// (no-dangling-user), except for an interrupted answer: there the
-	// question in Interrupt is the assistant's content.
+	// Answer and Agent are an answer of one part: the assistant text and
+	// the agent that wrote it. Answer is never empty (no-dangling-user),
+	// except for an interrupted answer: there the question in Interrupt is
+	// the assistant's content. Set either Answer and Agent or Parts.
 	Answer string
 	Agent  string
+	// Parts, when set, is the answer of several agents, in order: each
+	// part becomes an assistant message of its own, with its agent's name,
+	// so no message ever holds two agents' text. Every part has text; at
+	// most MaxParts of them; Answer and Agent must be empty. The whole
+	// turn is one document, so the parts together, with the rest of the
+	// turn, must fit in MongoDB's 16 MiB.
+	Parts []Part
 	// Status is complete, incomplete, cancelled or interrupted.
 	Status      events.Status
 	CommittedAt time.Time
@@ -144,8 +167,18 @@ func (t Turn) Validate() error {
 	if t.User == "" {
 		errs = append(errs, fmt.Errorf("%w turn: empty user message", events.ErrInvalid))
 	}
-	if t.Answer == "" && t.Status != events.StatusInterrupted {
+	switch {
+	case len(t.Parts) > 0 && (t.Answer != "" || t.Agent != ""):
+		errs = append(errs, fmt.Errorf("%w turn: both parts and an answer or agent", events.ErrInvalid))
+	case len(t.Parts) > MaxParts:
+		errs = append(errs, fmt.Errorf("%w turn: %d parts, at most %d", events.ErrInvalid, len(t.Parts), MaxParts))
+	case len(t.Parts) == 0 && t.Answer == "" && t.Status != events.StatusInterrupted:
 		errs = append(errs, fmt.Errorf("%w turn: %w", events.ErrInvalid, ErrEmptyAnswer))
+	}
+	for i, p := range t.Parts {
+		if p.Text == "" {
+			errs = append(errs, fmt.Errorf("%w turn: part %d has no text", events.ErrInvalid, i))
+		}
 	}
 	switch {
 	case t.Status == events.StatusInterrupted && t.Interrupt == nil:
@@ -176,7 +209,9 @@ func truncate(s string, n int) string {
 
 // Committed reports where a turn landed.
 type Committed struct {
-	// N is the turn number; its messages have seq 2N-1 and 2N.
+	// N is the turn number (1, 2, 3 … in the conversation). Its messages'
+	// seqs follow those of turn N-1: 2N-1 and 2N only while every turn
+	// so far had one part.
 	N      int64
 	Status events.Status
 	// Duplicate is true when the request id had already been committed: the
@@ -214,7 +249,7 @@ type Store interface {
 	// Window returns the last n messages of the conversation, oldest first.
 	// A conversation with no turns yields an empty window, not an error.
 	Window(ctx context.Context, id events.Identity, n int) ([]Message, error)
-	// Commit persists a turn atomically: both messages or neither. It is
+	// Commit persists a turn atomically: all its messages or none. It is
 	// idempotent per request id: committing the same request id again
 	// writes nothing and reports the existing turn with Duplicate set.
 	Commit(ctx context.Context, id events.Identity, t Turn) (Committed, error)

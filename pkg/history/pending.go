@@ -76,10 +76,13 @@ func (p *Pending) Commit(ctx context.Context, answer, agent string, status event
 
 // Answer is what CommitAnswer persists with the pending user message.
 type Answer struct {
-	// Text is the assistant's answer; it may be empty only when the answer
-	// is interrupted.
-	Text   string
-	Agent  string
+	// Text is the assistant's answer, all of it one Agent's; it may be
+	// empty only when the answer is interrupted.
+	Text  string
+	Agent string
+	// Parts, when set instead of Text and Agent, is an answer of several
+	// agents: one assistant message per part (see Turn.Parts).
+	Parts  []Part
 	Status events.Status
 	At     time.Time
 	// Usage, if known, is the run's token usage.
@@ -94,7 +97,7 @@ func (p *Pending) CommitAnswer(ctx context.Context, a Answer) (Committed, error)
 	if p.closed {
 		return Committed{}, fmt.Errorf("commit: %w", ErrClosed)
 	}
-	if a.Text == "" && a.Interrupt == nil {
+	if a.Text == "" && len(a.Parts) == 0 && a.Interrupt == nil {
 		return Committed{}, fmt.Errorf("commit: %w", ErrEmptyAnswer)
 	}
 	c, err := p.store.Commit(ctx, p.id, Turn{
@@ -103,6 +106,7 @@ func (p *Pending) CommitAnswer(ctx context.Context, a Answer) (Committed, error)
 		UserAt:      p.at,
 		Answer:      a.Text,
 		Agent:       a.Agent,
+		Parts:       a.Parts,
 		Status:      a.Status,
 		CommittedAt: a.At,
 		Source:      p.source,

@@ -1,6 +1,7 @@
 package history
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -11,35 +12,46 @@ import (
 // to it, and a limit below 1 is raised to 1.
 const MaxListLimit = 200
 
-// numbered is a committed turn and its number: the stores' common form.
+// numbered is a committed turn, its number and the seq of its user
+// message: the stores' common form. t is normalized (see normalize): its
+// answer is in t.Parts, at least one part.
 type numbered struct {
-	n int64
-	t Turn
+	n   int64
+	seq int64
+	t   Turn
 }
 
-// messages returns the user message (seq 2n-1) and the assistant message
-// (seq 2n) of the turn.
-func (x numbered) messages() [2]Message {
-	return [2]Message{
-		{
-			Seq:       2*x.n - 1,
-			Role:      RoleUser,
-			Content:   x.t.User,
-			RequestID: x.t.RequestID,
-			CreatedAt: x.t.UserAt,
-		},
-		{
-			Seq:       2 * x.n,
+// end is the seq of the turn's last message.
+func (x numbered) end() int64 { return x.seq + int64(len(x.t.Parts)) }
+
+// messages returns the user message (seq x.seq) and one assistant message
+// per part (the seqs that follow). Status, request id and time are on
+// every assistant message; usage and interrupt, the run's, on the last.
+func (x numbered) messages() []Message {
+	out := make([]Message, 0, 1+len(x.t.Parts))
+	out = append(out, Message{
+		Seq:       x.seq,
+		Role:      RoleUser,
+		Content:   x.t.User,
+		RequestID: x.t.RequestID,
+		CreatedAt: x.t.UserAt,
+	})
+	for i, p := range x.t.Parts {
+		m := Message{
+			Seq:       x.seq + 1 + int64(i),
 			Role:      RoleAssistant,
-			Content:   x.t.Answer,
+			Content:   p.Text,
 			RequestID: x.t.RequestID,
-			Agent:     x.t.Agent,
+			Agent:     p.Agent,
 			CreatedAt: x.t.CommittedAt,
 			Status:    x.t.Status,
-			Usage:     cloneUsage(x.t.Usage),
-			Interrupt: cloneInterrupt(x.t.Interrupt),
-		},
+		}
+		if i == len(x.t.Parts)-1 {
+			m.Usage, m.Interrupt = cloneUsage(x.t.Usage), cloneInterrupt(x.t.Interrupt)
+		}
+		out = append(out, m)
 	}
+	return out
 }
 
 // flatten returns the messages of turns (ascending, contiguous) whose seq
@@ -47,6 +59,9 @@ func (x numbered) messages() [2]Message {
 func flatten(turns []numbered, lo, hi int64) []Message {
 	out := make([]Message, 0, 2*len(turns))
 	for _, x := range turns {
+		if x.end() < lo || x.seq > hi {
+			continue
+		}
 		for _, m := range x.messages() {
 			if m.Seq >= lo && m.Seq <= hi {
 				out = append(out, m)
@@ -56,16 +71,37 @@ func flatten(turns []numbered, lo, hi int64) []Message {
 	return out
 }
 
+// contiguous checks that turns (ascending) follow each other by number
+// and by seq.
+func contiguous(turns []numbered) error {
+	for i := 1; i < len(turns); i++ {
+		prev, x := turns[i-1], turns[i]
+		if x.n != prev.n+1 {
+			return fmt.Errorf("turn %d follows turn %d", x.n, prev.n)
+		}
+		if x.seq != prev.end()+1 {
+			return fmt.Errorf("turn %d starts at seq %d, turn %d ends at %d", x.n, x.seq, prev.n, prev.end())
+		}
+	}
+	return nil
+}
+
 // windowTurns is how many of the newest turns hold the last n messages
-// (without overflowing for n near math.MaxInt).
+// (every turn holds two or more; without overflowing for n near
+// math.MaxInt).
 func windowTurns(n int) int64 { return int64(n/2 + n%2) }
+
+// spanTurns is how many turns, from the one holding a page's newest
+// message back, hold a page of n messages: the first holds one of them
+// or more, every other two or more.
+func spanTurns(n int64) int64 { return n/2 + 1 }
 
 // windowMessages flattens the newest turns and keeps the last n messages.
 func windowMessages(turns []numbered, n int) []Message {
 	if len(turns) == 0 || n <= 0 {
 		return []Message{}
 	}
-	newest := 2 * turns[len(turns)-1].n
+	newest := turns[len(turns)-1].end()
 	return flatten(turns, newest-int64(n)+1, newest)
 }
 
@@ -92,7 +128,9 @@ func nextBefore(lo, hi int64) int64 {
 	return lo
 }
 
-// turnOf is the number of the turn holding message seq.
+// turnOf is the number of the turn holding message seq if every turn up
+// to it has one part (as every turn written before parts existed), and in
+// any case the highest number the turn holding seq can have.
 func turnOf(seq int64) int64 { return (seq + 1) / 2 }
 
 // storedTime is t as the stores keep it: UTC, millisecond precision (BSON
@@ -104,12 +142,19 @@ func storedTime(t time.Time, now func() time.Time) time.Time {
 	return t.UTC().Truncate(time.Millisecond)
 }
 
-// normalize returns t with its times as stored, sharing nothing with the
-// caller's t.
+// normalize returns t with its times as stored and its answer in Parts
+// (an answer of one part, possibly empty when interrupted, becomes one
+// part), sharing nothing with the caller's t.
 func normalize(t Turn, now func() time.Time) Turn {
 	t.UserAt = storedTime(t.UserAt, now)
 	t.CommittedAt = storedTime(t.CommittedAt, now)
 	t.Usage, t.Interrupt = cloneUsage(t.Usage), cloneInterrupt(t.Interrupt)
+	if len(t.Parts) == 0 {
+		t.Parts = []Part{{Agent: t.Agent, Text: t.Answer}}
+	} else {
+		t.Parts = slices.Clone(t.Parts)
+	}
+	t.Answer, t.Agent = "", ""
 	return t
 }
 

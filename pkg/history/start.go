@@ -26,6 +26,7 @@ type Start struct {
 // commit expects to follow, and the record that fences it.
 type tip struct {
 	n      int64   // 0: the conversation had no turn
+	next   int64   // the seq after turn n's last message (1 when none)
 	source *Source // of turn n; nil when it had none
 }
 

@@ -3,6 +3,7 @@ package history
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -112,8 +113,11 @@ func (s *MemoryStore) Commit(_ context.Context, id events.Identity, t Turn) (Com
 	if len(c.turns) > 0 && t.Source.Fences(c.turns[len(c.turns)-1].t.Source) {
 		return Committed{}, fmt.Errorf("commit: %w", ErrFenced)
 	}
-	n := int64(len(c.turns)) + 1
-	c.turns = append(c.turns, numbered{n: n, t: t})
+	n, seq := int64(len(c.turns))+1, int64(1)
+	if len(c.turns) > 0 {
+		seq = c.turns[len(c.turns)-1].end() + 1
+	}
+	c.turns = append(c.turns, numbered{n: n, seq: seq, t: t})
 	c.requests[t.RequestID] = n
 	return Committed{N: n, Status: t.Status}, nil
 }
@@ -170,10 +174,12 @@ func (s *MemoryStore) List(_ context.Context, id events.Identity, before int64, 
 		s.mu.Unlock()
 		return Page{}, fmt.Errorf("list %s: %w", id.Conversation, ErrNotFound)
 	}
-	lo, hi := listRange(2*int64(len(c.turns)), before, limit)
+	lo, hi := listRange(c.turns[len(c.turns)-1].end(), before, limit)
 	var turns []numbered
 	if lo <= hi {
-		turns = append(turns, c.turns[turnOf(lo)-1:turnOf(hi)]...)
+		first := sort.Search(len(c.turns), func(i int) bool { return c.turns[i].end() >= lo })
+		last := sort.Search(len(c.turns), func(i int) bool { return c.turns[i].seq > hi })
+		turns = append(turns, c.turns[first:last]...)
 	}
 	s.mu.Unlock()
 	return Page{Messages: flatten(turns, lo, hi), NextBefore: nextBefore(lo, hi)}, nil
@@ -192,7 +198,7 @@ func (s *MemoryStore) Conversations(_ context.Context, tenant, user string, befo
 		if !ok || len(c.turns) == 0 {
 			continue
 		}
-		conv := Conversation{Conversation: name, Messages: 2 * int64(len(c.turns))}
+		conv := Conversation{Conversation: name, Messages: c.turns[len(c.turns)-1].end()}
 		for _, x := range c.turns {
 			if x.t.CommittedAt.After(conv.UpdatedAt) {
 				conv.UpdatedAt = x.t.CommittedAt

@@ -128,7 +128,14 @@ func (c MongoConfig) Validate() error {
 // (FerretDB has no transactions):
 //
 //   - turns/<key>#<n, 12 digits> is the commit point: one document holds
-//     both messages of turn n, so a turn is stored whole or not at all.
+//     every message of turn n, so a turn is stored whole or not at all.
+//     Its seq (the user message's; the assistant messages, one per part,
+//     follow) is the one after the last message of turn n-1, which the
+//     commit has read: two commits racing for turn n compute the same seq
+//     and only one of them inserts turn n, so seqs stay unique and without
+//     gaps. (Documents of format version 1, written before parts, have no
+//     seq and one assistant message: turn n holds seqs 2n-1 and 2n. They
+//     precede every version 2 document of their conversation.)
 //     Its unique index on (identity, request_id) makes a request id land
 //     on one turn, so the insert is the idempotency check too. The turns of
 //     a conversation are one _id range, read newest first with a limit:
@@ -138,7 +145,9 @@ func (c MongoConfig) Validate() error {
 //     for every committed turn; they are still honoured.
 //   - requests/<key>#cancel#<partition> holds a conversation's cancels.
 //   - conversations/<key> holds turns, the highest turn number known
-//     committed, and the times the conversation list is ordered by. It is
+//     committed, messages, the seq of its last message (absent when
+//     written before parts: then 2 × turns), and the times the
+//     conversation list is ordered by. It is
 //     rolled forward monotonically after each commit and may lag behind
 //     the turns collection (a crash between the commit point and the
 //     roll-forward; FerretDB's non-atomic read-modify-write updates):
@@ -218,6 +227,9 @@ func (s *MongoStore) createIndexes(ctx context.Context) error {
 		// A request id lands on one turn only, even when two commits of it
 		// race with a third commit that moves the conversation on.
 		{s.turns, mongo.IndexModel{Keys: identity("request_id"), Options: options.Index().SetName("identity_request_id").SetUnique(true)}},
+		// Older pages of List find the turn holding a seq by it (not
+		// unique: documents of format version 1 have no seq).
+		{s.turns, mongo.IndexModel{Keys: identity("seq"), Options: options.Index().SetName("identity_seq")}},
 		{s.convs, mongo.IndexModel{
 			Keys:    bson.D{{Key: "tenant", Value: 1}, {Key: "user", Value: 1}, {Key: "updated_at", Value: -1}},
 			Options: options.Index().SetName("tenant_user_updated_at"),
@@ -236,25 +248,40 @@ func (s *MongoStore) createIndexes(ctx context.Context) error {
 // Documents. Field names are part of the stored format.
 
 type convDoc struct {
-	ID           string    `bson:"_id"`
-	Tenant       string    `bson:"tenant"`
-	User         string    `bson:"user"`
-	Conversation string    `bson:"conversation"`
-	Turns        int64     `bson:"turns"`
-	CreatedAt    time.Time `bson:"created_at"`
-	UpdatedAt    time.Time `bson:"updated_at"`
-}
-
-type turnDoc struct {
 	ID           string `bson:"_id"`
 	Tenant       string `bson:"tenant"`
 	User         string `bson:"user"`
 	Conversation string `bson:"conversation"`
+	Turns        int64  `bson:"turns"`
+	// Messages is the seq of the conversation's last message; 0 in a
+	// document written before parts (then it is 2 × Turns).
+	Messages  int64     `bson:"messages,omitempty"`
+	CreatedAt time.Time `bson:"created_at"`
+	UpdatedAt time.Time `bson:"updated_at"`
+}
+
+// turnFormat is the format version of the turn documents Commit writes.
+// Version 1 (no "v" field) has no seq and one assistant message, whose
+// content and agent are in "assistant"; version 2 has "seq" and "parts",
+// and "assistant" holds only what is the run's (status, time, usage,
+// interrupt).
+const turnFormat = 2
+
+type turnDoc struct {
+	ID           string `bson:"_id"`
+	V            int    `bson:"v,omitempty"`
+	Tenant       string `bson:"tenant"`
+	User         string `bson:"user"`
+	Conversation string `bson:"conversation"`
 	N            int64  `bson:"n"`
-	RequestID    string `bson:"request_id"`
+	// Seq is the seq of the turn's user message (version 2).
+	Seq       int64  `bson:"seq,omitempty"`
+	RequestID string `bson:"request_id"`
 	// UserMessage is stored as "user_message": "user" is the identity field.
 	UserMessage userDoc      `bson:"user_message"`
 	Assistant   assistantDoc `bson:"assistant"`
+	// Parts are the assistant messages, in order (version 2).
+	Parts []partDoc `bson:"parts,omitempty"`
 	// Source is the request's record (absent for turns committed without).
 	Source *sourceDoc `bson:"source,omitempty"`
 }
@@ -272,13 +299,19 @@ type userDoc struct {
 }
 
 type assistantDoc struct {
-	Content   string        `bson:"content"`
-	Agent     string        `bson:"agent"`
+	// Content and Agent are set in version 1 documents only.
+	Content   string        `bson:"content,omitempty"`
+	Agent     string        `bson:"agent,omitempty"`
 	Status    events.Status `bson:"status"`
 	CreatedAt time.Time     `bson:"created_at"`
 	// Usage and Interrupt are absent when unknown or not interrupted.
 	Usage     *usageDoc     `bson:"usage,omitempty"`
 	Interrupt *interruptDoc `bson:"interrupt,omitempty"`
+}
+
+type partDoc struct {
+	Agent   string `bson:"agent"`
+	Content string `bson:"content"`
 }
 
 type usageDoc struct {
@@ -334,19 +367,25 @@ func turnID(key string, n int64) string { return fmt.Sprintf("%s#%012d", key, n)
 
 func requestDocID(key, requestID string) string { return key + "#r#" + requestID }
 
-// newTurnDoc is the document of turn n; t must be normalized.
-func newTurnDoc(id events.Identity, n int64, t Turn) turnDoc {
+// newTurnDoc is the document of turn n, whose user message has seq seq;
+// t must be normalized.
+func newTurnDoc(id events.Identity, n, seq int64, t Turn) turnDoc {
+	parts := make([]partDoc, len(t.Parts))
+	for i, p := range t.Parts {
+		parts[i] = partDoc{Agent: p.Agent, Content: p.Text}
+	}
 	return turnDoc{
 		ID:           turnID(id.Key(), n),
+		V:            turnFormat,
 		Tenant:       id.Tenant,
 		User:         id.User,
 		Conversation: id.Conversation,
 		N:            n,
+		Seq:          seq,
 		RequestID:    t.RequestID,
 		UserMessage:  userDoc{Content: t.User, CreatedAt: t.UserAt},
+		Parts:        parts,
 		Assistant: assistantDoc{
-			Content:   t.Answer,
-			Agent:     t.Agent,
 			Status:    t.Status,
 			CreatedAt: t.CommittedAt,
 			Usage:     toUsageDoc(t.Usage),
@@ -370,13 +409,22 @@ func (d *sourceDoc) source() *Source {
 	return &Source{Topic: d.Topic, Partition: d.Partition, Offset: d.Offset, Time: d.Time.UTC()}
 }
 
+// numbered reads a turn document of either format version.
 func (d turnDoc) numbered() numbered {
-	return numbered{n: d.N, t: Turn{
+	seq := 2*d.N - 1
+	parts := []Part{{Agent: d.Assistant.Agent, Text: d.Assistant.Content}}
+	if d.V >= 2 {
+		seq = d.Seq
+		parts = make([]Part, len(d.Parts))
+		for i, p := range d.Parts {
+			parts[i] = Part{Agent: p.Agent, Text: p.Content}
+		}
+	}
+	return numbered{n: d.N, seq: seq, t: Turn{
 		RequestID:   d.RequestID,
 		User:        d.UserMessage.Content,
 		UserAt:      d.UserMessage.CreatedAt.UTC(),
-		Answer:      d.Assistant.Content,
-		Agent:       d.Assistant.Agent,
+		Parts:       parts,
 		Status:      d.Assistant.Status,
 		CommittedAt: d.Assistant.CreatedAt.UTC(),
 		Source:      d.Source.source(),
@@ -404,7 +452,13 @@ func (s *MongoStore) newest(ctx context.Context, key string, k int64) ([]numbere
 // findTurns reads the turns matching filter in _id order (dir 1 or -1),
 // at most limit of them (0: all), and returns them oldest first.
 func (s *MongoStore) findTurns(ctx context.Context, filter bson.D, dir int, limit int64) ([]numbered, error) {
-	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: dir}})
+	return s.findTurnsBy(ctx, filter, "_id", dir, limit)
+}
+
+// findTurnsBy is findTurns in the order of field (_id or seq, which
+// order a conversation's turns alike).
+func (s *MongoStore) findTurnsBy(ctx context.Context, filter bson.D, field string, dir int, limit int64) ([]numbered, error) {
+	opts := options.Find().SetSort(bson.D{{Key: field, Value: dir}})
 	if limit > 0 {
 		// A batch larger than the limit: the first reply holds every turn
 		// and closes the cursor (MongoDB stops at the limit; FerretDB at a
@@ -427,10 +481,8 @@ func (s *MongoStore) findTurns(ctx context.Context, filter bson.D, dir int, limi
 			out[i] = d.numbered()
 		}
 	}
-	for i := 1; i < len(out); i++ {
-		if out[i].n != out[i-1].n+1 {
-			return nil, fmt.Errorf("read turns: turn %d follows turn %d", out[i].n, out[i-1].n)
-		}
+	if err := contiguous(out); err != nil {
+		return nil, fmt.Errorf("read turns: %w", err)
 	}
 	return out, nil
 }
@@ -493,7 +545,7 @@ func (s *MongoStore) start(ctx context.Context, p *Pending, n int) (Start, *tip,
 	t := &tip{}
 	if len(turns) > 0 {
 		last := turns[len(turns)-1]
-		t = &tip{n: last.n, source: last.t.Source}
+		t = &tip{n: last.n, next: last.end() + 1, source: last.t.Source}
 		if !p.source.follows(last.t.Source) {
 			// The record is not past the newest turn's: a redelivery of a
 			// request committed before the window, or one that will be
@@ -561,7 +613,9 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 			if req.N == 0 { // an outcome without a turn was decided first
 				return Committed{Status: req.Status, Duplicate: true}, nil
 			}
-			if err := s.rollForward(ctx, id, req.N, req.CreatedAt); err != nil {
+			// An older version's request document: its turns had one
+			// part each, so turn N ends at seq 2N.
+			if err := s.rollForward(ctx, id, req.N, 2*req.N, req.CreatedAt); err != nil {
 				return Committed{}, fmt.Errorf("commit: %w", err)
 			}
 			return Committed{N: req.N, Status: req.Status, Duplicate: true}, nil
@@ -572,7 +626,7 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 		}
 		last = &tip{}
 		if len(turns) == 1 {
-			last = &tip{n: turns[0].n, source: turns[0].t.Source}
+			last = &tip{n: turns[0].n, next: turns[0].end() + 1, source: turns[0].t.Source}
 		}
 	}
 	// Fencing: the turn before the one we take must come from an older
@@ -592,9 +646,9 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 		}
 		return Committed{}, fmt.Errorf("commit: %w", ErrFenced)
 	}
-	n := last.n + 1
+	n, seq := last.n+1, max(last.next, 1)
 	for range s.cfg.CommitAttempts {
-		doc := newTurnDoc(id, n, t)
+		doc := newTurnDoc(id, n, seq, t)
 		err := s.turnWriter.do(ctx, doc)
 		switch {
 		case err == nil:
@@ -640,28 +694,34 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 				return Committed{}, fmt.Errorf("commit: %w", ErrFenced)
 			}
 		}
-		n += int64(len(after)) + 1
+		// The first free turn's messages follow the last taken turn's.
+		taken := have.numbered()
+		if len(after) > 0 {
+			taken = after[len(after)-1]
+		}
+		n, seq = taken.n+1, taken.end()+1
 	}
 	return Committed{}, fmt.Errorf("commit: gave up after %d inserts found their turn taken", s.cfg.CommitAttempts)
 }
 
 // finishCommit rolls the conversation forward to a committed turn.
 func (s *MongoStore) finishCommit(ctx context.Context, id events.Identity, x numbered, duplicate bool) (Committed, error) {
-	if err := s.rollForward(ctx, id, x.n, x.t.CommittedAt); err != nil {
+	if err := s.rollForward(ctx, id, x.n, x.end(), x.t.CommittedAt); err != nil {
 		return Committed{}, fmt.Errorf("commit: %w", err)
 	}
 	return Committed{N: x.n, Status: x.t.Status, Duplicate: duplicate}, nil
 }
 
-// rollForward raises the conversation's turn count to at least n, creating
-// the document if needed. Every operator is monotonic ($max, $min) so
+// rollForward raises the conversation's turn count to at least n and its
+// message count to at least messages (the seq of turn n's last message),
+// creating the document if needed. Every operator is monotonic ($max, $min) so
 // concurrent and repeated roll-forwards commute (atomically on MongoDB;
 // FerretDB's updates are read-modify-write, so there the count may lag,
 // which no read of messages depends on). The filter is the _id alone: one
 // document, found through the _id index on both backends.
-func (s *MongoStore) rollForward(ctx context.Context, id events.Identity, n int64, at time.Time) error {
+func (s *MongoStore) rollForward(ctx context.Context, id events.Identity, n, messages int64, at time.Time) error {
 	update := mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: id.Key()}}).SetUpsert(true).SetUpdate(bson.D{
-		{Key: "$max", Value: bson.D{{Key: "turns", Value: n}, {Key: "updated_at", Value: at}}},
+		{Key: "$max", Value: bson.D{{Key: "turns", Value: n}, {Key: "messages", Value: messages}, {Key: "updated_at", Value: at}}},
 		{Key: "$min", Value: bson.D{{Key: "created_at", Value: at}}},
 		{Key: "$setOnInsert", Value: bson.D{
 			{Key: "tenant", Value: id.Tenant},
@@ -794,23 +854,59 @@ func (s *MongoStore) List(ctx context.Context, id events.Identity, before int64,
 	if len(turns) == 0 {
 		return Page{}, fmt.Errorf("list %s: %w", id.Conversation, ErrNotFound)
 	}
-	lo, hi := listRange(2*turns[len(turns)-1].n, before, limit)
+	lo, hi := listRange(turns[len(turns)-1].end(), before, limit)
 	if lo > hi {
 		return Page{Messages: []Message{}}, nil
 	}
-	if turnOf(lo) < turns[0].n {
-		first, last := turnOf(lo), turnOf(hi)
-		turns, err = s.findTurns(ctx, bson.D{{Key: "_id", Value: bson.D{
-			{Key: "$gte", Value: turnID(key, first)}, {Key: "$lte", Value: turnID(key, last)},
-		}}}, 1, 0)
-		if err != nil {
+	if lo < turns[0].seq {
+		if turns, err = s.holding(ctx, id, lo, hi); err != nil {
 			return Page{}, fmt.Errorf("list: %w", err)
-		}
-		if int64(len(turns)) != last-first+1 {
-			return Page{}, fmt.Errorf("list: read %d of turns %d…%d", len(turns), first, last)
 		}
 	}
 	return Page{Messages: flatten(turns, lo, hi), NextBefore: nextBefore(lo, hi)}, nil
+}
+
+// holding reads the turns that hold messages lo…hi, oldest first: the
+// version 2 turns by seq (one query on the identity_seq index, newest
+// first, with a limit; the _id range bounds it to the conversation's
+// turns up to the highest number the turn holding hi can have), then,
+// when those do not reach back to lo, the version 1 turns before them by
+// number (one range query on _id), where turn n holds 2n-1 and 2n.
+func (s *MongoStore) holding(ctx context.Context, id events.Identity, lo, hi int64) ([]numbered, error) {
+	key := id.Key()
+	turns, err := s.findTurnsBy(ctx, bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$gte", Value: turnID(key, 1)}, {Key: "$lte", Value: turnID(key, min(turnOf(hi), maxTurn))}}},
+		{Key: "tenant", Value: id.Tenant},
+		{Key: "user", Value: id.User},
+		{Key: "conversation", Value: id.Conversation},
+		{Key: "seq", Value: bson.D{{Key: "$lte", Value: hi}}},
+	}, "seq", -1, spanTurns(hi-lo+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(turns) > 0 && turns[0].seq <= lo {
+		return turns, nil
+	}
+	// The rest is in version 1 turns, before the version 2 ones read.
+	upper := hi
+	if len(turns) > 0 {
+		upper = turns[0].seq - 1
+	}
+	first, last := turnOf(lo), turnOf(upper)
+	old, err := s.findTurns(ctx, bson.D{{Key: "_id", Value: bson.D{
+		{Key: "$gte", Value: turnID(key, first)}, {Key: "$lte", Value: turnID(key, last)},
+	}}}, 1, 0)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(old)) != last-first+1 || old[0].seq != 2*first-1 {
+		return nil, fmt.Errorf("read %d of turns %d…%d, holding messages %d…%d", len(old), first, last, lo, upper)
+	}
+	all := append(old, turns...)
+	if err := contiguous(all); err != nil {
+		return nil, fmt.Errorf("read turns: %w", err)
+	}
+	return all, nil
 }
 
 // findByID point-reads the document with _id id; found is false when there
@@ -899,7 +995,11 @@ func (s *MongoStore) findConversations(ctx context.Context, filter, sort bson.D,
 	}
 	out := make([]Conversation, len(docs))
 	for i, d := range docs {
-		out[i] = Conversation{Conversation: d.Conversation, UpdatedAt: d.UpdatedAt.UTC(), Messages: 2 * d.Turns}
+		messages := d.Messages
+		if messages == 0 { // written before parts: two messages a turn
+			messages = 2 * d.Turns
+		}
+		out[i] = Conversation{Conversation: d.Conversation, UpdatedAt: d.UpdatedAt.UTC(), Messages: messages}
 	}
 	return out, nil
 }

@@ -26,6 +26,15 @@ func unsourced(requestID string) history.Turn {
 	return t
 }
 
+// inParts is tr with its answer in k parts, of two agents by turns.
+func inParts(tr history.Turn, k int) history.Turn {
+	for i := range k {
+		tr.Parts = append(tr.Parts, history.Part{Agent: []string{"desk", "orders"}[i%2], Text: fmt.Sprintf("%s/%d", tr.Answer, i+1)})
+	}
+	tr.Answer, tr.Agent = "", ""
+	return tr
+}
+
 func mustList(t *testing.T, ctx context.Context, s history.Store, id events.Identity) string {
 	t.Helper()
 	p, err := s.List(ctx, id, 0, 50)
@@ -90,6 +99,18 @@ func TestMongoStoreCommitRaces(t *testing.T) {
 			before: []history.Turn{sourced("a", 1)}, lag: -1,
 			start: true, meanwhile: []history.Turn{sourced("b", 2), sourced("d", 3)},
 			turn: sourced("c", 5), n: 4, history: "1:a 2:a 3:b 4:b 5:d 6:d 7:c 8:c",
+		},
+		{
+			name:   "A stale tip's commit takes the seqs after the last message of the turns of several parts committed meanwhile.",
+			before: []history.Turn{sourced("a", 1)}, lag: -1,
+			start: true, meanwhile: []history.Turn{inParts(sourced("b", 2), 3), inParts(sourced("d", 3), 2)},
+			turn: sourced("c", 5), n: 4, history: "1:a 2:a 3:b 4:b 5:b 6:b 7:d 8:d 9:d 10:c 11:c",
+		},
+		{
+			name:   "A stale tip's commit of several parts after one taken slot follows that turn's last message.",
+			before: []history.Turn{inParts(sourced("a", 1), 2)}, lag: -1,
+			start: true, meanwhile: []history.Turn{inParts(sourced("b", 2), 4)},
+			turn: sourced("c", 5), n: 3, history: "1:a 2:a 3:a 4:b 5:b 6:b 7:b 8:b 9:c 10:c",
 		},
 		{
 			name:   "A request another worker committed past the taken slot of a stale tip is reported as a duplicate at its turn, found reading on (no second insert).",

@@ -204,7 +204,7 @@ func TestSeedTurnsMatchesCommit(t *testing.T) {
 	}
 	conv := want["conversations/KEY"]
 	wantConv := bson.M{
-		"tenant": "IDENTITY", "user": "IDENTITY", "conversation": "IDENTITY", "turns": int64(5),
+		"tenant": "IDENTITY", "user": "IDENTITY", "conversation": "IDENTITY", "turns": int64(5), "messages": int64(10),
 		"created_at": bson.NewDateTimeFromTime(turns[0].CommittedAt),
 		"updated_at": bson.NewDateTimeFromTime(turns[4].CommittedAt),
 	}
@@ -227,7 +227,7 @@ func TestNewMongoStore(t *testing.T) {
 		}
 	}
 	wantIndexes := map[string][]string{
-		"t": {"_id_", "identity_n", "identity_request_id"},
+		"t": {"_id_", "identity_n", "identity_request_id", "identity_seq"},
 		"c": {"_id_", "tenant_user_updated_at"},
 	}
 	for coll, want := range wantIndexes {
@@ -371,5 +371,126 @@ func TestMongoStoreReadsWhatOlderVersionsWrote(t *testing.T) {
 	page, err := s.Conversations(ctx, "legacy", "u", history.ConversationCursor{}, 10)
 	if err != nil || len(page.Conversations) != 1 || page.Conversations[0].Messages != 8 {
 		t.Fatalf("Conversations = %+v, %v; want one with 8 messages", page, err)
+	}
+}
+
+// insertVersion1Turns writes turns 1 … count of id as the store wrote them
+// before turns had parts (format version 1: no "v", no "seq", the one
+// assistant message in "assistant"), with the conversation document of
+// that version (no "messages"), straight through the driver.
+func insertVersion1Turns(t *testing.T, ctx context.Context, db *mongo.Database, id events.Identity, count int) {
+	t.Helper()
+	var docs []any
+	var last time.Time
+	for i := 1; i <= count; i++ {
+		tr := testTurn(i)
+		last = tr.CommittedAt
+		docs = append(docs, bson.D{
+			{Key: "_id", Value: fmt.Sprintf("%s#%012d", id.Key(), i)},
+			{Key: "tenant", Value: id.Tenant}, {Key: "user", Value: id.User}, {Key: "conversation", Value: id.Conversation},
+			{Key: "n", Value: int64(i)},
+			{Key: "request_id", Value: tr.RequestID},
+			{Key: "user_message", Value: bson.D{{Key: "content", Value: tr.User}, {Key: "created_at", Value: tr.UserAt}}},
+			{Key: "assistant", Value: bson.D{
+				{Key: "content", Value: tr.Answer}, {Key: "agent", Value: tr.Agent},
+				{Key: "status", Value: string(tr.Status)}, {Key: "created_at", Value: tr.CommittedAt},
+			}},
+		})
+	}
+	if _, err := db.Collection("turns").InsertMany(ctx, docs); err != nil {
+		t.Fatalf("insert version 1 turns: %v", err)
+	}
+	if _, err := db.Collection("conversations").InsertOne(ctx, bson.D{
+		{Key: "_id", Value: id.Key()},
+		{Key: "tenant", Value: id.Tenant}, {Key: "user", Value: id.User}, {Key: "conversation", Value: id.Conversation},
+		{Key: "turns", Value: int64(count)}, {Key: "created_at", Value: testTurn(1).CommittedAt}, {Key: "updated_at", Value: last},
+	}); err != nil {
+		t.Fatalf("insert version 1 conversation: %v", err)
+	}
+}
+
+// TestMongoStoreReadsVersion1TurnsBeforeVersion2Ones covers a
+// conversation whose first turns were written before parts (format
+// version 1) and whose later turns have several parts: every window and
+// every page, at every boundary, counts seqs 1, 2, 3 … across both, and
+// the listing counts every message.
+func TestMongoStoreReadsVersion1TurnsBeforeVersion2Ones(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	db := testenv.MongoDB(t)
+	s := newMongoStore(t, ctx, db)
+	id := events.Identity{Tenant: "v1", User: "u", Conversation: "c"}
+	insertVersion1Turns(t, ctx, db, id, 3) // messages 1 … 6
+
+	if page, err := s.Conversations(ctx, id.Tenant, id.User, history.ConversationCursor{}, 10); err != nil ||
+		len(page.Conversations) != 1 || page.Conversations[0].Messages != 6 {
+		t.Fatalf("Conversations of version 1 documents = %+v, %v; want 6 messages", page, err)
+	}
+	// New turns: through Pending.Start (the worker's path) and plain Commit.
+	p := history.Begin(s, id, "r4", "q4", time.Now())
+	st, err := p.Start(ctx, 20)
+	if err != nil || st.Decided || len(st.Window) != 7 {
+		t.Fatalf("Start after version 1 turns = %+v, %v; want their 6 messages and the pending one", st, err)
+	}
+	if c, err := p.CommitAnswer(ctx, history.Answer{Parts: []history.Part{{Agent: "desk", Text: "d4"}, {Agent: "orders", Text: "o4"}, {Agent: "desk", Text: "D4"}},
+		Status: events.StatusComplete, At: time.Now()}); err != nil || c.N != 4 {
+		t.Fatalf("CommitAnswer(r4) = %+v, %v", c, err)
+	}
+	r5 := testTurn(5)
+	if c, err := s.Commit(ctx, id, r5); err != nil || c.N != 5 {
+		t.Fatalf("Commit(r5) = %+v, %v", c, err)
+	}
+	r6 := testTurn(6)
+	r6.Answer, r6.Agent, r6.Parts = "", "", []history.Part{{Agent: "orders", Text: "o6"}, {Agent: "desk", Text: "d6"}}
+	if c, err := s.Commit(ctx, id, r6); err != nil || c.N != 6 {
+		t.Fatalf("Commit(r6) = %+v, %v", c, err)
+	}
+	// 1:q1 2:a1 3:q2 4:a2 5:q3 6:a3 | 7:q4 8:d4 9:o4 10:D4 11:q5 12:a5 13:q6 14:o6 15:d6
+	want := []string{"q1", "a1", "q2", "a2", "q3", "a3", "q4", "d4", "o4", "D4", "q5", "a5", "q6", "o6", "d6"}
+	contents := func(msgs []history.Message) string {
+		var b []string
+		for _, m := range msgs {
+			b = append(b, fmt.Sprintf("%d:%s", m.Seq, m.Content))
+		}
+		return strings.Join(b, " ")
+	}
+	wantRange := func(lo, hi int64) string {
+		var b []string
+		for seq := lo; seq <= hi; seq++ {
+			b = append(b, fmt.Sprintf("%d:%s", seq, want[seq-1]))
+		}
+		return strings.Join(b, " ")
+	}
+	total := int64(len(want))
+	for n := 1; n <= len(want)+1; n++ {
+		w, err := s.Window(ctx, id, n)
+		if got, wantW := contents(w), wantRange(max(1, total-int64(n)+1), total); err != nil || got != wantW {
+			t.Errorf("Window(%d) = %q, %v; want %q", n, got, err, wantW)
+		}
+	}
+	for before := int64(1); before <= total+1; before++ {
+		for limit := 1; limit <= len(want); limit++ {
+			page, err := s.List(ctx, id, before, limit)
+			hi := before - 1
+			lo := max(1, hi-int64(limit)+1)
+			if got, wantP := contents(page.Messages), wantRange(lo, hi); err != nil || got != wantP {
+				t.Fatalf("List(before %d, limit %d) = %q, %v; want %q", before, limit, got, err, wantP)
+			}
+		}
+	}
+	all, err := s.List(ctx, id, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := all.Messages[8]; m.Agent != "orders" || m.Content != "o4" || m.RequestID != "r4" {
+		t.Errorf("message 9 = %+v, want orders' part of r4", m)
+	}
+	page, err := s.Conversations(ctx, id.Tenant, id.User, history.ConversationCursor{}, 10)
+	if err != nil || len(page.Conversations) != 1 || page.Conversations[0].Messages != total {
+		t.Fatalf("Conversations = %+v, %v; want %d messages", page, err, total)
+	}
+	// A redelivery of a version 1 turn is still a duplicate of it.
+	if c, err := s.Commit(ctx, id, testTurn(2)); err != nil || c != (history.Committed{N: 2, Status: events.StatusComplete, Duplicate: true}) {
+		t.Errorf("Commit(r2) again = %+v, %v", c, err)
 	}
 }

@@ -13,7 +13,8 @@ import (
 // the summary only replaces them in the model's window.
 type Summary struct {
 	// Through is the seq of the last message the summary covers: it
-	// condenses messages 1..Through. It ends a turn (an even seq).
+	// condenses messages 1..Through. It ends a turn (the turn's last
+	// assistant message), so it is at least 2.
 	Through int64
 	// Text is the summary.
 	Text string
@@ -30,8 +31,8 @@ const MaxCheckpointBytes = 15 << 20
 
 func validateSummary(id events.Identity, s Summary) error {
 	errs := []error{id.Validate()}
-	if s.Through < 2 || s.Through%2 != 0 {
-		errs = append(errs, fmt.Errorf("%w summary: through %d: want the seq of an assistant message (even, >= 2)", events.ErrInvalid, s.Through))
+	if s.Through < 2 {
+		errs = append(errs, fmt.Errorf("%w summary: through %d: want the seq of a turn's last assistant message (>= 2)", events.ErrInvalid, s.Through))
 	}
 	if s.Text == "" || len(s.Text) > MaxSummaryBytes {
 		errs = append(errs, fmt.Errorf("%w summary: %d bytes, want 1..%d", events.ErrInvalid, len(s.Text), MaxSummaryBytes))

@@ -162,8 +162,8 @@ func buildAgents(ctx context.Context, cfg Config, spec *agentConfig, d deps) (*a
 		a.agent = func(context.Context, Request) (adk.Agent, error) { return newAgent() }
 	}
 	if fromFile {
-		a.stream = selectAgents(spec.Stream, spec.Agent.Name)
-		a.persist = selectAgents(spec.Persist, spec.Agent.Name)
+		a.stream = selectAgents(spec.Stream)
+		a.persist = selectAgents(spec.Persist)
 	}
 
 	sumModel, sumInstruction := spec.Agent.Model, defaultSummaryInstruction
@@ -198,17 +198,17 @@ func labelOr(s, def string) string {
 }
 
 // selectAgents selects the assistant text of the named agents ("*": any);
-// none named means root only.
-func selectAgents(names []string, root string) bridge.Predicate {
-	if len(names) == 0 {
-		names = []string{root}
-	}
+// none named is nil, the default (see bridge.Predicate): every agent.
+func selectAgents(names []string) bridge.Predicate {
 	var ps []bridge.Predicate
 	for _, n := range names {
 		if n == "*" {
 			return bridge.Role(schema.Assistant)
 		}
 		ps = append(ps, bridge.AgentRole(n, schema.Assistant))
+	}
+	if len(ps) == 0 {
+		return nil
 	}
 	return bridge.Or(ps...)
 }

@@ -26,7 +26,8 @@ type agentConfig struct {
 	// SubAgents.
 	Agent agentSpec `json:"agent"`
 	// Stream and Persist name the agents whose assistant text is streamed
-	// and persisted; "*" means every agent. Default: the root agent only.
+	// and persisted; "*" means every agent. Default: every agent (the one
+	// default, see bridge.Predicate).
 	Stream  []string `json:"stream,omitempty"`
 	Persist []string `json:"persist,omitempty"`
 	// Summarizer, if set, chooses the model and instruction of context

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -143,21 +144,23 @@ func TestBuiltInToolsAndASupervisorWithSubAgents(t *testing.T) {
 	s.start(t, ctx, worker.Deps{Model: supervisor, ModelName: "supervisor-model", Agent: cfg, Registerer: reg,
 		Models: map[string]model.ToolCallingChatModel{"research": researcher}, Now: func() time.Time { return clock }})
 	evs := s.stream(t).untilCompleted(t, ctx, 1)["req-1"]
+	// By default every agent's text is streamed, each token with its agent.
 	var trail []string
 	for _, e := range evs {
 		switch e := e.(type) {
 		case *events.AgentTransferEvent:
 			trail = append(trail, e.From+"->"+e.To)
 		case *events.TokenEvent:
-			if e.Agent != "supervisor" {
-				t.Fatalf("token of %s streamed; by default only the supervisor's are", e.Agent)
+			if len(trail) == 0 || trail[len(trail)-1] != e.Agent+":" {
+				trail = append(trail, e.Agent+":")
 			}
 		}
 	}
-	if strings.Join(trail, " ") != "supervisor->researcher researcher->supervisor" {
-		t.Fatalf("transfers %v", trail)
+	if got := strings.Join(trail, " "); got != "supervisor->researcher researcher: researcher->supervisor supervisor:" {
+		t.Fatalf("transfers and token agents %q", got)
 	}
-	if txt, st := text(evs); txt != "Final answer, checked by the researcher." || st != events.StatusComplete {
+	const researcherSaid = "It is 2026-11-30T13:00:00+01:00"
+	if txt, st := text(evs); txt != researcherSaid+"Final answer, checked by the researcher." || st != events.StatusComplete {
 		t.Fatalf("streamed %q %s", txt, st)
 	}
 	// The researcher saw the time in Paris (12:00 UTC is 13:00 CET) from the tool.
@@ -177,9 +180,22 @@ func TestBuiltInToolsAndASupervisorWithSubAgents(t *testing.T) {
 	waitCounter(t, ctx, reg, 4, "turnpike_worker_model_tokens_total", "model", "research-model", "kind", "completion")
 	waitCounter(t, ctx, reg, 24, "turnpike_worker_model_tokens_total", "model", "supervisor-model") // prompt and completion of two calls
 	waitCounter(t, ctx, reg, 2, "turnpike_worker_agent_transfers_total")
-	msgs, err := store.Window(ctx, id, 2)
-	if err != nil || len(msgs) != 2 || msgs[1].Content != "Final answer, checked by the researcher." || msgs[1].Agent != "supervisor" {
-		t.Fatalf("history %+v %v", msgs, err)
+	// By default both agents' text is persisted, each as its own message.
+	page, err := store.List(ctx, id, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range page.Messages {
+		got = append(got, fmt.Sprintf("%d %s %s: %s", m.Seq, m.Role, m.Agent, m.Content))
+	}
+	want := []string{"1 user : what time is it in Paris?", "2 assistant researcher: " + researcherSaid,
+		"3 assistant supervisor: Final answer, checked by the researcher."}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("history %q, want %q", got, want)
+	}
+	if m := page.Messages; m[1].Usage != nil || m[2].Usage == nil || m[2].Usage.TotalTokens != 48 || m[1].Status != events.StatusComplete {
+		t.Errorf("usage %+v then %+v, status %s: want the run's usage on the last message only, the status on both", m[1].Usage, m[2].Usage, m[1].Status)
 	}
 }
 

@@ -285,3 +285,58 @@ func checkCompactionLog(t *testing.T, logs string, id events.Identity, failed bo
 		t.Errorf("compaction logged %v, want a warning of the summarizer's failure naming the conversation", rec)
 	}
 }
+
+// Compaction over turns of several parts (one assistant message per
+// agent's stretch): the summary ends at a turn's last message, whatever
+// its seq, and the window after it starts at the next user message.
+func TestCompactionOfTurnsOfSeveralPartsEndsTheSummaryAtATurnsLastMessage(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "team"}
+	turns := [][]string{{"desk", "orders"}, {"desk"}, {"desk", "orders", "desk"}} // seqs 1-3, 4-5, 6-9
+	for i, agents := range turns {
+		tr := history.Turn{RequestID: fmt.Sprintf("r%d", i+1), User: fmt.Sprintf("q%d", i+1), Status: events.StatusComplete}
+		for j, a := range agents {
+			tr.Parts = append(tr.Parts, history.Part{Agent: a, Text: fmt.Sprintf("%s%d.%d", a, i+1, j+1)})
+		}
+		if _, err := store.Commit(ctx, id, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	summarizer := &summarizerFake{}
+	echoModel, err := echo.New(echo.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := newConsumer(Config{Brokers: []string{"unused:9092"}, CompactTokens: 1, CompactKeep: 4},
+		deps{Store: store, Model: echoModel, Summarizer: summarizer, Registerer: prometheus.NewRegistry(),
+			Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	window := func() []history.Message {
+		w, err := store.Window(ctx, id, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(w, history.Message{Role: history.RoleUser, Content: "new", RequestID: "r-new"})
+	}
+	want := "system:" + summaryPrefix + "summary 1 | user:q3 | assistant:desk3.1 | assistant:orders3.2 | assistant:desk3.3 | user:new"
+	for run := 1; run <= 2; run++ {
+		in, err := c.step.compactWindow(ctx, store, id, window())
+		if err != nil {
+			t.Fatalf("run %d: compactWindow: %v", run, err)
+		}
+		if got := modelInput(in); got != want {
+			t.Errorf("run %d: model input\n got %q\nwant %q", run, got, want)
+		}
+	}
+	if len(summarizer.asked) != 1 || summarizer.asked[0] != "Conversation:\nuser: q1\nassistant: desk1.1\nassistant: orders1.2\nuser: q2\nassistant: desk2.1\n" {
+		t.Errorf("the summarizer was asked %q, want turns 1 and 2 once", summarizer.asked)
+	}
+	if sum, found, err := store.Summary(ctx, id); err != nil || !found || sum.Through != 5 {
+		t.Errorf("summary %+v, %v, %v; want through 5, the last message of turn 2", sum, found, err)
+	}
+}

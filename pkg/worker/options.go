@@ -160,14 +160,17 @@ func WithBufferSize(n int) Option {
 
 // WithStream selects the messages whose tokens are streamed to clients
 // (bridge.Role, AgentRole, And, Or, Not). Default: the assistant text of
-// any agent. Tool calls and tool results are never streamed.
+// every agent (the one default, see bridge.Predicate). Tool calls and tool
+// results are never streamed.
 func WithStream(p bridge.Predicate) Option {
 	return func(o *options) { o.stream, o.hooks = p, true }
 }
 
 // WithPersist selects the messages whose text makes the persisted answer.
-// Default: the assistant text of any agent. Tool calls and tool results
-// are never persisted.
+// Default: the assistant text of every agent (the one default, see
+// bridge.Predicate). Each agent's words are kept apart: one assistant
+// message per contiguous stretch of one agent's text. Tool calls and tool
+// results are never persisted.
 func WithPersist(p bridge.Predicate) Option {
 	return func(o *options) { o.persist, o.hooks = p, true }
 }

@@ -62,7 +62,8 @@ class Turn {
     this.el = el('div', { class: 'turn' });
     if (requestId) this.el.dataset.requestId = requestId;
     this.user = null;
-    this.assistant = null;
+    this.assistant = null; // the answer's last (or only) message
+    this.earlier = []; // the answer's other messages: one per agent that spoke before the last
     this.done = false; // its answer completed (or came from history)
     this.stopRequested = false; // Stop was pressed on it
     this.interruptedBy = false; // a message sent with "interrupt" came after it
@@ -87,12 +88,12 @@ class Turn {
   setAnswer(text, status, { agent = '' } = {}) {
     if (!this.assistant) {
       this.assistant = message('assistant', 'Assistant');
-      const after = this.user?.el ?? null;
+      const after = this.earlier.at(-1)?.el ?? this.user?.el ?? null;
       if (after) after.after(this.assistant.el);
       else this.el.prepend(this.assistant.el);
     }
     const a = this.assistant;
-    a.who.textContent = agent && agent !== 'assistant' ? `Assistant (${agent})` : 'Assistant';
+    a.who.textContent = whoOf(agent);
     a.text.textContent = text;
     a.el.setAttribute('aria-busy', status ? 'false' : 'true');
     a.el.dataset.status = status ?? 'streaming';
@@ -100,6 +101,26 @@ class Turn {
     a.status.hidden = a.status.textContent === '';
     if (status) this.done = true;
     this.showCancel(!status);
+  }
+
+  // setEarlier shows the answer's messages before its last one, each with
+  // its agent's name (history: one assistant message per agent that spoke).
+  setEarlier(messages) {
+    for (const m of this.earlier) m.el.remove();
+    this.earlier = messages.map((m) => {
+      const e = message('assistant', whoOf(m.agent));
+      e.text.textContent = m.content;
+      e.el.dataset.status = m.status ?? 'complete';
+      e.el.setAttribute('aria-busy', 'false');
+      return e;
+    });
+    let after = this.user?.el ?? null;
+    for (const e of this.earlier) {
+      if (after) after.after(e.el);
+      else this.el.prepend(e.el);
+      after = e.el;
+    }
+    if (this.assistant && after) after.after(this.assistant.el);
   }
 
   // cancelReason says why a cancelled answer stopped, as far as this page knows.
@@ -140,6 +161,7 @@ class Turn {
 
   removeAnswer() {
     this.showCancel(false);
+    this.setEarlier([]);
     this.assistant?.el.remove();
     this.assistant = null;
   }
@@ -162,6 +184,11 @@ class Turn {
   clearLines() {
     for (const p of this.el.querySelectorAll('.notice, .system')) p.remove();
   }
+}
+
+// whoOf names an assistant message's author.
+function whoOf(agent) {
+  return agent && agent !== 'assistant' ? `Assistant (${agent})` : 'Assistant';
 }
 
 function message(role, who) {
@@ -206,12 +233,19 @@ function turnsOf(messages) {
   return groups;
 }
 
+// fillFromHistory shows a turn's persisted messages: the user's, then one
+// assistant message per agent that spoke, each with its agent's name.
 function fillFromHistory(turn, messages) {
   turn.done = true;
+  const answers = [];
   for (const m of messages) {
     if (m.role === 'user') turn.setUser(m.content);
-    else turn.setAnswer(m.content, m.status ?? 'complete', { agent: m.agent });
+    else answers.push(m);
   }
+  if (answers.length === 0) return;
+  const last = answers.at(-1);
+  turn.setEarlier(answers.slice(0, -1));
+  turn.setAnswer(last.content, last.status ?? 'complete', { agent: last.agent });
 }
 
 // drawHistory replaces the log with a history page; turns shown live and

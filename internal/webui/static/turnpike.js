@@ -657,8 +657,9 @@ class Subscription {
  * - `persisted`: run.completed said complete, incomplete or cancelled (a run
  *   cancelled before any content kept nothing).
  * - `needsReload`: persisted, but the text shown may differ from what was
- *   persisted (joined late, or a duplicate's completion with no tokens):
- *   read the answer from history.
+ *   persisted (joined late, a duplicate's completion with no tokens, or
+ *   tokens of several agents, which history keeps as one assistant message
+ *   per agent's stretch): read the answer from history.
  * Notices are kept on the answer for display only; they are never persisted.
  */
 export class Answers {
@@ -680,7 +681,7 @@ export class Answers {
     if (!a || ev.rerun) {
       const restarted = Boolean(a && ev.rerun);
       a = {
-        requestId: ev.request_id, runId: ev.run_id, text: '', agent: '', status: null, done: false,
+        requestId: ev.request_id, runId: ev.run_id, text: '', agent: '', tokenAgent: '', severalAgents: false, status: null, done: false,
         started: false, joinedLate: false, restarted, notices: [], persisted: false, needsReload: false,
       };
       this.#byRequest.delete(ev.request_id);
@@ -694,7 +695,9 @@ export class Answers {
       case 'token':
         if (!a.started) a.joinedLate = true;
         a.text += ev.delta ?? '';
-        if (ev.agent) a.agent = ev.agent;
+        // Several agents' text: history keeps one message per agent.
+        if (ev.agent && a.tokenAgent && ev.agent !== a.tokenAgent) a.severalAgents = true;
+        if (ev.agent) a.agent = a.tokenAgent = ev.agent;
         break;
       case 'notice':
         a.notices.push(ev.message ?? '');
@@ -711,7 +714,7 @@ export class Answers {
         // A run cancelled before any content keeps nothing; a cancelled
         // request seen only by its completion is checked against history.
         a.persisted = PERSISTED.has(ev.status) && !(ev.status === 'cancelled' && a.started && a.text === '');
-        a.needsReload = a.persisted && (a.joinedLate || !a.started);
+        a.needsReload = a.persisted && (a.joinedLate || !a.started || a.severalAgents);
         break;
     }
     return a;

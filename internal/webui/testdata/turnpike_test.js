@@ -78,6 +78,12 @@
   s2.recv(ev('token', 5, { request_id: 'r2', run_id: 'runD', delta: 'tail', cursor: 'cur-15' }));
   s2.recv(ev('run.completed', 6, { request_id: 'r2', run_id: 'runD', status: 'incomplete', cursor: 'cur-16' }));
   check(answers.get('r2').joinedLate && answers.get('r2').needsReload, `an answer joined late needs a reload: ${show(answers.get('r2'))}`);
+  // Tokens of two agents: history holds one message per agent, read it.
+  s2.recv(ev('run.started', 1, { request_id: 'r4', run_id: 'runF', cursor: 'cur-15a' }));
+  s2.recv(ev('token', 2, { request_id: 'r4', run_id: 'runF', delta: 'ORD-7 left', agent: 'orders', cursor: 'cur-15b' }));
+  s2.recv(ev('token', 3, { request_id: 'r4', run_id: 'runF', delta: 'On its way.', agent: 'desk', cursor: 'cur-15c' }));
+  s2.recv(ev('run.completed', 4, { request_id: 'r4', run_id: 'runF', status: 'complete', cursor: 'cur-15d' }));
+  check(answers.get('r4').severalAgents && answers.get('r4').needsReload, `an answer of two agents needs a reload: ${show(answers.get('r4'))}`);
   // Nothing persisted.
   s2.recv(ev('run.completed', 1, { request_id: 'r3', run_id: 'runE', status: 'rejected', cursor: 'cur-17' }));
   check(!answers.get('r3').persisted && !answers.get('r3').needsReload, `rejected is not persisted: ${show(answers.get('r3'))}`);

@@ -136,7 +136,7 @@ func testSummaries(t *testing.T, ctx context.Context, s history.Store) {
 	if _, found, err := s.Summary(ctx, other); found || err != nil {
 		t.Errorf("another identity's summary = %v, %v; want none", found, err)
 	}
-	for _, bad := range []history.Summary{{Through: 3, Text: "odd"}, {Through: 0, Text: "zero"}, {Through: 10, Text: ""},
+	for _, bad := range []history.Summary{{Through: 1, Text: "a user message"}, {Through: 0, Text: "zero"}, {Through: 10, Text: ""},
 		{Through: 10, Text: strings.Repeat("s", history.MaxSummaryBytes+1)}} {
 		if err := s.SaveSummary(ctx, id, bad); !errors.Is(err, events.ErrInvalid) {
 			t.Errorf("SaveSummary(through %d, %d bytes) = %v, want ErrInvalid", bad.Through, len(bad.Text), err)

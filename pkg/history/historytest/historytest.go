@@ -70,6 +70,12 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"Start reports a request already committed or with an outcome as decided, in the window or before it", testStartDecided},
 		{"Start reports a cancelled request, unless it is already decided", testStartCancelled},
 		{"A commit after Start whose expected turn was taken meanwhile lands after it, or is a duplicate, or is fenced", testStartStale},
+		{"A turn of several parts holds one assistant message per part, and every window and page counts messages across them", testPartsMessages},
+		{"An interrupted turn of several parts holds the parts, then the question on the last one", testPartsInterrupted},
+		{"Committing a turn of several parts again writes nothing, and the next turn follows it", testPartsIdempotent},
+		{"A fenced turn of several parts writes nothing", testPartsFenced},
+		{"Concurrent commits of turns of several parts leave seqs without gap or overlap", testPartsConcurrent},
+		{"Parts beyond MaxParts, parts without text and parts with an answer are rejected", testPartsInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
