@@ -192,8 +192,7 @@ func funcVars(file *ast.File) []string {
 }
 
 // The service binaries must not link the embedded stand-ins: kfake and
-// FerretDB belong to cmd/devstack and tests only. (From internal/service,
-// which is gone.)
+// FerretDB belong to cmd/devstack and tests only.
 func TestServiceBinariesDoNotLinkTheEmbeddedServers(t *testing.T) {
 	t.Parallel()
 	for _, cmd := range []string{"ingest", "worker", "pushgw"} {
