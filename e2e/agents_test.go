@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,9 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnpike-dev/turnpike/internal/devstack"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/testenv/stacktest"
 	"github.com/turnpike-dev/turnpike/pkg/client"
+	"github.com/turnpike-dev/turnpike/pkg/devstack"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
@@ -276,20 +275,11 @@ func TestAnInvalidAgentConfigurationFailsAtStart(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`{"agent":{"name":"a","tools":["rm_rf"],"model":"gpt"}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var cfg devstack.Config
-	cfg.KafkaAddr, cfg.MongoAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
-	cfg.MongoDB, cfg.TopicPrefix, cfg.LogLevel = "turnpike", "turnpike.", "warn"
-	cfg.Worker = worker.DefaultConfig()
+	cfg := stacktest.Config(t, "e2e")
 	cfg.Worker.AgentFile = path
-	lns := devstack.Listeners{}
-	for _, p := range []*net.Listener{&lns.Ingest, &lns.Pushgw} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		*p = ln
-	}
-	err := devstack.Run(ctx, cfg, lns, slog.New(slog.NewTextHandler(io.Discard, nil)), func(devstack.Stack) { t.Error("the stack got ready") })
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.Ready = func(devstack.Stack) { t.Error("the stack got ready") }
+	err := devstack.Run(ctx, cfg)
 	if err == nil {
 		t.Fatal("the devstack started with an invalid agent configuration")
 	}

@@ -17,9 +17,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/turnpike-dev/turnpike/internal/devstack"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/devstack"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
@@ -374,8 +374,8 @@ type kcatStreamRecord struct {
 func TestInteropRealClientsPlaceRequestRecordsAsDocumented(t *testing.T) {
 	var names topic.Names
 	s := startStack(t, "", func(c *devstack.Config) {
-		c.Partitions = interopPartitions
-		names = c.Topics()
+		c.Worker.Partitions = interopPartitions
+		names = topic.NewNames(c.Worker.TopicPrefix)
 	})
 	producers := []realProducer{
 		{name: "kcat-default", placement: crc32Placement, need: needKcat, produce: kcatProduce()},

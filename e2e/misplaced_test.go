@@ -12,10 +12,10 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/turnpike-dev/turnpike/internal/devstack"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/client"
+	"github.com/turnpike-dev/turnpike/pkg/devstack"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
@@ -177,8 +177,8 @@ func TestDirectRecordsOfAnyPartitionerFollowTheirConversation(t *testing.T) {
 	var requests string
 	const partitions = 4
 	s := startStack(t, "", func(c *devstack.Config) {
-		requests = c.Topics().Requests
-		c.Partitions = partitions
+		requests = topic.NewNames(c.Worker.TopicPrefix).Requests
+		c.Worker.Partitions = partitions
 	})
 	ann := s.client(t, "acme", "ann")
 	rdk, sarama := newForeignProducers(t, s.Brokers, requests)

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/turnpike-dev/turnpike/internal/devstack"
+	"github.com/turnpike-dev/turnpike/pkg/devstack"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 

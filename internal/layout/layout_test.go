@@ -20,13 +20,7 @@ const module = "github.com/turnpike-dev/turnpike"
 // knownChains are the internal packages still reached from pkg/ that
 // import pkg/ back, each with the reason it is left and who removes it.
 // Every entry is a debt: delete it with the move that pays it.
-var knownChains = map[string]string{
-	// internal/service keeps only the devstack's Shared settings; it goes
-	// with internal/devstack (issue 23).
-	module + "/internal/service": "the devstack's shared settings, going with internal/devstack",
-	// internal/devstack merges into pkg/devstack (issue 23, still open).
-	module + "/internal/devstack": "to merge into pkg/devstack",
-}
+var knownChains = map[string]string{}
 
 // pkgInfo is what go list says of one package.
 type pkgInfo struct {
@@ -198,14 +192,13 @@ func funcVars(file *ast.File) []string {
 }
 
 // The service binaries must not link the embedded stand-ins: kfake and
-// FerretDB belong to cmd/devstack and tests only. (From internal/service,
-// which is gone.)
+// FerretDB belong to cmd/devstack and tests only.
 func TestServiceBinariesDoNotLinkTheEmbeddedServers(t *testing.T) {
 	t.Parallel()
 	for _, cmd := range []string{"ingest", "worker", "pushgw"} {
 		for dep := range listDeps(t, "./cmd/"+cmd) {
 			for _, banned := range []string{"github.com/twmb/franz-go/pkg/kfake", module + "/third_party/ferretdb", module + "/internal/embedded",
-				module + "/internal/devstack", module + "/pkg/devstack", module + "/pkg/turnpiketest"} {
+				module + "/pkg/devstack", module + "/pkg/turnpiketest"} {
 				if strings.HasPrefix(dep, banned) {
 					t.Errorf("cmd/%s links %s", cmd, dep)
 				}

@@ -1,86 +1,32 @@
 package loadgen
 
 import (
-	"context"
-	"log/slog"
 	"maps"
-	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/turnpike-dev/turnpike/internal/devstack"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
-	"github.com/turnpike-dev/turnpike/pkg/worker"
+	"github.com/turnpike-dev/turnpike/internal/testenv/stacktest"
+	"github.com/turnpike-dev/turnpike/pkg/devstack"
 )
 
 // testStack is a running in-process devstack.
 type testStack struct {
-	devstack.Stack
+	*devstack.Stack
 	topicPrefix string
 }
 
-// startStack runs the devstack in-process on random ports, as e2e does,
-// and returns once it is ready. Real Kafka and MongoDB are used when the
-// environment names them.
+// startStack runs the devstack in-process on random ports (stacktest's),
+// and returns once it is ready.
 func startStack(t *testing.T) testStack {
 	t.Helper()
-	var cfg devstack.Config
-	cfg.KafkaAddr, cfg.MongoAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
-	cfg.MongoDB, cfg.TopicPrefix, cfg.LogLevel = "turnpike", "turnpike.", "warn"
-	cfg.Worker = worker.DefaultConfig()
-	cfg.Worker.EchoDelay = 0 // the echo model answers at once unless a test asks otherwise
-	if v := os.Getenv("TURNPIKE_KAFKA_BROKERS"); v != "" {
-		cfg.Brokers = strings.Split(v, ",")
-		cfg.TopicPrefix = testenv.Name(t, "lg") + "."
-	}
-	if v := os.Getenv("TURNPIKE_MONGO_URI"); v != "" {
-		cfg.MongoURI, cfg.MongoDB = v, testenv.Name(t, "lg")
-	}
+	cfg := stacktest.Config(t, "lg")
 	cfg.Worker.Partitions = 4
 	cfg.Worker.SessionTimeout = 6 * time.Second
 	cfg.Worker.DrainTimeout = 5 * time.Second
-	ingestLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pushLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, cancel := context.WithCancel(context.Background())
-	readyc := make(chan devstack.Stack, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- devstack.Run(ctx, cfg, devstack.Listeners{Ingest: ingestLn, Pushgw: pushLn}, log, func(st devstack.Stack) { readyc <- st })
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("devstack: %v", err)
-		}
-	})
-	select {
-	case st := <-readyc:
-		return testStack{Stack: st, topicPrefix: cfg.TopicPrefix}
-	case err := <-done:
-		t.Fatalf("devstack stopped before ready: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("devstack not ready within 60s")
-	}
-	return testStack{}
-}
-
-// testWriter sends logs to t.Log.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(b []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(strings.TrimRight(string(b), "\n"))
-	return len(b), nil
+	return testStack{Stack: stacktest.Start(t, cfg), topicPrefix: cfg.Worker.TopicPrefix}
 }
 
 func TestRunAgainstTheDevstack(t *testing.T) {
@@ -88,12 +34,12 @@ func TestRunAgainstTheDevstack(t *testing.T) {
 	st := startStack(t)
 	const conversations, messages, tokens = 4, 3, 5
 	base := Config{
-		Mode: ModeBoth, IngestURL: st.IngestURL(), StreamURL: st.StreamURL(), AuthSecret: st.AuthSecret, Users: 2,
+		Mode: ModeBoth, IngestURL: st.IngestURL, StreamURL: st.StreamURL, AuthSecret: st.AuthSecret, Users: 2,
 		Conversations: conversations, Messages: messages, Tokens: tokens, Delay: 0, SubsPerConn: 1,
 		ConversationPrefix: "lg", TurnTimeout: 30 * time.Second, HistoryConcurrency: 4,
 		Brokers: st.Brokers, TopicPrefix: st.topicPrefix, StreamBatchTimeout: DefaultStreamBatchTimeout,
 	}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := stacktest.Logger(t)
 
 	t.Run("A clean run of both modes, given only the ingest URL, reports plausible figures and no problem.", func(t *testing.T) {
 		ctx := testenv.Context(t, 60*time.Second)
@@ -105,8 +51,8 @@ func TestRunAgainstTheDevstack(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-		if res.Config.StreamURL != st.StreamURL() {
-			t.Errorf("stream URL %q; want the devstack's %q, which its ingest API names", res.Config.StreamURL, st.StreamURL())
+		if res.Config.StreamURL != st.StreamURL {
+			t.Errorf("stream URL %q; want the devstack's %q, which its ingest API names", res.Config.StreamURL, st.StreamURL)
 		}
 		var summary strings.Builder
 		if err := res.WriteSummary(&summary); err != nil {

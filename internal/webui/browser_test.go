@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -23,11 +22,11 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/turnpike-dev/turnpike/internal/devstack"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/testenv/stacktest"
 	"github.com/turnpike-dev/turnpike/pkg/auth"
 	"github.com/turnpike-dev/turnpike/pkg/client"
-	"github.com/turnpike-dev/turnpike/pkg/worker"
+	"github.com/turnpike-dev/turnpike/pkg/devstack"
 )
 
 // The browser test drives the demo page in Debian's headless Chromium
@@ -68,7 +67,7 @@ func TestBrowserChat(t *testing.T) {
 	chromium := findChromium(t)
 	artifacts := artifactsDir(t)
 	ctx := newBrowser(t, chromium)
-	base := st.IngestURL() + "/"
+	base := st.IngestURL + "/"
 	conv := testenv.Name(t, "chat")
 
 	run(t, ctx, "instrument the page",
@@ -354,12 +353,12 @@ func TestBrowserChat(t *testing.T) {
 // checkDevstackServesThePage checks over plain HTTP (so also without a
 // browser) what the page relies on in the devstack: its settings, dev
 // tokens, and the conversation listing.
-func checkDevstackServesThePage(t *testing.T, st devstack.Stack) {
+func checkDevstackServesThePage(t *testing.T, st *devstack.Stack) {
 	t.Helper()
 	ctx := testenv.Context(t, 20*time.Second)
 	do := func(method, path, token, body string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, method, st.IngestURL()+path, strings.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, method, st.IngestURL+path, strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -619,13 +618,13 @@ func contains(xs []string, x string) bool {
 }
 
 // history returns the contents of alice's conversation conv, oldest first.
-func history(t *testing.T, st devstack.Stack, conv string) []string {
+func history(t *testing.T, st *devstack.Stack, conv string) []string {
 	t.Helper()
 	tok, err := auth.Mint(st.AuthSecret, auth.DefaultTenant, "alice", time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &client.Client{BaseURL: st.IngestURL(), Token: tok}
+	c := &client.Client{BaseURL: st.IngestURL, Token: tok}
 	p, err := c.History(testenv.Context(t, 10*time.Second), conv, 0, 0)
 	if err != nil {
 		t.Fatalf("history of %s: %v", conv, err)
@@ -639,7 +638,7 @@ func history(t *testing.T, st devstack.Stack, conv string) []string {
 
 // startStack runs the devstack on random loopback ports with a 30 ms
 // per-token echo delay, and returns once it is ready.
-func startStack(t *testing.T) devstack.Stack {
+func startStack(t *testing.T) *devstack.Stack {
 	t.Helper()
 	return newStack(t).start(t, "")
 }
@@ -650,67 +649,39 @@ func startStack(t *testing.T) devstack.Stack {
 type stack struct {
 	cfg                devstack.Config
 	ingestAddr, gwAddr string
-	cancel             context.CancelFunc
-	done               chan error
+	running            *devstack.Stack
 }
 
 func newStack(t *testing.T) *stack {
 	t.Helper()
-	var cfg devstack.Config
-	cfg.KafkaAddr, cfg.MongoAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
-	cfg.MongoDB, cfg.TopicPrefix, cfg.LogLevel = "turnpike", "turnpike.", "warn"
-	cfg.Worker = worker.DefaultConfig()
+	cfg := stacktest.Config(t, "webui")
 	cfg.Worker.EchoDelay = 30 * time.Millisecond
-	if v := os.Getenv("TURNPIKE_KAFKA_BROKERS"); v != "" {
-		cfg.Brokers = strings.Split(v, ",")
-		cfg.TopicPrefix = testenv.Name(t, "webui") + "."
-	}
-	if v := os.Getenv("TURNPIKE_MONGO_URI"); v != "" {
-		cfg.MongoURI, cfg.MongoDB = v, testenv.Name(t, "webui")
-	}
 	cfg.Worker.Partitions = 2
-	s := &stack{cfg: cfg}
-	t.Cleanup(func() { s.stop(t) })
-	return s
+	return &stack{cfg: cfg}
 }
 
 // start runs the stack (with secret as TURNPIKE_AUTH_SECRET, if set) and
 // returns once it is ready.
-func (s *stack) start(t *testing.T, secret string) devstack.Stack {
+func (s *stack) start(t *testing.T, secret string) *devstack.Stack {
 	t.Helper()
 	cfg := s.cfg
 	cfg.AuthSecret = secret
-	lns := devstack.Listeners{Ingest: listenOn(t, s.ingestAddr), Pushgw: listenOn(t, s.gwAddr)}
-	s.ingestAddr, s.gwAddr = lns.Ingest.Addr().String(), lns.Pushgw.Addr().String()
-	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, cancel := context.WithCancel(context.Background())
-	readyc := make(chan devstack.Stack, 1)
-	done := make(chan error, 1)
-	s.cancel, s.done = cancel, done
-	go func() { done <- devstack.Run(ctx, cfg, lns, log, func(st devstack.Stack) { readyc <- st }) }()
-	select {
-	case st := <-readyc:
-		return st
-	case err := <-done:
-		done <- err
-		t.Fatalf("devstack stopped before ready: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("devstack not ready within 60s")
-	}
-	return devstack.Stack{}
+	cfg.IngestListener, cfg.PushgwListener = listenOn(t, s.ingestAddr), listenOn(t, s.gwAddr)
+	s.ingestAddr, s.gwAddr = cfg.IngestListener.Addr().String(), cfg.PushgwListener.Addr().String()
+	s.running = stacktest.Start(t, cfg)
+	return s.running
 }
 
 // stop stops the stack, if it runs, and waits until it has.
 func (s *stack) stop(t *testing.T) {
 	t.Helper()
-	if s.cancel == nil {
+	if s.running == nil {
 		return
 	}
-	s.cancel()
-	s.cancel = nil
-	if err := <-s.done; err != nil && !errors.Is(err, context.Canceled) {
+	if err := s.running.Close(); err != nil && !errors.Is(err, context.Canceled) {
 		t.Errorf("devstack: %v", err)
 	}
+	s.running = nil
 }
 
 // listenOn listens on addr, or on a random loopback port when addr is "".
@@ -740,11 +711,4 @@ func listen(t *testing.T) net.Listener {
 		t.Fatal(err)
 	}
 	return ln
-}
-
-type testLog struct{ t *testing.T }
-
-func (w testLog) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(b), "\n"))
-	return len(b), nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/testenv/stacktest"
 	"github.com/turnpike-dev/turnpike/pkg/auth"
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/pushgw"
@@ -50,7 +50,7 @@ func (g *sseGateway) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel, g.done = cancel, make(chan error, 1)
 	ready := make(chan struct{})
-	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := stacktest.Logger(t)
 	go func() {
 		s, err := pushgw.New(g.cfg, pushgw.WithLogger(log), pushgw.WithRegistry(g.reg), pushgw.WithReady(func() { close(ready) }), pushgw.WithListener(ln))
 		if err == nil {
@@ -91,7 +91,7 @@ func TestBrowserEventSourceResumesAcrossAGatewayRestart(t *testing.T) {
 	ctx := newBrowser(t, chromium, "net::ERR_CONNECTION_REFUSED", "status of 404 (Not Found)")
 
 	gw := &sseGateway{t: t}
-	gw.cfg.TopicPrefix, gw.cfg.Partitions, gw.cfg.LogLevel = cfg.TopicPrefix, cfg.Partitions, cfg.LogLevel
+	gw.cfg.TopicPrefix, gw.cfg.Partitions, gw.cfg.LogLevel = cfg.Worker.TopicPrefix, cfg.Worker.Partitions, cfg.Worker.LogLevel
 	gw.cfg.Brokers, gw.cfg.AuthSecret = st.Brokers, st.AuthSecret
 	gw.cfg.SSERetry = 200 * time.Millisecond
 	gw.cfg.AllowedOrigins = []string{"http://" + st.IngestAddr} // the page's origin
@@ -106,7 +106,7 @@ func TestBrowserEventSourceResumesAcrossAGatewayRestart(t *testing.T) {
 	// A document of the page's origin without the demo page's Content
 	// Security Policy, whose connect-src lets only WebSockets leave the
 	// origin: as an application of its own would embed turnpike.js.
-	run(t, ctx, "open a document of the page's origin", chromedp.Navigate(st.IngestURL()+"/ui/turnpike.js"))
+	run(t, ctx, "open a document of the page's origin", chromedp.Navigate(st.IngestURL+"/ui/turnpike.js"))
 	opened := evalJS[bool](t, ctx, fmt.Sprintf(`(async () => {
   const tp = await import('/ui/turnpike.js');
   const s = window.__sse = { events: [], states: [], gaps: 0, errors: [] };
@@ -122,7 +122,7 @@ func TestBrowserEventSourceResumesAcrossAGatewayRestart(t *testing.T) {
 		t.Fatal("the event stream did not open")
 	}
 
-	c := &client.Client{BaseURL: st.IngestURL(), Token: tok}
+	c := &client.Client{BaseURL: st.IngestURL, Token: tok}
 	const words = 60
 	sent, err := c.Send(testenv.Context(t, 10*time.Second), conv, fmt.Sprintf("[[tokens:%d]][[delay:40ms]]", words), client.SendOptions{})
 	if err != nil {

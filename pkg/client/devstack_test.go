@@ -44,7 +44,7 @@ func TestDevTokensAreValidSevenDays(t *testing.T) {
 	if got := lifetime(t, stack.DevToken); got < week || got >= week+1 {
 		t.Errorf("the devstack's printed token lives %.3f s, want %d (7 days)", got, week)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, stack.IngestURL()+"/v1/dev/token", strings.NewReader(`{"user":"alice"}`))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, stack.IngestURL+"/v1/dev/token", strings.NewReader(`{"user":"alice"}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func ExampleFrameView() {
 func ExampleClient_Subscribe() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c := &client.Client{BaseURL: stack.IngestURL(), StreamURL: stack.StreamURL(), Token: stack.DevToken}
+	c := &client.Client{BaseURL: stack.IngestURL, StreamURL: stack.StreamURL, Token: stack.DevToken}
 	sub, err := c.Subscribe(ctx, "example-chat", client.SubscribeOptions{})
 	if err != nil {
 		fmt.Println("subscribe:", err)
@@ -95,7 +95,7 @@ func ExampleClient_Events() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// EventsURL defaults to StreamURL's host.
-	c := &client.Client{BaseURL: stack.IngestURL(), StreamURL: stack.StreamURL(), Token: stack.DevToken}
+	c := &client.Client{BaseURL: stack.IngestURL, StreamURL: stack.StreamURL, Token: stack.DevToken}
 	sent, err := c.Send(ctx, "example-events", "hello", client.SendOptions{})
 	if err != nil {
 		fmt.Println("send:", err)
@@ -148,7 +148,7 @@ func ExampleProducer() {
 		return
 	}
 	fmt.Println("queued", requestID)
-	c := &client.Client{BaseURL: stack.IngestURL(), Token: stack.DevToken}
+	c := &client.Client{BaseURL: stack.IngestURL, Token: stack.DevToken}
 	for {
 		page, err := c.History(ctx, id.Conversation, 2, 0)
 		if err == nil && len(page.Messages) == 2 {

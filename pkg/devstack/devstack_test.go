@@ -2,22 +2,21 @@ package devstack_test
 
 import (
 	"context"
-	"io"
+	"errors"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cloudwego/eino/adk"
 
-	internaldevstack "github.com/turnpike-dev/turnpike/internal/devstack"
 	"github.com/turnpike-dev/turnpike/internal/embedded"
-	"github.com/turnpike-dev/turnpike/internal/flagenv"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
+	"github.com/turnpike-dev/turnpike/pkg/auth"
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/devstack"
 	"github.com/turnpike-dev/turnpike/pkg/events"
@@ -84,25 +83,6 @@ func TestRunServesAGoAgent(t *testing.T) {
 	}
 }
 
-// The defaults are cmd/devstack's: every listener on loopback.
-func TestDefaultConfigIsCmdDevstacks(t *testing.T) {
-	var cmd internaldevstack.Config
-	if _, ok := flagenv.ParseCommand("devstack", nil, func(string) (string, bool) { return "", false }, io.Discard, cmd.Bind); !ok {
-		t.Fatal("parse")
-	}
-	c := devstack.DefaultConfig()
-	got := []string{c.IngestAddr, c.PushgwAddr, c.KafkaAddr, c.MongoAddr, c.DataDir, c.DevUser}
-	want := []string{cmd.IngestAddr, cmd.PushgwAddr, cmd.KafkaAddr, cmd.MongoAddr, cmd.DataDir, cmd.DevUser}
-	if !slices.Equal(got, want) {
-		t.Errorf("DefaultConfig: %q, cmd/devstack: %q", got, want)
-	}
-	for _, a := range got[:4] {
-		if host, _, err := net.SplitHostPort(a); err != nil || !net.ParseIP(host).IsLoopback() {
-			t.Errorf("default address %q is not on loopback", a)
-		}
-	}
-}
-
 // Config.Worker's zero fields take their defaults one by one: a caller
 // who sets only Worker.Brokers, as its documentation invites, gets a
 // devstack on that broker (and every other default): no embedded broker
@@ -140,4 +120,70 @@ func TestAWorkerConfigWithOnlyBrokersRunsOnThatBroker(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("Run after stop: %v", err)
 	}
+}
+
+// Start returns once every part serves, with a Stack that says where (the
+// listeners handed in, the embedded broker and store, the secret the dev
+// token is signed with); Close stops it cleanly and closes the listeners,
+// and Wait then returns the same.
+func TestStartReportsWhereItServesAndCloseStopsIt(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 2*time.Minute)
+	ingestLn, pushLn := listen(t), listen(t)
+	c := devstack.Config{DataDir: t.TempDir(), KafkaAddr: "127.0.0.1:0", MongoAddr: "127.0.0.1:0",
+		IngestListener: ingestLn, PushgwListener: pushLn, AuthSecret: strings.Repeat("s", auth.MinSecretBytes),
+		Logger: slog.New(slog.DiscardHandler)}
+	c.Worker.Partitions = 2
+	st, err := devstack.Start(ctx, c, worker.WithAgentFactory(newAgent))
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if st.IngestAddr != ingestLn.Addr().String() || st.PushgwAddr != pushLn.Addr().String() {
+		t.Errorf("Stack listens on %s and %s, want the given %s and %s", st.IngestAddr, st.PushgwAddr, ingestLn.Addr(), pushLn.Addr())
+	}
+	if st.AuthSecret != c.AuthSecret || len(st.Brokers) != 1 || st.MongoURI == "" {
+		t.Errorf("Stack %+v: want the given secret, the embedded broker and store", st)
+	}
+	if _, err := topic.Partitions(ctx, st.Brokers, topic.NewNames(worker.DefaultConfig().TopicPrefix).Requests); err != nil {
+		t.Errorf("the requests topic on Stack.Brokers: %v", err)
+	}
+	v, err := auth.NewVerifier(st.AuthSecret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.VerifyToken(st.DevToken); err != nil {
+		t.Errorf("the dev token does not verify with Stack.AuthSecret: %v", err)
+	}
+	if err := st.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if err := st.Wait(); err != nil {
+		t.Errorf("Wait after Close: %v", err)
+	}
+	if _, err := ingestLn.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("the ingest listener still accepts after Close (%v)", err)
+	}
+}
+
+// Start returns the failure of a devstack that cannot start, and nothing.
+func TestStartReturnsWhyTheStackCouldNotStart(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, time.Minute)
+	busy := listen(t)
+	c := devstack.Config{DataDir: t.TempDir(), KafkaAddr: "127.0.0.1:0", MongoAddr: "127.0.0.1:0", IngestAddr: busy.Addr().String(),
+		PushgwAddr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)}
+	st, err := devstack.Start(ctx, c)
+	if st != nil || err == nil || !strings.Contains(err.Error(), "TURNPIKE_INGEST_ADDR="+busy.Addr().String()) {
+		t.Fatalf("Start = %v, %v; want no stack and the busy ingest address", st, err)
+	}
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -203,49 +202,73 @@ func decodeStrict(b []byte, max int, v any) error {
 
 // checkSurrogates rejects a \u escape of a UTF-16 surrogate that is not part
 // of a high-low pair: it stands for no character, and encoding/json would
-// turn it into U+FFFD. b must be valid JSON, so every backslash starts a
-// complete escape inside a string.
+// turn it into U+FFFD.
 func checkSurrogates(b []byte) error {
-	for i := 0; i < len(b); i++ {
-		if b[i] != '\\' {
-			continue
-		}
-		if b[i+1] != 'u' {
-			i++ // skip the escaped byte, which may be a backslash
-			continue
-		}
-		r := hex4(b[i+2 : i+6])
-		if !utf16.IsSurrogate(r) {
-			i += 5
-			continue
-		}
-		// A high surrogate is followed, in valid JSON, by at least the
-		// string's closing quote and the object's brace: b[i+7] exists, and
-		// a \u there is a whole escape.
-		if r < 0xdc00 && b[i+6] == '\\' && b[i+7] == 'u' {
-			if lo := hex4(b[i+8 : i+12]); 0xdc00 <= lo && lo <= 0xdfff {
-				i += 11
-				continue
-			}
-		}
+	if i := LoneSurrogate(b); i >= 0 {
 		return fmt.Errorf("%w json: unpaired surrogate \\u%s", ErrInvalid, b[i+2:i+6])
 	}
 	return nil
 }
 
-// hex4 decodes the 4 hex digits of a \u escape already checked by the JSON
-// decoder.
-func hex4(h []byte) rune {
-	var r rune
-	for _, c := range h {
+// LoneSurrogate returns the offset in the JSON text b of the first \u
+// escape of a UTF-16 surrogate that is not half of a high-low pair, or -1
+// when there is none. Such an escape stands for no character, and
+// encoding/json silently decodes it as U+FFFD; the record decoders of this
+// package refuse it (ErrInvalid), and so does ingest, before decoding a
+// body. b need not be valid JSON: a backslash only occurs inside strings
+// in valid JSON, so b is scanned escape by escape, and an incomplete or
+// malformed escape ends the scan (-1: the JSON decoder reports it). Safe
+// for concurrent use.
+func LoneSurrogate(b []byte) int {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if i+1 >= len(b) || b[i+1] != 'u' {
+			i++ // a one-character escape: skip what it escapes, which may be a backslash
+			continue
+		}
+		r, ok := hex4(b, i+2)
+		if !ok {
+			return -1
+		}
 		switch {
-		case '0' <= c && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case 'a' <= c && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
+		case r >= 0xdc00 && r <= 0xdfff:
+			return i // a low half without its high half
+		case r >= 0xd800 && r <= 0xdbff:
+			if i+7 >= len(b) || b[i+6] != '\\' || b[i+7] != 'u' {
+				return i
+			}
+			if lo, ok := hex4(b, i+8); !ok || lo < 0xdc00 || lo > 0xdfff {
+				return i
+			}
+			i += 11
 		default:
-			r = r<<4 | rune(c-'A'+10)
+			i += 5
 		}
 	}
-	return r
+	return -1
+}
+
+// hex4 decodes the four hex digits of b at i.
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		var d byte
+		switch {
+		case c >= '0' && c <= '9':
+			d = c - '0'
+		case c >= 'a' && c <= 'f':
+			d = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(d)
+	}
+	return r, true
 }

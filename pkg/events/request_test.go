@@ -432,3 +432,30 @@ func truncateForLog(s string) string {
 	}
 	return s
 }
+
+// LoneSurrogate finds the first \u escape of an unpaired UTF-16 surrogate,
+// pairs pass, and text that is not (yet) valid JSON neither panics nor is
+// reported (ingest scans a body before decoding it).
+func TestLoneSurrogateFindsTheFirstUnpairedEscape(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, text string
+		want       int
+	}{
+		{"A pair is a character.", `{"c":"\ud83d\ude00"}`, -1},
+		{"An escaped backslash before u is no escape.", `{"c":"\\ud800"}`, -1},
+		{"A lone high half is found.", `{"c":"a\ud800b"}`, 7},
+		{"A lone low half is found.", `{"c":"\udc00"}`, 6},
+		{"A high half before another escape is found.", `{"c":"\ud83d\n"}`, 6},
+		{"Two high halves: the first is found.", `{"c":"\ud83d\ud83d"}`, 6},
+		{"A high half at the end of truncated text is found.", `{"c":"\ud800`, 6},
+		{"A truncated escape is left to the decoder.", `{"c":"\ud8`, -1},
+		{"A trailing backslash is left to the decoder.", `{"c":"\`, -1},
+		{"A malformed escape is left to the decoder.", `{"c":"\uzzzz"}`, -1},
+	}
+	for _, tt := range tests {
+		if got := events.LoneSurrogate([]byte(tt.text)); got != tt.want {
+			t.Errorf("%s LoneSurrogate(%s) = %d, want %d", tt.name, tt.text, got, tt.want)
+		}
+	}
+}

@@ -44,7 +44,7 @@ func decodeStringFields(b []byte, required, optional []string) (map[string]strin
 	if !utf8.Valid(b) {
 		return nil, fmt.Errorf("%w body: not valid UTF-8", events.ErrInvalid)
 	}
-	if hasLoneSurrogate(b) {
+	if events.LoneSurrogate(b) >= 0 {
 		return nil, fmt.Errorf("%w body: a \\u escape is a lone UTF-16 surrogate (not a character; encode the pair, or the character in UTF-8)", events.ErrInvalid)
 	}
 	want := make(map[string]bool, len(required)+len(optional))
@@ -90,61 +90,4 @@ func decodeStringFields(b []byte, required, optional []string) (map[string]strin
 		}
 	}
 	return out, nil
-}
-
-// hasLoneSurrogate reports whether the JSON text b has a \u escape of a
-// UTF-16 surrogate that is not half of a high-low pair. A backslash only
-// occurs inside strings in valid JSON, so b is scanned escape by escape.
-func hasLoneSurrogate(b []byte) bool {
-	for i := 0; i < len(b); i++ {
-		if b[i] != '\\' {
-			continue
-		}
-		if i+1 >= len(b) || b[i+1] != 'u' {
-			i++ // a one-character escape: skip what it escapes
-			continue
-		}
-		r, ok := hex4(b, i+2)
-		if !ok {
-			return false // not valid JSON: the decoder reports it
-		}
-		i += 5
-		switch {
-		case r >= 0xDC00 && r <= 0xDFFF:
-			return true // a low half without its high half
-		case r >= 0xD800 && r <= 0xDBFF:
-			if i+6 >= len(b) || b[i+1] != '\\' || b[i+2] != 'u' {
-				return true
-			}
-			lo, ok := hex4(b, i+3)
-			if !ok || lo < 0xDC00 || lo > 0xDFFF {
-				return true
-			}
-			i += 6
-		}
-	}
-	return false
-}
-
-// hex4 decodes the four hex digits of b at i.
-func hex4(b []byte, i int) (rune, bool) {
-	if i+4 > len(b) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[i : i+4] {
-		var d byte
-		switch {
-		case c >= '0' && c <= '9':
-			d = c - '0'
-		case c >= 'a' && c <= 'f':
-			d = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			d = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(d)
-	}
-	return r, true
 }

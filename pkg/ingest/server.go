@@ -10,14 +10,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
 	"github.com/turnpike-dev/turnpike/internal/logging"
@@ -191,8 +187,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	}
 	reg := o.registry
 	if reg == nil {
-		reg = prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg = server.NewRegistry()
 	}
 	return &Server{cfg: cfg, opts: o, reg: reg}, nil
 }
@@ -221,63 +216,52 @@ func (s *Server) Handler() http.Handler {
 // HTTP server drains within server.ShutdownGrace and Run returns once
 // everything it started has stopped: nil after a clean stop. Run once.
 func (s *Server) Run(ctx context.Context) error {
+	c := s.cfg
+	return server.Run(ctx, server.Process{
+		Name: "ingest", Listener: s.opts.listener, Addr: c.Addr, PprofAddr: c.PprofAddr,
+		Tracing: &tracing.Config{Endpoint: c.OTLPEndpoint, SampleRatio: c.TraceSampleRatio},
+		Logger:  s.opts.logger, Registry: s.reg, Ready: s.opts.ready, Open: s.open,
+	})
+}
+
+// open opens what the API needs (the verifier, MongoDB, the producers,
+// the demo page, the topics) and returns the API's parts.
+func (s *Server) open(ctx context.Context, o *server.Opened) (server.Parts, error) {
 	c, log := s.cfg, s.opts.logger
-	ln := s.opts.listener
-	if ln == nil && c.Addr != "" {
-		var err error
-		if ln, err = net.Listen("tcp", c.Addr); err != nil {
-			return fmt.Errorf("ingest: %w", err)
-		}
-	}
-	if ln != nil {
-		defer ln.Close()
-	}
-	pprofLn, err := server.ListenPprof(c.PprofAddr)
-	if err != nil {
-		return fmt.Errorf("ingest: %w", err)
-	}
-	if pprofLn != nil {
-		defer pprofLn.Close()
-	}
 	verifier, err := auth.NewVerifier(c.AuthSecret, nil)
 	if err != nil {
-		return err
+		return server.Parts{}, err
 	}
 	conn, err := mongodial.Dial(c.MongoURI, c.MongoDB, c.MongoPool)
 	if err != nil {
-		return err
+		return server.Parts{}, err
 	}
-	defer conn.Close()
+	o.Defer(conn.Close)
 	store, err := history.NewMongoStore(ctx, conn.DB, history.MongoConfig{})
 	if err != nil {
-		return fmt.Errorf("open history store: %w", err)
+		return server.Parts{}, fmt.Errorf("open history store: %w", err)
 	}
-	tr, err := tracing.New(ctx, tracing.Config{ServiceName: "ingest", Endpoint: c.OTLPEndpoint, SampleRatio: c.TraceSampleRatio})
-	if err != nil {
-		return err
-	}
-	defer tr.Shutdown(context.WithoutCancel(ctx))
 	names := c.topics()
 	producer, err := newKafkaProducer(c.Brokers, names.Requests)
 	if err != nil {
-		return err
+		return server.Parts{}, err
 	}
-	producer.withTracing(tr)
-	defer producer.Close() // after the server stopped: flushes nothing in flight
+	producer.withTracing(o.Tracing)
+	o.Defer(func() { producer.Close() }) // after the server stopped: flushes nothing in flight
 	page, err := webui.New(c.page())
 	if err != nil {
-		return err
+		return server.Parts{}, err
 	}
 	control, err := newKafkaProducer(c.Brokers, names.Control)
 	if err != nil {
-		return err
+		return server.Parts{}, err
 	}
-	defer control.Close()
+	o.Defer(func() { control.Close() })
 	d := serviceDeps{
 		Verifier: verifier, Producer: producer, History: store, Page: page, Registerer: s.reg, Logger: log,
 		Cancels: store, Control: control, Positions: NewKafkaPositions(c.Brokers, names.Requests),
 		Completions: newKafkaCompletions(c.Brokers, names.Control, log),
-		Tracing:     tr,
+		Tracing:     o.Tracing,
 	}
 	if c.DevTokens {
 		d.MintToken = func(user string) (string, error) {
@@ -286,32 +270,23 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	api, err := newService(c, d)
 	if err != nil {
-		return err
+		return server.Parts{}, err
 	}
 	// The requests topic must exist for the first POST, whether or not a
 	// worker has started yet; the control topic for the completions reader.
 	if err := topic.Ensure(ctx, c.Brokers, c.Partitions, names.Requests, names.Control); err != nil {
-		return fmt.Errorf("ingest: %w", err)
+		return server.Parts{}, fmt.Errorf("ingest: %w", err)
 	}
 	s.api.Store(api)
-	defer s.api.Store(nil)
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return server.ServePprof(gctx, pprofLn, log) })
-	g.Go(func() error { return api.Run(gctx) })
-	if ln != nil {
-		mux := http.NewServeMux()
+	o.Defer(func() { s.api.Store(nil) })
+	return server.Parts{
 		// The API (and the demo page at /) answers every path the ops
 		// endpoints don't, so an unknown route gets the JSON error shape too.
-		mux.Handle("/", api.Handler())
-		server.HandleOps(mux, s.reg, server.Check{Name: "kafka", Fn: func(ctx context.Context) error { return topic.Ping(ctx, c.Brokers) }},
-			server.Check{Name: "mongo", Fn: conn.Ping})
-		g.Go(func() error { return server.Serve(gctx, ln, mux, server.ShutdownGrace) })
-		log.Info("ingest listening", slog.String("addr", ln.Addr().String()))
-	}
-	if s.opts.ready != nil {
-		s.opts.ready()
-	}
-	return g.Wait()
+		Routes: func(mux *http.ServeMux) { mux.Handle("/", api.Handler()) },
+		Checks: []server.Check{{Name: "kafka", Fn: func(ctx context.Context) error { return topic.Ping(ctx, c.Brokers) }},
+			{Name: "mongo", Fn: conn.Ping}},
+		Run: api.Run,
+	}, nil
 }
 
 // Main is the body of an ingest binary (cmd/ingest): it reads the
@@ -326,16 +301,11 @@ func mainWith(args []string, lookupEnv func(string) (string, bool), stderr io.Wr
 		return code
 	}
 	log := logging.New(stderr, c.LogLevel, c.LogFormat)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	s, err := New(c, WithLogger(log))
-	if err == nil {
-		err = s.Run(ctx)
-	}
-	if err != nil {
-		log.Error("ingest stopped", "error", err)
-		return 1
-	}
-	log.Info("ingest stopped")
-	return 0
+	return server.Main("ingest", log, func(ctx context.Context) error {
+		s, err := New(c, WithLogger(log))
+		if err != nil {
+			return err
+		}
+		return s.Run(ctx)
+	})
 }

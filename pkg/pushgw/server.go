@@ -10,13 +10,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
 	"github.com/turnpike-dev/turnpike/internal/logging"
@@ -155,8 +151,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	}
 	reg := o.registry
 	if reg == nil {
-		reg = prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg = server.NewRegistry()
 	}
 	v, err := auth.NewVerifier(cfg.AuthSecret, nil)
 	if err != nil {
@@ -197,59 +192,37 @@ func (s *Server) routes(mux *http.ServeMux) {
 // ctx ends it closes every client with 1001 and returns once everything
 // it started has stopped: nil after a clean stop. Run once.
 func (s *Server) Run(ctx context.Context) error {
-	c, log := s.cfg, s.opts.logger
-	ln := s.opts.listener
-	if ln == nil && c.Addr != "" {
-		var err error
-		if ln, err = net.Listen("tcp", c.Addr); err != nil {
-			return fmt.Errorf("pushgw: %w", err)
-		}
-	}
-	pprofLn, err := server.ListenPprof(c.PprofAddr)
-	if err != nil {
-		if ln != nil {
-			ln.Close()
-		}
-		return fmt.Errorf("pushgw: %w", err)
-	}
-	if pprofLn != nil {
-		defer pprofLn.Close()
-	}
-	// The gateway reads the stream topic; make sure it exists even when no
-	// worker has started yet.
-	if err := topic.Ensure(ctx, c.Brokers, c.Partitions, c.Topic); err != nil {
-		if ln != nil {
-			ln.Close()
-		}
-		return fmt.Errorf("pushgw: %w", err)
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return server.ServePprof(gctx, pprofLn, log) })
-	g.Go(func() error { return s.gw.Run(gctx) })
-	if ln != nil {
-		mux := http.NewServeMux()
-		s.routes(mux)
-		server.HandleOps(mux, s.reg, server.Check{Name: "kafka", Fn: func(ctx context.Context) error { return topic.Ping(ctx, c.Brokers) }},
-			server.Check{Name: "gateway", Fn: s.gw.Ready})
-		g.Go(func() error { return server.Serve(gctx, ln, mux, server.ShutdownGrace) })
-	}
-	g.Go(func() error {
-		// Ready once the live readers have their start positions.
-		for gctx.Err() == nil {
-			if s.gw.Ready(gctx) == nil {
-				if ln != nil {
-					log.Info("pushgw listening", slog.String("addr", ln.Addr().String()))
-				}
-				if s.opts.ready != nil {
-					s.opts.ready()
-				}
-				return nil
+	c := s.cfg
+	return server.Run(ctx, server.Process{
+		Name: "pushgw", Listener: s.opts.listener, Addr: c.Addr, PprofAddr: c.PprofAddr,
+		Logger: s.opts.logger, Registry: s.reg, Ready: s.opts.ready,
+		Open: func(ctx context.Context, _ *server.Opened) (server.Parts, error) {
+			// The gateway reads the stream topic; make sure it exists even
+			// when no worker has started yet.
+			if err := topic.Ensure(ctx, c.Brokers, c.Partitions, c.Topic); err != nil {
+				return server.Parts{}, fmt.Errorf("pushgw: %w", err)
 			}
-			sleepCtx(gctx, 20*time.Millisecond)
-		}
-		return nil
+			return server.Parts{
+				Routes: s.routes,
+				Checks: []server.Check{{Name: "kafka", Fn: func(ctx context.Context) error { return topic.Ping(ctx, c.Brokers) }},
+					{Name: "gateway", Fn: s.gw.Ready}},
+				Run:       s.gw.Run,
+				WaitReady: s.waitReady,
+			}, nil
+		},
 	})
-	return g.Wait()
+}
+
+// waitReady returns true once the live readers have their start
+// positions, false when ctx ends first.
+func (s *Server) waitReady(ctx context.Context) bool {
+	for ctx.Err() == nil {
+		if s.gw.Ready(ctx) == nil {
+			return true
+		}
+		sleepCtx(ctx, 20*time.Millisecond)
+	}
+	return false
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
@@ -273,16 +246,11 @@ func mainWith(args []string, lookupEnv func(string) (string, bool), stderr io.Wr
 		return code
 	}
 	log := logging.New(stderr, c.LogLevel, c.LogFormat)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	s, err := New(c, WithLogger(log))
-	if err == nil {
-		err = s.Run(ctx)
-	}
-	if err != nil {
-		log.Error("pushgw stopped", "error", err)
-		return 1
-	}
-	log.Info("pushgw stopped")
-	return 0
+	return server.Main("pushgw", log, func(ctx context.Context) error {
+		s, err := New(c, WithLogger(log))
+		if err != nil {
+			return err
+		}
+		return s.Run(ctx)
+	})
 }

@@ -103,7 +103,7 @@ func BenchmarkShadowReplay(b *testing.B) {
 func BenchmarkShadowRequest(b *testing.B) {
 	ctx := context.Background()
 	m := echoModel(b)
-	chat, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: defaultAgentName, Description: "bench", Model: m})
+	chat, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: worker.DefaultConfig().AgentName, Description: "bench", Model: m})
 	if err != nil {
 		b.Fatal(err)
 	}

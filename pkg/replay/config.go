@@ -27,19 +27,16 @@ const (
 	topicDLQ      = "dlq"
 )
 
-// Defaults of config, as Bind sets them.
+// Defaults of config, as Bind sets them; those of the settings a shadow
+// replay shares with the worker (the window, compaction, the timeouts, the
+// content limit, the agent's name) are worker.DefaultConfig's.
 const (
 	defaultReport             = "replay-report.jsonl"
 	defaultConcurrency        = 64
 	defaultMaxInflight        = 4096
-	defaultWindowMessages     = 20
 	defaultSample             = 10
 	defaultCheckpointInterval = time.Second
-	defaultDrainTimeout       = 30 * time.Second
-	defaultRunTimeout         = 10 * time.Minute
 	defaultRedriveBatch       = 500
-	defaultAgentName          = "assistant"
-	defaultCompactKeep        = 6
 )
 
 // config configures a replay. Bind registers every field as a flag with its
@@ -150,6 +147,7 @@ func (c *config) Bind(set *flagenv.Set) {
 	// A replay verifies no token, creates no topic, exports no trace and
 	// serves nothing: those shared settings would only mislead in -h.
 	c.shared.bind(set)
+	w := worker.DefaultConfig()
 	set.String(&c.Mode, "mode", "", "", "redrive (re-publish to the requests topic) or shadow (run offline, report only)")
 	set.String(&c.Topic, "topic", "", topicRequests, `topic to read: "requests", "dlq" (under the topic prefix), or a full topic name`)
 	set.FlagSet().Func("partitions", "partitions to read, comma-separated (default: all)", func(v string) error {
@@ -173,20 +171,20 @@ func (c *config) Bind(set *flagenv.Set) {
 	set.String(&c.ReplayID, "replay-id", "", "", "id of this replay (default: generated)")
 	set.Bool(&c.RerunFailed, "rerun-failed", "", false, "redrive: re-run requests recorded failed under a fresh id <id>-rd<k> (default: skip them)")
 	set.Int(&c.RedriveBatch, "redrive-batch", "", defaultRedriveBatch, "redrive: records per produce call")
-	set.Int(&c.MaxContentBytes, "max-content-bytes", "TURNPIKE_MAX_CONTENT_BYTES", events.DefaultMaxContentBytes, "largest user message in bytes (the worker's)")
+	set.Int(&c.MaxContentBytes, "max-content-bytes", "TURNPIKE_MAX_CONTENT_BYTES", w.MaxContentBytes, "largest user message in bytes (the worker's)")
 	set.Int(&c.Concurrency, "concurrency", "", defaultConcurrency, "shadow: conversations running at once")
 	set.Int(&c.MaxInflight, "max-inflight", "", defaultMaxInflight, "shadow: records read and not yet done")
-	set.Int(&c.WindowMessages, "window", "TURNPIKE_WINDOW_MESSAGES", defaultWindowMessages, "shadow: stored messages the model sees before the new one")
+	set.Int(&c.WindowMessages, "window", "TURNPIKE_WINDOW_MESSAGES", w.WindowMessages, "shadow: stored messages the model sees before the new one")
 	set.Int(&c.CompactTokens, "compact-tokens", "TURNPIKE_COMPACT_TOKENS", 0,
 		"shadow: token budget of the model's window (bytes/4), as the worker's: over it, older messages are condensed into a summary; 0: off")
-	set.Int(&c.CompactKeep, "compact-keep", "TURNPIKE_COMPACT_KEEP", defaultCompactKeep, "shadow: newest stored messages compaction keeps verbatim")
+	set.Int(&c.CompactKeep, "compact-keep", "TURNPIKE_COMPACT_KEEP", w.CompactKeep, "shadow: newest stored messages compaction keeps verbatim")
 	set.String(&c.Agent, "agent", "", agentADK, "shadow: adk (the worker's eino agent) or direct (the model streamed directly, no tools; faster)")
 	set.String(&c.Instruction, "instruction", "TURNPIKE_INSTRUCTION", "", "shadow: system instruction of the agent")
 	set.String(&c.AgentFile, "agent-config", "TURNPIKE_AGENT_CONFIG", "",
 		"shadow: agent configuration file to run, as the worker does (agents, sub-agents, models, tools); default: one agent on -model")
 	set.String(&c.ShadowMongoDB, "shadow-mongo-db", "", "", "shadow: keep the rebuilt histories in this MongoDB database (never the live one; default: in memory)")
-	set.Duration(&c.RunTimeout, "run-timeout", "TURNPIKE_RUN_TIMEOUT", defaultRunTimeout, "shadow: longest one generation may run")
-	set.Duration(&c.DrainTimeout, "drain-timeout", "TURNPIKE_DRAIN_TIMEOUT", defaultDrainTimeout, "shadow: how long running requests may finish after an interrupt")
+	set.Duration(&c.RunTimeout, "run-timeout", "TURNPIKE_RUN_TIMEOUT", w.RunTimeout, "shadow: longest one generation may run")
+	set.Duration(&c.DrainTimeout, "drain-timeout", "TURNPIKE_DRAIN_TIMEOUT", w.DrainTimeout, "shadow: how long running requests may finish after an interrupt")
 	set.Bool(&c.MeasureRaw, "measure-raw", "", false, "read the selection raw first and report the replay's rate as a ratio to it")
 	set.Duration(&c.ProgressInterval, "progress-interval", "", 5*time.Second, "period of the progress lines without a terminal")
 }
@@ -203,11 +201,12 @@ func (c *config) setDefaults() {
 			*p = v
 		}
 	}
+	w := worker.DefaultConfig()
 	if c.Topic == "" {
 		c.Topic = topicRequests
 	}
 	if c.TopicPrefix == "" {
-		c.TopicPrefix = "turnpike."
+		c.TopicPrefix = w.TopicPrefix
 	}
 	if c.Report == "" {
 		c.Report = defaultReport
@@ -216,21 +215,21 @@ func (c *config) setDefaults() {
 		c.Checkpoint = c.Report + ".checkpoint"
 	}
 	if c.AgentName == "" {
-		c.AgentName = defaultAgentName
+		c.AgentName = w.AgentName
 	}
 	if c.Agent == "" {
 		c.Agent = agentADK
 	}
 	def(&c.Sample, defaultSample)
 	def(&c.RedriveBatch, defaultRedriveBatch)
-	def(&c.MaxContentBytes, events.DefaultMaxContentBytes)
+	def(&c.MaxContentBytes, w.MaxContentBytes)
 	def(&c.Concurrency, defaultConcurrency)
 	def(&c.MaxInflight, defaultMaxInflight)
-	def(&c.WindowMessages, defaultWindowMessages)
-	def(&c.CompactKeep, defaultCompactKeep)
+	def(&c.WindowMessages, w.WindowMessages)
+	def(&c.CompactKeep, w.CompactKeep)
 	defDur(&c.CheckpointInterval, defaultCheckpointInterval)
-	defDur(&c.RunTimeout, defaultRunTimeout)
-	defDur(&c.DrainTimeout, defaultDrainTimeout)
+	defDur(&c.RunTimeout, w.RunTimeout)
+	defDur(&c.DrainTimeout, w.DrainTimeout)
 	defDur(&c.ProgressInterval, 5*time.Second)
 }
 

@@ -195,7 +195,7 @@ func (e *env) startWorker(t *testing.T, ctx context.Context, store history.Store
 	var opts []worker.Option
 	if m != nil {
 		// The agent cmd/worker builds, on m.
-		agent, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: defaultAgentName, Description: "Turnpike conversation agent", Model: m})
+		agent, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: worker.DefaultConfig().AgentName, Description: "Turnpike conversation agent", Model: m})
 		if err != nil {
 			t.Fatal(err)
 		}

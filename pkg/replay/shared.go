@@ -11,8 +11,8 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/logging"
 	"github.com/turnpike-dev/turnpike/internal/mongodial"
 	"github.com/turnpike-dev/turnpike/internal/topic"
-	"github.com/turnpike-dev/turnpike/pkg/echo"
 	"github.com/turnpike-dev/turnpike/pkg/history"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // shared are the settings of docs/api.md's "Configuration" section that a
@@ -36,20 +36,21 @@ type shared struct {
 	LogFormat                                string // -log-format, TURNPIKE_LOG_FORMAT, default "json"
 }
 
-// bind registers the shared flags.
+// bind registers the shared flags, with the worker's defaults.
 func (s *shared) bind(set *flagenv.Set) {
+	w := worker.DefaultConfig()
 	set.List(&s.Brokers, "kafka-brokers", "TURNPIKE_KAFKA_BROKERS", nil, "Kafka bootstrap brokers")
 	set.String(&s.MongoURI, "mongo-uri", "TURNPIKE_MONGO_URI", "", "MongoDB connection string")
-	set.String(&s.MongoDB, "mongo-db", "TURNPIKE_MONGO_DB", "turnpike", "MongoDB database")
+	set.String(&s.MongoDB, "mongo-db", "TURNPIKE_MONGO_DB", w.MongoDB, "MongoDB database")
 	set.Int(&s.MongoPool, "mongo-pool", "TURNPIKE_MONGO_POOL", 0, "most connections (commands in flight) of the MongoDB client; 0: the driver's default, 100")
-	set.String(&s.TopicPrefix, "topic-prefix", "TURNPIKE_TOPIC_PREFIX", topic.DefaultPrefix, "prefix of the Kafka topic names")
-	set.String(&s.Model, "model", "TURNPIKE_MODEL", "echo", "model: echo or openai")
-	set.Duration(&s.EchoDelay, "echo-delay", "TURNPIKE_ECHO_DELAY", echo.DefaultDelay, "per-token delay of the echo model")
+	set.String(&s.TopicPrefix, "topic-prefix", "TURNPIKE_TOPIC_PREFIX", w.TopicPrefix, "prefix of the Kafka topic names")
+	set.String(&s.Model, "model", "TURNPIKE_MODEL", w.Model, "model: echo or openai")
+	set.Duration(&s.EchoDelay, "echo-delay", "TURNPIKE_ECHO_DELAY", w.EchoDelay, "per-token delay of the echo model")
 	set.String(&s.OpenAIBaseURL, "openai-base-url", "TURNPIKE_OPENAI_BASE_URL", "", "base URL of an OpenAI-compatible API")
 	set.String(&s.OpenAIAPIKey, "openai-api-key", "TURNPIKE_OPENAI_API_KEY", "", "API key of the OpenAI-compatible API")
 	set.String(&s.OpenAIModel, "openai-model", "TURNPIKE_OPENAI_MODEL", "", "model name at the OpenAI-compatible API")
-	set.String(&s.LogLevel, "log-level", "TURNPIKE_LOG_LEVEL", "info", "log level: debug, info, warn, error")
-	set.String(&s.LogFormat, "log-format", "TURNPIKE_LOG_FORMAT", "json", "log format: json or text")
+	set.String(&s.LogLevel, "log-level", "TURNPIKE_LOG_LEVEL", w.LogLevel, "log level: debug, info, warn, error")
+	set.String(&s.LogFormat, "log-format", "TURNPIKE_LOG_FORMAT", w.LogFormat, "log format: json or text")
 }
 
 // Topics returns the topic names under the configured prefix.

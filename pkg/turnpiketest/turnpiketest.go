@@ -24,9 +24,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnpike-dev/turnpike/internal/devstack"
+	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/auth"
 	"github.com/turnpike-dev/turnpike/pkg/client"
+	"github.com/turnpike-dev/turnpike/pkg/devstack"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
@@ -85,51 +86,43 @@ func StartConfig(t testing.TB, cfg worker.Config, opts ...worker.Option) *Stack 
 	if _, err := worker.New(withPlaceholders(cfg), opts...); err != nil {
 		t.Fatalf("turnpiketest: %v", err)
 	}
-	dc := devstack.Config{Shared: devstack.SharedOf(cfg), Worker: cfg, WorkerOptions: opts}
-	dc.Brokers, dc.MongoURI, dc.AuthSecret, dc.PprofAddr = nil, "", "", ""
-	dc.KafkaAddr, dc.MongoAddr, dc.IngestAddr, dc.PushgwAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	dc.DataDir = t.TempDir()
+	cfg.Brokers, cfg.MongoURI, cfg.PprofAddr = nil, "", ""
+	dc := devstack.Config{Worker: cfg, DataDir: t.TempDir(),
+		KafkaAddr: "127.0.0.1:0", MongoAddr: "127.0.0.1:0", IngestAddr: "127.0.0.1:0", PushgwAddr: "127.0.0.1:0"}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	readyc := make(chan devstack.Stack, 1)
-	errc := make(chan error, 1)
 	var logMu sync.Mutex
 	stopped := false
-	log := slog.New(slog.NewTextHandler(logWriter(func(s string) {
+	dc.Logger = slog.New(slog.NewTextHandler(logWriter(func(s string) {
 		logMu.Lock()
 		defer logMu.Unlock()
 		if !stopped {
 			t.Log(strings.TrimSpace(s))
 		}
 	}), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	go func() {
-		errc <- devstack.Run(ctx, dc, devstack.Listeners{}, log, func(st devstack.Stack) { readyc <- st })
-	}()
-	t.Cleanup(func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	timer := time.AfterFunc(Timeout, cancel)
+	st, err := devstack.Start(ctx, dc, opts...)
+	timedOut := !timer.Stop()
+	if err != nil {
 		cancel()
-		if err := <-errc; err != nil {
+		if timedOut {
+			t.Fatalf("turnpiketest: the stack did not start within %v", Timeout)
+		}
+		t.Fatalf("turnpiketest: start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
 			t.Errorf("turnpiketest: the stack stopped with %v", err)
 		}
 		logMu.Lock()
 		stopped = true
 		logMu.Unlock()
 	})
-	timer := time.NewTimer(Timeout)
-	defer timer.Stop()
-	select {
-	case st := <-readyc:
-		// The worker is ready once its topics exist: tests may produce
-		// records themselves at once.
-		names := dc.Topics()
-		return &Stack{t: t, IngestURL: st.IngestURL(), StreamURL: st.StreamURL(), Brokers: st.Brokers, MongoURI: st.MongoURI,
-			RequestsTopic: names.Requests, DLQTopic: names.DLQ, StreamTopic: names.Stream, Tenant: auth.DefaultTenant, secret: st.AuthSecret}
-	case err := <-errc:
-		errc <- err // for the cleanup
-		t.Fatalf("turnpiketest: start: %v", err)
-	case <-timer.C:
-		t.Fatalf("turnpiketest: the stack did not start within %v", Timeout)
-	}
-	return nil
+	// The worker is ready once its topics exist: tests may produce
+	// records themselves at once.
+	names := topic.NewNames(cfg.TopicPrefix)
+	return &Stack{t: t, IngestURL: st.IngestURL, StreamURL: st.StreamURL, Brokers: st.Brokers, MongoURI: st.MongoURI,
+		RequestsTopic: names.Requests, DLQTopic: names.DLQ, StreamTopic: names.Stream, Tenant: auth.DefaultTenant, secret: st.AuthSecret}
 }
 
 // withPlaceholders is cfg with the broker and store the stack will start:

@@ -6,15 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
 	"github.com/turnpike-dev/turnpike/internal/mongodial"
@@ -74,73 +68,45 @@ func (w *Worker) registry() *prometheus.Registry {
 	if w.opts.registry != nil {
 		return w.opts.registry
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
+	return server.NewRegistry()
 }
 
 func (w *Worker) run(ctx context.Context, log *slog.Logger, reg *prometheus.Registry) error {
 	c, o := w.cfg, w.opts
-	// Every listener first: a taken address is reported before any part
-	// of the worker starts, so none is left running.
-	ln := o.listener
-	if ln == nil && c.Addr != "" {
-		var err error
-		if ln, err = net.Listen("tcp", c.Addr); err != nil {
-			return fmt.Errorf("worker: %w", err)
-		}
-	}
-	if ln != nil {
-		defer ln.Close()
-	}
-	pprofLn, err := server.ListenPprof(c.PprofAddr)
-	if err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	if pprofLn != nil {
-		defer pprofLn.Close()
-	}
-
-	var checks []server.Check
-	checks = append(checks, server.Check{Name: "kafka", Fn: func(ctx context.Context) error { return topic.Ping(ctx, c.Brokers) }})
-	store := o.store
-	if store == nil {
-		conn, err := mongodial.Dial(c.MongoURI, c.MongoDB, c.MongoPool)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		ms, err := history.NewMongoStore(ctx, conn.DB, history.MongoConfig{})
-		if err != nil {
-			return fmt.Errorf("open history store: %w", err)
-		}
-		store = ms
-		checks = append(checks, server.Check{Name: "mongo", Fn: conn.Ping})
-	}
-	tr, err := tracing.New(ctx, tracing.Config{ServiceName: "worker", Endpoint: c.OTLPEndpoint, SampleRatio: c.TraceSampleRatio})
-	if err != nil {
-		return err
-	}
-	defer tr.Shutdown(context.WithoutCancel(ctx))
-	d, err := c.agentDeps(o)
-	if err != nil {
-		return err
-	}
-	// Ready once the topics exist: ingest's produce needs them.
-	d.Store, d.Registerer, d.Logger, d.Tracing, d.Ready = store, reg, log, tr, o.ready
-	cons, err := newConsumer(c, d)
-	if err != nil {
-		return err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return server.ServePprof(gctx, pprofLn, log) })
-	g.Go(func() error { return cons.Run(gctx) })
-	if ln != nil {
-		mux := http.NewServeMux()
-		server.HandleOps(mux, reg, checks...)
-		g.Go(func() error { return server.Serve(gctx, ln, mux, server.ShutdownGrace) })
-	}
-	return g.Wait()
+	// The ready hook is the consumer's to call (once the topics exist:
+	// ingest's produce needs them), not the process's.
+	return server.Run(ctx, server.Process{
+		Name: "worker", Listener: o.listener, Addr: c.Addr, PprofAddr: c.PprofAddr,
+		Tracing: &tracing.Config{Endpoint: c.OTLPEndpoint, SampleRatio: c.TraceSampleRatio},
+		Logger:  log, Registry: reg,
+		Open: func(ctx context.Context, op *server.Opened) (server.Parts, error) {
+			checks := []server.Check{{Name: "kafka", Fn: func(ctx context.Context) error { return topic.Ping(ctx, c.Brokers) }}}
+			store := o.store
+			if store == nil {
+				conn, err := mongodial.Dial(c.MongoURI, c.MongoDB, c.MongoPool)
+				if err != nil {
+					return server.Parts{}, err
+				}
+				op.Defer(conn.Close)
+				ms, err := history.NewMongoStore(ctx, conn.DB, history.MongoConfig{})
+				if err != nil {
+					return server.Parts{}, fmt.Errorf("open history store: %w", err)
+				}
+				store = ms
+				checks = append(checks, server.Check{Name: "mongo", Fn: conn.Ping})
+			}
+			d, err := c.agentDeps(o)
+			if err != nil {
+				return server.Parts{}, err
+			}
+			d.Store, d.Registerer, d.Logger, d.Tracing, d.Ready = store, reg, log, op.Tracing, o.ready
+			cons, err := newConsumer(c, d)
+			if err != nil {
+				return server.Parts{}, err
+			}
+			return server.Parts{Checks: checks, Run: cons.Run}, nil
+		},
+	})
 }
 
 // agentDeps builds what the agent needs from c: Config.Model's model (the
@@ -218,16 +184,11 @@ func mainWith(args []string, lookupEnv func(string) (string, bool), stderr io.Wr
 	if log == nil {
 		log = c.newLogger(stderr)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	w, err := New(c, opts...)
-	if err == nil {
-		err = w.run(ctx, log, w.registry())
-	}
-	if err != nil {
-		log.Error("worker stopped", "error", err)
-		return 1
-	}
-	log.Info("worker stopped")
-	return 0
+	return server.Main("worker", log, func(ctx context.Context) error {
+		w, err := New(c, opts...)
+		if err != nil {
+			return err
+		}
+		return w.run(ctx, log, w.registry())
+	})
 }

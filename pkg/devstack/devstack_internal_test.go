@@ -3,6 +3,7 @@ package devstack
 import (
 	"context"
 	"flag"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
-	"github.com/turnpike-dev/turnpike/pkg/auth"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
@@ -38,62 +38,6 @@ func TestPageStreamURL(t *testing.T) {
 	}
 }
 
-func TestTheGeneratedSecretIsKeptPrivateAndReused(t *testing.T) {
-	t.Parallel()
-	dir := filepath.Join(t.TempDir(), "data")
-	secret, created, err := loadOrCreateSecret(dir)
-	if err != nil || !created || len(secret) < auth.MinSecretBytes {
-		t.Fatalf("first start: %q, created %v, %v", secret, created, err)
-	}
-	path := filepath.Join(dir, SecretFile)
-	fi, err := os.Stat(path)
-	if err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("secret file: %v, %v; want mode 0600", fi.Mode(), err)
-	}
-	again, created, err := loadOrCreateSecret(dir)
-	if err != nil || created || again != secret {
-		t.Fatalf("second start: %q (created %v, %v), want the kept %q", again, created, err, secret)
-	}
-
-	// A file others can read is made private again and still used.
-	if err := os.Chmod(path, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if again, _, err := loadOrCreateSecret(dir); err != nil || again != secret {
-		t.Fatalf("after chmod 0644: %q, %v", again, err)
-	}
-	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
-		t.Fatalf("mode %v after reading, want 0600", fi.Mode())
-	}
-
-	// A damaged file is an error naming it, and is not replaced.
-	if err := os.WriteFile(path, []byte("short\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := loadOrCreateSecret(dir); err == nil || !strings.Contains(err.Error(), path) {
-		t.Fatalf("short secret: %v, want an error naming %s", err, path)
-	}
-	if b, _ := os.ReadFile(path); string(b) != "short\n" {
-		t.Fatalf("the damaged secret was replaced: %q", b)
-	}
-}
-
-func TestTheBannerSaysWhereTheTokensSecretComesFrom(t *testing.T) {
-	t.Parallel()
-	st := Stack{IngestAddr: "[::]:8080", PushgwAddr: "[::]:8081", DevToken: "tok", SecretFile: "data/auth-secret"}
-	for source, want := range map[string]string{
-		SecretFromEnv:     "signed with TURNPIKE_AUTH_SECRET",
-		SecretGenerated:   "generated into data/auth-secret",
-		SecretFromDataDir: "kept in data/auth-secret, so earlier tokens still work",
-	} {
-		st.SecretSource = source
-		b := st.Banner("dev")
-		if !strings.Contains(b, want) || !strings.Contains(b, "export TURNPIKE_TOKEN=tok\n") || !strings.Contains(b, "http://localhost:8080/") {
-			t.Errorf("banner with secret %s:\n%s\nwant %q and the token", source, b, want)
-		}
-	}
-}
-
 func TestEveryPortInUseIsReportedAtOnceWithItsVariable(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -108,8 +52,9 @@ func TestEveryPortInUseIsReportedAtOnceWithItsVariable(t *testing.T) {
 		busy = append(busy, ln.Addr().String())
 	}
 	dir := t.TempDir()
-	c := Config{KafkaAddr: busy[0], MongoAddr: "127.0.0.1:0", IngestAddr: busy[1], PushgwAddr: busy[2], DataDir: dir}
-	err := Run(ctx, c, Listeners{}, slog.New(slog.DiscardHandler), func(Stack) { t.Error("ready despite busy ports") })
+	c := Config{KafkaAddr: busy[0], MongoAddr: "127.0.0.1:0", IngestAddr: busy[1], PushgwAddr: busy[2], DataDir: dir,
+		Logger: slog.New(slog.DiscardHandler), Ready: func(Stack) { t.Error("ready despite busy ports") }}
+	err := Run(ctx, c)
 	if err == nil {
 		t.Fatal("Run started on busy ports")
 	}
@@ -136,11 +81,10 @@ func TestABadAgentFileIsTheOnlyErrorReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := Config{KafkaAddr: "127.0.0.1:0", MongoAddr: "127.0.0.1:0", IngestAddr: "127.0.0.1:0", PushgwAddr: "127.0.0.1:0",
-		DataDir: filepath.Join(dir, "data")}
-	c.MongoDB = "turnpike"
+		DataDir: filepath.Join(dir, "data"), Logger: slog.New(slog.DiscardHandler)}
 	c.Worker = worker.DefaultConfig()
 	c.Worker.AgentFile = file
-	err := Run(ctx, c, Listeners{}, slog.New(slog.DiscardHandler), nil)
+	err := Run(ctx, c)
 	if err == nil || !strings.Contains(err.Error(), `unknown tool "rm_rf"`) {
 		t.Fatalf("Run = %v, want the agent file's problem", err)
 	}
@@ -153,7 +97,7 @@ func TestTheDevstackListensOnLoopbackByDefault(t *testing.T) {
 	t.Parallel()
 	var c Config
 	set := flagenv.New(flag.NewFlagSet("devstack", flag.ContinueOnError), func(string) (string, bool) { return "", false })
-	c.Bind(set)
+	c.bind(set, nil)
 	if err := set.Parse(nil); err != nil {
 		t.Fatal(err)
 	}
@@ -166,11 +110,11 @@ func TestTheDevstackListensOnLoopbackByDefault(t *testing.T) {
 		t.Error("dev tokens are served beyond loopback by default")
 	}
 	st := Stack{IngestAddr: c.IngestAddr, PushgwAddr: c.PushgwAddr}
-	if e := st.Exposure(); !strings.Contains(e, "loopback only") || !strings.Contains(e, "TURNPIKE_INGEST_ADDR=0.0.0.0") {
+	if e := st.exposure(); !strings.Contains(e, "loopback only") || !strings.Contains(e, "TURNPIKE_INGEST_ADDR=0.0.0.0") {
 		t.Errorf("banner %q: want it to say the stack is on loopback and how to expose it", e)
 	}
 	st.IngestAddr = "0.0.0.0:8080"
-	if e := st.Exposure(); !strings.Contains(e, "WARNING") {
+	if e := st.exposure(); !strings.Contains(e, "WARNING") {
 		t.Errorf("banner %q for an exposed stack: want a warning", e)
 	}
 }
@@ -188,6 +132,50 @@ func TestPageOrigins(t *testing.T) {
 	for _, tt := range tests {
 		if got := pageOrigins(tt.addr); !slices.Equal(got, tt.want) {
 			t.Errorf("pageOrigins(%q) = %q, want %q", tt.addr, got, tt.want)
+		}
+	}
+}
+
+// The defaults are cmd/devstack's: every listener on loopback.
+func TestDefaultConfigIsCmdDevstacks(t *testing.T) {
+	var cmd Config
+	if _, ok := flagenv.ParseCommand("devstack", nil, func(string) (string, bool) { return "", false }, io.Discard, func(set *flagenv.Set) { cmd.bind(set, nil) }); !ok {
+		t.Fatal("parse")
+	}
+	c := DefaultConfig()
+	got := []string{c.IngestAddr, c.PushgwAddr, c.KafkaAddr, c.MongoAddr, c.DataDir, c.DevUser}
+	want := []string{cmd.IngestAddr, cmd.PushgwAddr, cmd.KafkaAddr, cmd.MongoAddr, cmd.DataDir, cmd.DevUser}
+	if !slices.Equal(got, want) {
+		t.Errorf("DefaultConfig: %q, cmd/devstack: %q", got, want)
+	}
+	for _, a := range got[:4] {
+		if host, _, err := net.SplitHostPort(a); err != nil || !net.ParseIP(host).IsLoopback() {
+			t.Errorf("default address %q is not on loopback", a)
+		}
+	}
+}
+
+// The banner's "To expose it" line names the ports the stack listens on,
+// not cmd/devstack's default ones: a user who moved them (ingest on 39180,
+// the gateway on 39181) is told to expose those.
+func TestTheBannerTellsHowToExposeThePortsInUse(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, ingest, pushgw string
+		want                 []string
+	}{
+		{"Moved ports are the ones to expose.", "127.0.0.1:39180", "127.0.0.1:39181",
+			[]string{"TURNPIKE_INGEST_ADDR=0.0.0.0:39180 ", "TURNPIKE_PUSHGW_ADDR=0.0.0.0:39181 ", "TURNPIKE_PUSHGW_ALLOWED_ORIGINS=http://<host>:39180,"}},
+		{"The default ports are the ones to expose when they are in use.", "127.0.0.1:8080", "[::1]:8081",
+			[]string{"TURNPIKE_INGEST_ADDR=0.0.0.0:8080 ", "TURNPIKE_PUSHGW_ADDR=0.0.0.0:8081 ", "TURNPIKE_PUSHGW_ALLOWED_ORIGINS=http://<host>:8080,"}},
+	}
+	for _, tt := range tests {
+		st := Stack{IngestAddr: tt.ingest, PushgwAddr: tt.pushgw, IngestURL: "http://" + tt.ingest, StreamURL: "ws://" + tt.pushgw + "/v1/stream"}
+		b := st.banner()
+		for _, w := range tt.want {
+			if !strings.Contains(b, w) {
+				t.Errorf("%s banner:\n%s\nwant %q", tt.name, b, w)
+			}
 		}
 	}
 }

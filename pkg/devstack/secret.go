@@ -13,29 +13,29 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/auth"
 )
 
-// SecretFile is the file in the data directory that keeps the auth secret
+// secretFile is the file in the data directory that keeps the auth secret
 // the devstack generated, so that the tokens it minted stay valid across
 // restarts.
-const SecretFile = "auth-secret"
+const secretFile = "auth-secret"
 
-// Where the auth secret came from (Stack.SecretSource).
+// Where the auth secret came from (Stack.secretSource).
 const (
-	SecretFromEnv       = "TURNPIKE_AUTH_SECRET"
-	SecretGenerated     = "generated"
-	SecretFromDataDir   = "kept"
+	secretFromEnv       = "TURNPIKE_AUTH_SECRET"
+	secretGenerated     = "generated"
+	secretFromDataDir   = "kept"
 	secretFileMode      = 0o600
 	secretDirMode       = 0o700
 	generatedSecretSize = 32
 )
 
-// loadOrCreateSecret returns the secret kept in dir/SecretFile, creating it
+// loadOrCreateSecret returns the secret kept in dir/secretFile, creating it
 // (mode 0600, the directory 0700 when it is new) with a random secret when
 // there is none. It reports whether it created the file. A kept file that
 // others may read is made private again; one too short to be a secret is an
 // error naming the file, never silently replaced (tokens signed with it
 // would die).
 func loadOrCreateSecret(dir string) (secret string, created bool, err error) {
-	path := filepath.Join(dir, SecretFile)
+	path := filepath.Join(dir, secretFile)
 	secret, err = readSecret(path)
 	if err == nil {
 		return secret, false, nil
@@ -97,20 +97,20 @@ func readSecret(path string) (string, error) {
 	return secret, nil
 }
 
-// Banner is what the devstack prints once it is ready: where it serves, a
-// dev token for user, and where the token's secret comes from.
-func (s Stack) Banner(user string) string {
+// banner is what the devstack prints once it is ready: where it serves, a
+// dev token, and where the token's secret comes from.
+func (s Stack) banner() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nTurnpike devstack\n  page    %s/\n  ingest  %s\n  stream  %s\n", s.IngestURL(), s.IngestURL(), s.StreamURL())
-	fmt.Fprintf(&b, "  %s\n", s.Exposure())
-	fmt.Fprintf(&b, "  dev token (tenant default, user %s, valid %d days", user, int(DevTokenTTL.Hours()/24))
-	switch s.SecretSource {
-	case SecretFromEnv:
+	fmt.Fprintf(&b, "\nTurnpike devstack\n  page    %s/\n  ingest  %s\n  stream  %s\n", s.IngestURL, s.IngestURL, s.StreamURL)
+	fmt.Fprintf(&b, "  %s\n", s.exposure())
+	fmt.Fprintf(&b, "  dev token (tenant default, user %s, valid %d days", s.devUser, int(devTokenTTL.Hours()/24))
+	switch s.secretSource {
+	case secretFromEnv:
 		b.WriteString(", signed with TURNPIKE_AUTH_SECRET")
-	case SecretGenerated:
-		fmt.Fprintf(&b, "; its secret was generated into %s and is kept for later starts", s.SecretFile)
-	case SecretFromDataDir:
-		fmt.Fprintf(&b, "; its secret is kept in %s, so earlier tokens still work", s.SecretFile)
+	case secretGenerated:
+		fmt.Fprintf(&b, "; its secret was generated into %s and is kept for later starts", s.secretFile)
+	case secretFromDataDir:
+		fmt.Fprintf(&b, "; its secret is kept in %s, so earlier tokens still work", s.secretFile)
 	}
 	fmt.Fprintf(&b, "):\n\n    export TURNPIKE_TOKEN=%s\n\n", s.DevToken)
 	return b.String()
