@@ -38,24 +38,29 @@ func TestStackSendFollowHistory(t *testing.T) {
 	}
 }
 
-// One Client used by many goroutines at once (run under -race): half of
-// them on one shared conversation, half each on its own, every one sending,
-// following its run and reading history. That is more POSTs at once for
-// one user than ingest's default burst (20): the test stack has no
+// One Client used by many goroutines at once (run under -race): some on
+// one shared conversation, the others each on its own, every one
+// following, sending (all at once, after a barrier), waiting for its run
+// and reading history. 40 POSTs at once for one user are twice ingest's
+// default burst (20, refilled at 10 a second): the test stack has no
 // per-user rate limit, so none is refused.
 func TestOneClientIsSafeForConcurrentUse(t *testing.T) {
 	stack := turnpiketest.Start(t, worker.WithAgentFactory(newAgent))
 	c := stack.Client("carol")
-	const perSide = 12 // 24 POSTs at once; at most 20 queued per conversation
-	var wg sync.WaitGroup
-	for i := range 2 * perSide {
+	const shared, own = 16, 24 // at most 20 queued per conversation
+	start := make(chan struct{})
+	var followed, wg sync.WaitGroup
+	for i := range shared + own {
 		conv := "shared"
-		if i >= perSide {
+		if i >= shared {
 			conv = fmt.Sprintf("own%d", i)
 		}
 		content := fmt.Sprintf("message %d", i)
+		followed.Add(1)
 		wg.Go(func() {
 			f := c.Follow(conv)
+			followed.Done()
+			<-start
 			r := f.Run(c.Send(conv, content))
 			if r.Status != events.StatusComplete || !strings.HasSuffix(r.Text, content) {
 				t.Errorf("%s: %v, want complete, ending with %q", conv, r, content)
@@ -69,9 +74,11 @@ func TestOneClientIsSafeForConcurrentUse(t *testing.T) {
 			}
 		})
 	}
+	followed.Wait()
+	close(start)
 	wg.Wait()
-	if h := c.History("shared"); len(h) != 2*perSide {
-		t.Errorf("the shared conversation holds %d messages, want %d", len(h), 2*perSide)
+	if h := c.History("shared"); len(h) != 2*shared {
+		t.Errorf("the shared conversation holds %d messages, want %d", len(h), 2*shared)
 	}
 }
 
