@@ -26,6 +26,7 @@ const (
 	nameDelay     = "delay"
 	nameTokens    = "tokens"
 	nameEmpty     = "empty"
+	nameCall      = "call"
 )
 
 // maxNameLen is the longest directive name; a name is looked for only this
@@ -39,6 +40,7 @@ type directives struct {
 	delay     time.Duration
 	hasDelay  bool
 	empty     bool
+	call      string // tool name; "" when absent
 }
 
 // parseDirectives removes the directives from s and returns the remaining
@@ -85,6 +87,9 @@ func parseDirectives(s string) (string, directives, error) {
 	if d.empty && d.tokens >= 0 {
 		return "", d, fmt.Errorf("%w: [[empty]] and [[tokens:%d]] contradict each other", ErrBadDirective, d.tokens)
 	}
+	if d.call != "" && (d.empty || d.tokens >= 0 || d.failAfter >= 0) {
+		return "", d, fmt.Errorf("%w: [[call:%s]] takes no [[empty]], [[tokens]] or [[fail-after]]", ErrBadDirective, d.call)
+	}
 	return b.String(), d, nil
 }
 
@@ -98,7 +103,7 @@ func directiveName(body string) (string, bool) {
 	}
 	name := head[:n]
 	switch name {
-	case nameFailAfter, nameDelay, nameTokens, nameEmpty:
+	case nameFailAfter, nameDelay, nameTokens, nameEmpty, nameCall:
 	default:
 		return "", false
 	}
@@ -117,6 +122,8 @@ func (d *directives) has(name string) bool {
 		return d.tokens >= 0
 	case nameDelay:
 		return d.hasDelay
+	case nameCall:
+		return d.call != ""
 	default:
 		return d.empty
 	}
@@ -135,6 +142,11 @@ func (d *directives) apply(name, raw string) error {
 			return bad("no value")
 		}
 		d.empty = true
+	case nameCall:
+		if !hasValue || value == "" || strings.ContainsAny(value, " \t\n") {
+			return bad("a tool name")
+		}
+		d.call = value
 	case nameDelay:
 		v, err := time.ParseDuration(value)
 		if !hasValue || err != nil || v < 0 || v > MaxDelay {

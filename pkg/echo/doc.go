@@ -14,6 +14,16 @@
 //	[[delay:D]]       pause D (a Go duration) before each chunk, overriding Config.Delay
 //	[[tokens:N]]      answer "w1 w2 … wN" instead of the echo
 //	[[empty]]         answer nothing: the stream ends at once with io.EOF
+//	[[call:NAME]]     call the tool NAME, then echo its result
+//
+// [[call:NAME]] answers with one assistant message calling the tool NAME,
+// with the rest of the message as arguments when it is a JSON object (else
+// {}); once the tool's result follows the user's message, the answer is
+// "echo #K: <result>". The tool must have been given to the model, either
+// bound by WithTools or as the model.WithTools call option (which wins;
+// eino v0.9's ChatModelAgent passes its tools that way only); otherwise the
+// call fails with ErrBadDirective. It takes no [[empty]], [[tokens:N]] or
+// [[fail-after:N]]; [[delay:D]] is paused once before the call.
 //
 // Directives in earlier messages of the window are ignored. A reply shorter
 // than N under [[fail-after:N]] is streamed whole before the failure.

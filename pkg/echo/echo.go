@@ -2,8 +2,10 @@ package echo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +49,7 @@ func (c Config) Validate() error {
 type Model struct {
 	delay time.Duration
 	sleep func(ctx context.Context, d time.Duration) error
+	tools []*schema.ToolInfo // bound by WithTools
 }
 
 var _ model.ToolCallingChatModel = (*Model)(nil)
@@ -66,21 +69,36 @@ func New(cfg Config) (*Model, error) {
 // GetType names the model in eino callbacks (components.Typer).
 func (m *Model) GetType() string { return "Echo" }
 
-// WithTools returns a copy of m. The echo model never calls tools, so they
-// are accepted and ignored.
-func (m *Model) WithTools(_ []*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+// WithTools returns a copy of m bound to tools, which [[call:NAME]] may
+// call. A model.WithTools option given to Generate or Stream replaces them
+// for that call (eino v0.9's ChatModelAgent passes its tools that way and
+// never calls WithTools).
+func (m *Model) WithTools(tools []*schema.ToolInfo) (model.ToolCallingChatModel, error) {
 	c := *m
+	c.tools = slices.Clone(tools)
 	return &c, nil
+}
+
+// toolsOf returns the tools of one call: those of a model.WithTools option,
+// else those bound by WithTools.
+func (m *Model) toolsOf(opts []model.Option) []*schema.ToolInfo {
+	return model.GetCommonOptions(&model.Options{Tools: m.tools}, opts...).Tools
 }
 
 // Generate returns the whole reply as one assistant message, carrying
 // ResponseMeta (finish reason "stop" and token usage). It takes as long as
 // the stream would (the pauses included) and returns ctx.Err() when ctx
-// ends first. Options are ignored.
-func (m *Model) Generate(ctx context.Context, input []*schema.Message, _ ...model.Option) (*schema.Message, error) {
-	r, err := m.plan(input)
+// ends first. Of the options, only model.WithTools is read.
+func (m *Model) Generate(ctx context.Context, input []*schema.Message, opts ...model.Option) (*schema.Message, error) {
+	r, err := m.plan(input, m.toolsOf(opts))
 	if err != nil {
 		return nil, err
+	}
+	if r.call != nil {
+		if err := m.pause(ctx, r); err != nil {
+			return nil, err
+		}
+		return r.callMessage(), nil
 	}
 	if err := m.emit(ctx, r, func(string, bool) bool { return true }); err != nil {
 		return nil, err
@@ -90,13 +108,25 @@ func (m *Model) Generate(ctx context.Context, input []*schema.Message, _ ...mode
 	return msg, nil
 }
 
+// pause waits r's delay (once, before a tool call) or until ctx ends.
+func (m *Model) pause(ctx context.Context, r reply) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if r.delay > 0 {
+		return m.sleep(ctx, r.delay)
+	}
+	return nil
+}
+
 // Stream streams the reply one word per chunk (schema.AssistantMessage); the
 // last chunk of a reply that ends normally carries ResponseMeta. A bad
 // directive or an ended ctx is returned at once; later, Recv returns
 // ErrInjectedFailure or ctx.Err() after the chunks already sent, and io.EOF
-// at the end. The caller must Close the reader. Options are ignored.
-func (m *Model) Stream(ctx context.Context, input []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
-	r, err := m.plan(input)
+// at the end. A tool call ([[call:NAME]]) is one chunk. The caller must
+// Close the reader. Of the options, only model.WithTools is read.
+func (m *Model) Stream(ctx context.Context, input []*schema.Message, opts ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	r, err := m.plan(input, m.toolsOf(opts))
 	if err != nil {
 		return nil, err
 	}
@@ -114,6 +144,14 @@ func (m *Model) Stream(ctx context.Context, input []*schema.Message, _ ...model.
 // reply, when ctx ends, or at the next chunk after the reader is closed.
 func (m *Model) produce(ctx context.Context, r reply, sw *schema.StreamWriter[*schema.Message]) {
 	defer sw.Close()
+	if r.call != nil {
+		if err := m.pause(ctx, r); err != nil {
+			sw.Send(nil, err)
+			return
+		}
+		sw.Send(r.callMessage(), nil)
+		return
+	}
 	sent := false
 	err := m.emit(ctx, r, func(token string, last bool) bool {
 		sent = true
@@ -193,23 +231,31 @@ type reply struct {
 	delay     time.Duration
 	failAfter int // -1: no injected failure
 	prompt    int // words in the input
+	// call, when set, is the reply instead of text: a call of a tool.
+	call *schema.ToolCall
 }
 
-// plan works out the reply to input.
-func (m *Model) plan(input []*schema.Message) (reply, error) {
+// plan works out the reply to input; tools are the tools [[call:NAME]]
+// may call.
+func (m *Model) plan(input []*schema.Message, tools []*schema.ToolInfo) (reply, error) {
 	var (
 		users  int
 		last   string
 		prompt int
+		result *schema.Message // a tool result after the last user message
 	)
 	for _, msg := range input {
 		if msg == nil {
 			continue
 		}
 		prompt += countWords(msg.Content)
-		if msg.Role == schema.User {
+		switch msg.Role {
+		case schema.User:
 			users++
 			last = msg.Content
+			result = nil
+		case schema.Tool:
+			result = msg
 		}
 	}
 	content, d, err := parseDirectives(last)
@@ -219,6 +265,22 @@ func (m *Model) plan(input []*schema.Message) (reply, error) {
 	r := reply{delay: m.delay, failAfter: d.failAfter, prompt: prompt}
 	if d.hasDelay {
 		r.delay = d.delay
+	}
+	switch {
+	case d.call != "" && result != nil:
+		// The tool answered: echo its result.
+		content = result.Content
+	case d.call != "":
+		if !slices.ContainsFunc(tools, func(t *schema.ToolInfo) bool { return t != nil && t.Name == d.call }) {
+			return reply{}, fmt.Errorf("%w [[call:%s]]: no tool %s was given to the model (WithTools or the model.WithTools option)", ErrBadDirective, d.call, d.call)
+		}
+		args := strings.TrimSpace(content)
+		if !strings.HasPrefix(args, "{") || !json.Valid([]byte(args)) {
+			args = "{}"
+		}
+		r.call = &schema.ToolCall{Index: new(0), ID: "echo-call-" + strconv.Itoa(users), Type: "function",
+			Function: schema.FunctionCall{Name: d.call, Arguments: args}}
+		return r, nil
 	}
 	switch {
 	case d.empty:
@@ -250,6 +312,17 @@ func (r reply) meta() *schema.ResponseMeta {
 			TotalTokens:      r.prompt + r.words,
 		},
 	}
+}
+
+// callMessage is the reply of a tool call: one assistant message with the
+// call, finish reason "tool_calls" and the prompt's usage.
+func (r reply) callMessage() *schema.Message {
+	msg := schema.AssistantMessage("", []schema.ToolCall{*r.call})
+	msg.ResponseMeta = &schema.ResponseMeta{
+		FinishReason: "tool_calls",
+		Usage:        &schema.TokenUsage{PromptTokens: r.prompt, TotalTokens: r.prompt},
+	}
+	return msg
 }
 
 // fillerWords returns "w1 w2 … wn".

@@ -35,3 +35,20 @@ func ExampleStart() {
 		t.Fatalf("history %+v", h)
 	}
 }
+
+// A test that cancels a run in the middle of its answer: WaitTokens
+// returns with the first token, Run with the whole (cancelled) run. The
+// agent's model should stream its first token and then wait, so that the
+// cancel never races the end of the answer.
+func ExampleFollower_WaitTokens() {
+	var t *testing.T // the test's
+	stack := turnpiketest.Start(t, worker.WithAgentFactory(newAgent))
+	c := stack.Client("alice")
+	f := c.Follow("c1")
+	id := c.Send("c1", "a long question")
+	f.WaitTokens(id, 1) // the answer has begun
+	c.Cancel("c1", id)
+	if run := f.Run(id); run.Status != events.StatusCancelled {
+		t.Fatalf("run %v", run)
+	}
+}

@@ -11,8 +11,22 @@
 //	run := c.Follow("c1").Run(c.Send("c1", "hello"))
 //	// run.Text is what was streamed; c.History("c1") what was persisted.
 //
-// Everything stops when the test ends (t.Cleanup). A Stack and its
-// Clients are safe for concurrent use; a Follower is not.
+// Everything stops when the test ends (t.Cleanup).
+//
+// A Stack and its Clients are safe for concurrent use: several goroutines
+// may send, resume, cancel, follow and read history through one Client, on
+// one conversation or several (a Client holds nothing but its token and
+// the public client, itself safe for concurrent use). A helper that fails
+// calls t.Fatalf, which ends only the goroutine that called it: from a
+// goroutine of your own, mark the work done with a defer. A Follower is
+// not safe for concurrent use: give each goroutine its own.
+//
+// The stack's ingest runs with ingest's defaults except its per-user rate
+// limit of POSTs (10 a second, bursts of 20, in production), which is off,
+// so that a test may send as many requests at once as it likes;
+// StartWithIngest sets ingest's configuration, that limit included. The
+// other limits stay: at most 20 requests queued or running per
+// conversation (429 beyond).
 package turnpiketest
 
 import (
@@ -29,6 +43,7 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/devstack"
 	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/ingest"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
@@ -69,25 +84,48 @@ func Config() worker.Config {
 	return c
 }
 
+// IngestConfig returns the ingest configuration Start uses:
+// ingest.DefaultConfig with the per-user rate limit of POSTs off
+// (RatePerSecond -1; ingest's default is ingest.DefaultRatePerSecond, 10 a
+// second, with bursts of ingest.DefaultRateBurst, 20). The stack sets its
+// brokers, store, topics, secret, logs and listener.
+func IngestConfig() ingest.Config {
+	c := ingest.DefaultConfig()
+	c.RatePerSecond = -1
+	return c
+}
+
 // Start starts a pipeline for t whose worker runs with opts (typically
-// worker.WithAgentFactory and hooks) and Config(); it returns once every
+// worker.WithAgentFactory and hooks) and Config(), and whose ingest runs
+// with IngestConfig() (no per-user rate limit); it returns once every
 // part serves, and stops it all when the test ends. Warnings and errors
 // of the stack go to t.Log; the options' logger, registry and ready hook
 // do not apply.
 func Start(t testing.TB, opts ...worker.Option) *Stack {
 	t.Helper()
-	return StartConfig(t, Config(), opts...)
+	return StartWithIngest(t, IngestConfig(), Config(), opts...)
 }
 
 // StartConfig is Start with the worker configured by cfg (its Brokers,
 // MongoURI and Addr are ignored).
 func StartConfig(t testing.TB, cfg worker.Config, opts ...worker.Option) *Stack {
 	t.Helper()
+	return StartWithIngest(t, IngestConfig(), cfg, opts...)
+}
+
+// StartWithIngest is StartConfig with ingest configured by ic: its limits
+// (RatePerSecond and RateBurst, the per-user token bucket of POSTs, over
+// which a POST gets 429 rate_limited; MaxQueuedPerConversation…) apply;
+// its brokers, store, topics, secret, logs, tracing and addresses are the
+// stack's, and its MaxContentBytes is cfg's. Start from IngestConfig(), or
+// from ingest.DefaultConfig() for production's limits.
+func StartWithIngest(t testing.TB, ic ingest.Config, cfg worker.Config, opts ...worker.Option) *Stack {
+	t.Helper()
 	if _, err := worker.New(withPlaceholders(cfg), opts...); err != nil {
 		t.Fatalf("turnpiketest: %v", err)
 	}
 	cfg.Brokers, cfg.MongoURI, cfg.PprofAddr = nil, "", ""
-	dc := devstack.Config{Worker: cfg, DataDir: t.TempDir(),
+	dc := devstack.Config{Worker: cfg, Ingest: ic, DataDir: t.TempDir(),
 		KafkaAddr: "127.0.0.1:0", MongoAddr: "127.0.0.1:0", IngestAddr: "127.0.0.1:0", PushgwAddr: "127.0.0.1:0"}
 
 	var logMu sync.Mutex
@@ -148,7 +186,8 @@ func (s *Stack) Client(user string) *Client {
 }
 
 // Client sends messages and resumes, follows conversations and reads
-// their history as one user; every method fails the test on an error.
+// their history as one user; every method fails the test on an error. It
+// is safe for concurrent use (see the package documentation).
 type Client struct {
 	t testing.TB
 	// API is the underlying public client, for what the helpers do not do.
@@ -249,6 +288,51 @@ type Run struct {
 	Interrupt *events.Interrupt
 }
 
+// WaitTokens waits until the current run of request requestID has
+// streamed at least n token events, and returns what it showed so far
+// (Status is empty: the run is still going). It returns as soon as the
+// n-th token event arrives, so a test can act in the middle of an answer:
+// cancel it, send another message. The events stay with the Follower, so
+// Run(requestID) afterwards still returns the whole run. Token events may
+// carry several tokens each (the bridge sends together those that arrive
+// while it writes), so n = 1 is the count a test can rely on unless its
+// model waits between tokens. The test fails if the run completes first.
+func (f *Follower) WaitTokens(requestID string, n int) Run {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	for {
+		if evs := f.pending[requestID]; len(evs) > 0 {
+			r := fold(requestID, evs)
+			tokens := 0
+			for _, e := range r.Events {
+				if e.Type() == events.TypeToken {
+					tokens++
+				}
+			}
+			if tokens >= n {
+				r.Status = ""
+				return r
+			}
+			if r.Status != "" {
+				f.t.Fatalf("turnpiketest: %s in %s completed with %d token events, want %d first: %v", requestID, f.conv, tokens, n, r)
+			}
+		}
+		f.next(ctx, requestID)
+	}
+}
+
+// next reads one event into pending.
+func (f *Follower) next(ctx context.Context, requestID string) {
+	f.t.Helper()
+	e, err := f.sub.Next(ctx)
+	if err != nil {
+		f.t.Fatalf("turnpiketest: waiting for %s in %s: %v", requestID, f.conv, err)
+	}
+	id := e.Header().RequestID
+	f.pending[id] = append(f.pending[id], e)
+}
+
 // Run waits for request requestID's run.completed and returns its run.
 func (f *Follower) Run(requestID string) Run {
 	f.t.Helper()
@@ -260,12 +344,7 @@ func (f *Follower) Run(requestID string) Run {
 			delete(f.pending, requestID)
 			return fold(requestID, evs)
 		}
-		e, err := f.sub.Next(ctx)
-		if err != nil {
-			f.t.Fatalf("turnpiketest: waiting for %s in %s: %v", requestID, f.conv, err)
-		}
-		id := e.Header().RequestID
-		f.pending[id] = append(f.pending[id], e)
+		f.next(ctx, requestID)
 	}
 }
 

@@ -33,9 +33,9 @@ const rootDescription = "Turnpike conversation agent"
 // (goAgents). Its functions are safe for concurrent use.
 type agents struct {
 	// agent returns the root agent of one run (a first run or a resume),
-	// on the run's goroutine. eino v0.7.36 compiles a ChatModelAgent's
-	// tool-calling graph on every run, writing to the graph the agent
-	// shares between runs (a data race between concurrent runs), so an
+	// on the run's goroutine. eino v0.9.21 builds a ChatModelAgent's
+	// tool-calling graph on every run, writing to the configuration the
+	// agent shares between runs (a data race between concurrent runs), so an
 	// agent of the configuration with tools is built afresh for each run;
 	// one without tools is built once. A Go agent's is its factory's.
 	agent func(ctx context.Context, r Request) (adk.Agent, error)

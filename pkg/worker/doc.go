@@ -86,8 +86,10 @@
 //   - the model label, once per agent after the run.
 //
 // WithAgentFactory is the default to reach for: an agent built per run
-// shares nothing between runs. eino v0.7.36's ChatModelAgent with tools
-// writes to its graph on each run (a data race when runs share it), and
+// shares nothing between runs. eino v0.9.21's ChatModelAgent with tools
+// writes its run's cancel context into the configuration all runs share
+// (a data race when runs share it: TestEinoRacesWhenRunsShareAToolCallingAgent,
+// run with TURNPIKE_EINO_SHARED_AGENT=1 and -race), and
 // supervisor.New binds its sub-agents to one parent. WithAgent shares one
 // agent between all runs: only for agents safe for that, such as a
 // ChatModelAgent without tools.

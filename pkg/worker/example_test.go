@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/components/model"
 	"github.com/cloudwego/eino/components/tool"
 	"github.com/cloudwego/eino/components/tool/utils"
 	"github.com/cloudwego/eino/compose"
@@ -129,4 +130,76 @@ func ExampleNew() {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	_ = w.Run(ctx)
+}
+
+// myModel is a custom tool-calling model. It reads its tools the way eino
+// v0.9's ChatModelAgent gives them, as the model.WithTools call option,
+// and falls back on the tools bound by WithTools (eino v0.7, and callers
+// that bind them).
+type myModel struct{ bound []*schema.ToolInfo }
+
+func (m myModel) WithTools(tools []*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	m.bound = tools
+	return m, nil
+}
+
+// tools are the tools of one call: the option's, else the bound ones.
+func (m myModel) tools(opts []model.Option) []*schema.ToolInfo {
+	return model.GetCommonOptions(&model.Options{Tools: m.bound}, opts...).Tools
+}
+
+func (m myModel) Generate(_ context.Context, in []*schema.Message, opts ...model.Option) (*schema.Message, error) {
+	if last := in[len(in)-1]; last.Role == schema.Tool {
+		return schema.AssistantMessage("It is "+last.Content+".", nil), nil
+	}
+	var names []string
+	for _, t := range m.tools(opts) {
+		names = append(names, t.Name)
+	}
+	fmt.Println("the model sees:", names)
+	if len(names) == 0 {
+		return schema.AssistantMessage("I have no tools.", nil), nil
+	}
+	return schema.AssistantMessage("", []schema.ToolCall{{ID: "1", Type: "function",
+		Function: schema.FunctionCall{Name: names[0], Arguments: `{"city":"Paris"}`}}}), nil
+}
+
+func (m myModel) Stream(ctx context.Context, in []*schema.Message, opts ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	msg, err := m.Generate(ctx, in, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return schema.StreamReaderFromArray([]*schema.Message{msg}), nil
+}
+
+// A custom model on eino v0.9 must read the model.WithTools call option:
+// ChatModelAgent passes its tools that way and never calls WithTools.
+func Example_customModelTools() {
+	ctx := context.Background()
+	weather, _ := utils.InferTool("weather", "the weather in a city", func(_ context.Context, a weatherArgs) (string, error) {
+		return "sunny in " + a.City, nil
+	})
+	agent, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{
+		Name: "forecaster", Description: "tells the weather", Model: myModel{},
+		ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{weather}}},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	events := adk.NewRunner(ctx, adk.RunnerConfig{Agent: agent}).Run(ctx, []adk.Message{schema.UserMessage("Weather in Paris?")})
+	for {
+		event, ok := events.Next()
+		if !ok {
+			break
+		}
+		if out := event.Output; out != nil && out.MessageOutput != nil && out.MessageOutput.Role == schema.Assistant {
+			if msg, _ := out.MessageOutput.GetMessage(); msg.Content != "" {
+				fmt.Println(msg.Content)
+			}
+		}
+	}
+	// Output:
+	// the model sees: [weather]
+	// It is sunny in Paris.
 }

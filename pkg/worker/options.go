@@ -129,8 +129,8 @@ func collect(opts []Option) *options {
 }
 
 // WithAgentFactory runs the agent factory builds for each run. This is
-// the safe default for any agent: eino v0.7.36's ChatModelAgent writes to
-// its graph on every run when it has tools (a data race between
+// the safe default for any agent: eino v0.9.21's ChatModelAgent with tools
+// writes to the configuration it shares on every run (a data race between
 // concurrent runs of one agent), and supervisor.New binds its agents to
 // one parent; an agent built per run shares nothing. Building a
 // tool-calling ChatModelAgent for a run adds tens of microseconds to it
@@ -141,7 +141,7 @@ func WithAgentFactory(factory AgentFactory) Option {
 
 // WithAgent runs agent, shared by every run. Only for agents safe for
 // concurrent runs: a ChatModelAgent without tools is; one with tools (or
-// a supervisor, whose transfers are tools) is not on eino v0.7.36, so use
+// a supervisor, whose transfers are tools) is not on eino v0.9.21, so use
 // WithAgentFactory for those.
 func WithAgent(agent adk.Agent) Option {
 	return func(o *options) { o.shared = agent }

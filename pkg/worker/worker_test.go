@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -105,10 +106,10 @@ func newLookupAgent(ctx context.Context, m model.ToolCallingChatModel, tl tool.B
 }
 
 // Many runs of one tool-calling agent at once, each on an agent the
-// factory built for it: under -race this is where eino v0.7.36's shared
-// graph would race. Each run sees its own request in ctx (its tool's
-// answer names it), streams and persists only the answer, never the tool
-// call or result.
+// factory built for it: under -race this is where eino's shared
+// configuration would race (TestEinoRacesWhenRunsShareAToolCallingAgent).
+// Each run sees its own request in ctx (its tool's answer names it),
+// streams and persists only the answer, never the tool call or result.
 func TestConcurrentRunsOfAToolCallingAgent(t *testing.T) {
 	var calls, built sync.Map
 	tl := lookupTool(t, &calls)
@@ -147,6 +148,51 @@ func TestConcurrentRunsOfAToolCallingAgent(t *testing.T) {
 		h := c.History(fmt.Sprintf("c%d", i))
 		if len(h) != 2 || h[0].Content != fmt.Sprintf("key%d", i) || h[1].Content != want || h[1].Agent != "finder" {
 			t.Errorf("run %d: history %+v", i, h)
+		}
+	}
+}
+
+// Many runs at once on ONE tool-calling ChatModelAgent (WithAgent), the
+// sharing the README and WithAgentFactory advise against. It shows that the
+// advice still holds on eino v0.9.21: under -race it fails, with writes in
+// eino's TypedChatModelAgent.buildMessageReActRunFunc (adk/chatmodel.go:1145,
+// each run stores its cancel context in a config all runs share) racing
+// with newReact's reads (adk/react.go:365). It is a demonstration, not a
+// guarantee, so it runs only when asked:
+//
+//	TURNPIKE_EINO_SHARED_AGENT=1 go test -race -run TestEinoRacesWhenRunsShareAToolCallingAgent ./pkg/worker
+//
+// Without -race the runs still complete, each with its own answer.
+func TestEinoRacesWhenRunsShareAToolCallingAgent(t *testing.T) {
+	if os.Getenv("TURNPIKE_EINO_SHARED_AGENT") == "" {
+		t.Skip("demonstrates a data race in eino; set TURNPIKE_EINO_SHARED_AGENT=1 to run it")
+	}
+	var calls sync.Map
+	tl := lookupTool(t, &calls)
+	shared, err := newLookupAgent(t.Context(), lookupModel{}, tl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stack := turnpiketest.Start(t, worker.WithAgent(shared))
+	c := stack.Client("bella")
+	const n = 8
+	runs := make([]turnpiketest.Run, n)
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		conv := fmt.Sprintf("shared%d", i)
+		f := c.Follow(conv)
+		ids[i] = c.Send(conv, fmt.Sprintf("key%d", i))
+		wg.Go(func() { runs[i] = f.Run(ids[i]) })
+	}
+	wg.Wait()
+	for i, r := range runs {
+		want := fmt.Sprintf("found: key%d for %s", i, ids[i])
+		if r.Status != events.StatusComplete || r.Text != want {
+			t.Errorf("run %d: %v, want complete %q", i, r, want)
+		}
+		if n, _ := calls.Load(ids[i]); n == nil || n.(*atomic.Int32).Load() != 1 {
+			t.Errorf("run %d: the tool ran %v times, want once", i, n)
 		}
 	}
 }

@@ -173,7 +173,7 @@ func NewCancelTool(t *Table) (tool.InvokableTool, error) {
 // supervisor (the desk) that hands every question to its one sub-agent
 // (orders), which has the two tools. Build it for each run
 // (worker.WithAgentFactory): a tool-calling agent must not be shared
-// between concurrent runs on eino v0.7.36, and supervisor.New binds its
+// between concurrent runs on eino v0.9.21, and supervisor.New binds its
 // sub-agent to one parent.
 func NewAgent(ctx context.Context, t *Table, deskModel, ordersModel model.ToolCallingChatModel) (adk.Agent, error) {
 	lookup, err := NewLookupTool(t)

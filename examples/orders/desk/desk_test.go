@@ -100,7 +100,7 @@ func TestACancelIsConfirmedThroughAnInterrupt(t *testing.T) {
 
 // Conversations run at once, each on an order desk built for it (a
 // supervisor and a tool-calling sub-agent): under -race, sharing one would
-// race in eino v0.7.36.
+// race in eino v0.9.21.
 func TestConversationsRunConcurrently(t *testing.T) {
 	stack := turnpiketest.Start(t, desk.Options(desk.SampleTable())...)
 	c := stack.Client("carl")

@@ -3,7 +3,9 @@ package desk
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/cloudwego/eino/components/model"
@@ -14,23 +16,47 @@ import (
 const Closing = "Anything else about your orders?"
 
 // Scripted is a deterministic, offline chat model: Reply decides each
-// answer from the input. Its answers are streamed a word at a time.
+// answer from the input. Its answers are streamed a word at a time. It
+// calls only tools it was given, as a real model does: bound by WithTools,
+// or as the model.WithTools call option, which is how eino v0.9's
+// ChatModelAgent hands them over (it never calls WithTools); a call of a
+// tool given neither way is an error.
 type Scripted struct {
 	Reply func(input []*schema.Message) *schema.Message
+	tools []*schema.ToolInfo
 }
 
-// WithTools returns m: the script knows its tools.
-func (m Scripted) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return m, nil }
+// WithTools returns a copy of m bound to tools.
+func (m Scripted) WithTools(tools []*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	m.tools = slices.Clone(tools)
+	return m, nil
+}
+
+// reply is the script's answer, checked against the tools of the call: the
+// model.WithTools option's, else those bound by WithTools.
+func (m Scripted) reply(in []*schema.Message, opts []model.Option) (*schema.Message, error) {
+	tools := model.GetCommonOptions(&model.Options{Tools: m.tools}, opts...).Tools
+	out := m.Reply(in)
+	for _, c := range out.ToolCalls {
+		if !slices.ContainsFunc(tools, func(t *schema.ToolInfo) bool { return t.Name == c.Function.Name }) {
+			return nil, fmt.Errorf("scripted model: tool %q was not given to the model", c.Function.Name)
+		}
+	}
+	return out, nil
+}
 
 // Generate returns the script's answer.
-func (m Scripted) Generate(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.Message, error) {
-	return m.Reply(in), nil
+func (m Scripted) Generate(_ context.Context, in []*schema.Message, opts ...model.Option) (*schema.Message, error) {
+	return m.reply(in, opts)
 }
 
 // Stream streams the script's answer: a tool call whole, text a word at a
 // time.
-func (m Scripted) Stream(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
-	out := m.Reply(in)
+func (m Scripted) Stream(_ context.Context, in []*schema.Message, opts ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	out, err := m.reply(in, opts)
+	if err != nil {
+		return nil, err
+	}
 	if len(out.ToolCalls) > 0 || out.Content == "" {
 		return schema.StreamReaderFromArray([]*schema.Message{out}), nil
 	}
