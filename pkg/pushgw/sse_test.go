@@ -275,6 +275,11 @@ func TestEventsStreamEachEventWithItsCursorTypeAndWebSocketFrame(t *testing.T) {
 	}
 	checkMetric(t, f.reg, "turnpike_pushgw_sse_connections", 1)
 	checkMetric(t, f.reg, "turnpike_pushgw_connections", 2) // one of each
+	// Each transport times the 6 live events it wrote (and not the
+	// subscribed frames), once they are on the socket or flushed.
+	for _, tr := range []string{transportWebSocket, transportSSE} {
+		awaitHistogramCount(t, ctx, f.reg, "turnpike_pushgw_client_write_lag_seconds", tr, 6)
+	}
 }
 
 // TestEveryEventStreamAnswerCarriesTheStreamHeaders: docs/api.md "The
