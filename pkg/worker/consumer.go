@@ -86,6 +86,10 @@ type consumer struct {
 	stream  *streamWriter
 	dlq     *deadLetters
 	mover   *mover // copies misplaced records home (home.go)
+
+	// requestsDial, if set, dials the requests partitions' readers' broker
+	// connections (tests); nil: a plain dial.
+	requestsDial topic.DialFunc
 }
 
 // newConsumer validates cfg's consumer settings and builds the agent.

@@ -86,7 +86,7 @@ func (w *consumer) consumePartition(genCtx context.Context, gen *kafka.Generatio
 		MaxWait:   500 * time.Millisecond,
 		// An idle poll answered late is no error, so no backoff delays the
 		// next request (topic.ReaderDialer).
-		Dialer: topic.ReaderDialer(nil, nil),
+		Dialer: topic.ReaderDialer(w.requestsDial, nil),
 	})
 	defer r.Close()
 	if err := r.SetOffset(pa.Offset); err != nil {
