@@ -28,7 +28,7 @@ type metrics struct {
 	resumes            *prometheus.CounterVec
 	compactions        *prometheus.CounterVec
 	moved              prometheus.Counter
-	// The stages of a turn (docs/deploy.md, "Where a turn's time goes").
+	// The stages of a turn (README.md "Observability", where a turn's time goes).
 	fetchLag        prometheus.Histogram
 	startDelay      prometheus.Histogram
 	firstTokenWrite prometheus.Histogram

@@ -12,8 +12,8 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
-// The worker's stages of a turn (docs/deploy.md "Where a turn's time
-// goes") are observed once each: the fetch lag for every request record
+// The worker's stages of a turn (README.md "Observability", where a
+// turn's time goes) are observed once each: the fetch lag for every request record
 // fetched, the start delay for every record whose agent starts, the first
 // token's write for every run that streams a token. Here two requests run
 // and a duplicate of the first completes without running: three records

@@ -182,8 +182,8 @@ func TestAStreamSinkFlushWaitsForEveryAcknowledgementAndReportsAFailure(t *testi
 }
 
 // A run's first token is timed to its record's acknowledgement once per
-// run (turnpike_worker_first_token_write_seconds, docs/deploy.md "Where a
-// turn's time goes"): a run of three token events counts one sample, a run
+// run (turnpike_worker_first_token_write_seconds, README.md
+// "Observability"): a run of three token events counts one sample, a run
 // without a token event none; every event counts in the write histogram.
 func TestAStreamSinkTimesOnlyTheFirstTokenEventOfEachRun(t *testing.T) {
 	t.Parallel()
