@@ -1095,7 +1095,14 @@ func TestASlowClientIsClosedWith4008WhileOthersGetEveryEvent(t *testing.T) {
 func testSlowClient(t *testing.T, mod func(*Config)) {
 	ctx := testenv.Context(t, 40*time.Second)
 	f := newFixture(t, ctx)
-	f.start(ctx, mod, func(l net.Listener) net.Listener { return smallBuffers{l} })
+	// The slow client reads nothing until all the events are produced, and
+	// the gateway's write to it blocks meanwhile. The write deadline must
+	// not end that write first: a write that timed out leaves the
+	// connection unable to carry the 4008 close frame (it is cut, and the
+	// client sees 1006), and how long the events take to produce is the
+	// machine's business. Write deadlines have their own test
+	// (TestAClientThatStopsReadingIsCutOffByTheWriteDeadline).
+	f.start(ctx, func(c *Config) { mod(c); c.WriteTimeout = time.Hour }, func(l net.Listener) net.Listener { return smallBuffers{l} })
 	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
 
