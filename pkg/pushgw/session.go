@@ -75,8 +75,11 @@ func (s *session) onSocket() {
 	for _, at := range s.writes {
 		s.writeLag.Observe(max(0, now.Sub(at).Seconds()))
 	}
-	clear(s.writes)
-	s.writes = s.writes[:0]
+	if cap(s.writes) > outboxKeep {
+		s.writes = nil // as the queue, an idle session keeps no big array
+	} else {
+		s.writes = s.writes[:0]
+	}
 }
 
 // logger returns the session's logger, made on demand: most sessions never log.
