@@ -7,7 +7,8 @@
 # DEVSTACK and LOADGEN are binaries (go build -o … ./cmd/devstack,
 # ./cmd/loadgen), so that two builds (before and after a change) can be
 # compared in one session. Writes OUTDIR/loadgen-N.txt (the harness's
-# summary), result-N.json and cpu-N.txt ("unix-time utime+stime-ticks").
+# summary), result-N.json, cpu-N.txt ("unix-time utime+stime-ticks") and
+# metrics-N.txt (the stack's /metrics after the run).
 # LG_EXTRA, if set, is added to loadgen's flags (e.g. LG_EXTRA="-mode
 # pipeline"). Fixed loopback ports (39180, 39181, 39192, 39117): one run at
 # a time.
@@ -35,6 +36,9 @@ done > "$out/cpu-$n.txt" &
   -kafka-brokers 127.0.0.1:39192 -users 50 -conversations "$n" -messages "$msgs" \
   -out "$out/result-$n.json" ${LG_EXTRA:-} > "$out/loadgen-$n.txt" 2>&1
 status=$?
+# The stack's metrics after the run (one registry, at the ingest port):
+# the turn-stage histograms (README.md "Observability").
+curl -sf http://127.0.0.1:39180/metrics > "$out/metrics-$n.txt"
 kill $pid
 wait $pid 2> /dev/null
 rm -rf "$data"

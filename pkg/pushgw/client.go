@@ -45,6 +45,7 @@ type client struct {
 func newClient(gw *gateway, h *hub, conn *websocket.Conn, tok auth.Token, user string) *client {
 	c := &client{conn: conn, readerDone: make(chan struct{})}
 	c.init(gw, h, tok, user, conn.RemoteAddr().String())
+	c.writeLag = gw.metrics.clientWriteLag.WithLabelValues(transportWebSocket)
 	return c
 }
 
@@ -96,7 +97,7 @@ func (c *client) flush(ctx context.Context) bool {
 	wire, _ := c.conn.NetConn().(*wire)
 	batching := false
 	for {
-		f, ok := c.out.pop()
+		f, at, ok := c.out.popAt()
 		if !ok {
 			break
 		}
@@ -125,12 +126,17 @@ func (c *client) flush(ctx context.Context) bool {
 			}
 			return false
 		}
+		c.wrote(at)
+		if !batching {
+			c.onSocket()
+		}
 	}
 	if batching {
 		if err := wire.end(); err != nil {
 			c.fail(0, fmt.Sprintf("write: %v", err))
 			return false
 		}
+		c.onSocket()
 	}
 	return true
 }

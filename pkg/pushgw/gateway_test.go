@@ -460,8 +460,58 @@ func TestLiveSubscriptionReceivesLaterEventsInOrderWithCursors(t *testing.T) {
 	}
 	checkMetric(t, f.reg, "turnpike_pushgw_subscriptions", 1)
 	for _, h := range []string{"turnpike_pushgw_fanout_seconds", "turnpike_pushgw_delivery_lag_seconds"} {
-		if n := histogramCount(t, f.reg, h); n < 20 {
+		if n := histogramCount(t, f.reg, h); n != 20 {
 			t.Errorf("%s counts %d records, want the 20 delivered", h, n)
+		}
+	}
+	// The writer answers a subscribe after every frame queued before it,
+	// and times each live frame once it is on the socket: by the answer,
+	// the 20 events are timed, and only they (not the subscribed frames).
+	c.subscribe(conv+"-other", "")
+	c.expect(ctx, "subscribed")
+	if n := histogramCountOf(t, f.reg, "turnpike_pushgw_client_write_lag_seconds", transportWebSocket); n != 20 {
+		t.Errorf("client_write_lag_seconds{transport=websocket} counts %d frames, want the 20 events written", n)
+	}
+}
+
+// histogramCountOf is the sample count of the series of the histogram name
+// whose one label has the value label.
+func histogramCountOf(t *testing.T, reg *prometheus.Registry, name, label string) uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label {
+				return m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	t.Fatalf("histogram %s{%s} not registered", name, label)
+	return 0
+}
+
+// awaitHistogramCount waits until the series label of the histogram name
+// counts want samples, and fails t if it counts more or ctx ends first.
+func awaitHistogramCount(t *testing.T, ctx context.Context, reg *prometheus.Registry, name, label string, want uint64) {
+	t.Helper()
+	for {
+		n := histogramCountOf(t, reg, name, label)
+		if n == want {
+			return
+		}
+		if n > want {
+			t.Fatalf("%s{%s} counts %d samples, want %d", name, label, n, want)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s{%s} counts %d samples, want %d", name, label, n, want)
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }
@@ -1045,7 +1095,14 @@ func TestASlowClientIsClosedWith4008WhileOthersGetEveryEvent(t *testing.T) {
 func testSlowClient(t *testing.T, mod func(*Config)) {
 	ctx := testenv.Context(t, 40*time.Second)
 	f := newFixture(t, ctx)
-	f.start(ctx, mod, func(l net.Listener) net.Listener { return smallBuffers{l} })
+	// The slow client reads nothing until all the events are produced, and
+	// the gateway's write to it blocks meanwhile. The write deadline must
+	// not end that write first: a write that timed out leaves the
+	// connection unable to carry the 4008 close frame (it is cut, and the
+	// client sees 1006), and how long the events take to produce is the
+	// machine's business. Write deadlines have their own test
+	// (TestAClientThatStopsReadingIsCutOffByTheWriteDeadline).
+	f.start(ctx, func(c *Config) { mod(c); c.WriteTimeout = time.Hour }, func(l net.Listener) net.Listener { return smallBuffers{l} })
 	conv, id := aliceConv(t)
 	tok := token(t, auth.DefaultTenant, "alice")
 

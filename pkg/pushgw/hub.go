@@ -62,9 +62,10 @@ var errCursorAhead = errors.New("since: cursor is ahead of the stream")
 // sink takes a subscription's frames: a client. Both methods are called with
 // a shard lock held and never block.
 type sink interface {
-	// deliver queues frame. When the queue is full it sheds the client
+	// deliver queues frame, which the live dispatch queued at at (zero:
+	// not a dispatched record). When the queue is full it sheds the client
 	// (4008) and returns false.
-	deliver(frame []byte) bool
+	deliver(frame []byte, at time.Time) bool
 	// overflow sheds the client because a replay buffer overflowed.
 	overflow()
 }
@@ -211,7 +212,7 @@ func (h *hub) register(sub *subscription, hello []byte) error {
 	}
 	if sub.since.kind == sinceLive {
 		sub.live = true
-		sub.sink.deliver(hello)
+		sub.sink.deliver(hello, time.Time{})
 	} else {
 		sub.ringFrom, sub.ring = s.ring.from, s.ring.view()
 	}
@@ -316,10 +317,11 @@ func (h *hub) dispatch(partition int, offset int64, key, value []byte, recorded 
 		return
 	}
 	delivered := 0
+	queued := time.Now()
 	for _, sub := range subs {
 		switch {
 		case sub.live:
-			if sub.sink.deliver(frame) {
+			if sub.sink.deliver(frame, queued) {
 				delivered++
 			}
 		case sub.overflowed:

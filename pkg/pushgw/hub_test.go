@@ -19,7 +19,7 @@ type fakeSink struct {
 	overflew bool
 }
 
-func (s *fakeSink) deliver(f []byte) bool {
+func (s *fakeSink) deliver(f []byte, _ time.Time) bool {
 	if s.limit > 0 && len(s.frames) >= s.limit {
 		s.shed = true
 		return false

@@ -13,6 +13,12 @@ const (
 	rejectSubscribeRate = "subscribe_rate"
 )
 
+// Transports of turnpike_pushgw_client_write_lag_seconds.
+const (
+	transportWebSocket = "websocket"
+	transportSSE       = "sse"
+)
+
 // metrics are the gateway's Prometheus series, all named turnpike_pushgw_*.
 // Every series exists from the start (labelled ones with each label value).
 type metrics struct {
@@ -29,6 +35,7 @@ type metrics struct {
 	rejected        *prometheus.CounterVec
 	fanout          prometheus.Histogram
 	deliveryLag     prometheus.Histogram
+	clientWriteLag  *prometheus.HistogramVec
 }
 
 // newMetrics creates the series and registers them on reg (nil: not registered).
@@ -59,6 +66,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			prometheus.ExponentialBuckets(1e-6, 4, 10)),
 		deliveryLag: histogram("delivery_lag_seconds", "From a live record's Kafka timestamp to its frame queued to every recipient (includes clock skew between hosts).",
 			prometheus.ExponentialBuckets(0.0005, 2, 14)),
+		clientWriteLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "turnpike", Subsystem: "pushgw", Name: "client_write_lag_seconds",
+			Help:    "From a live record's frame queued to a client by the dispatch to its write on the client's socket (WebSocket) or its flush (Server-Sent Events), by transport.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"transport"}),
+	}
+	for _, tr := range []string{transportWebSocket, transportSSE} {
+		m.clientWriteLag.WithLabelValues(tr)
 	}
 	for _, r := range []string{rejectOrigin, rejectConnectRate, rejectSubscribeRate} {
 		m.rejected.WithLabelValues(r)
@@ -67,7 +80,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.connections, m.sseConnections, m.subscriptions, m.eventsOut, m.framesDropped, m.slowDisconnects, m.badRecords,
-		m.skippedRecords, m.replays, m.ringReplays, m.rejected, m.fanout, m.deliveryLag} {
+		m.skippedRecords, m.replays, m.ringReplays, m.rejected, m.fanout, m.deliveryLag, m.clientWriteLag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}

@@ -3,6 +3,7 @@ package pushgw
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // outboxKeep is the queue capacity an emptied outbox keeps; a bigger
@@ -28,11 +29,18 @@ type outbox struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	queue  [][]byte // queue[head:] waits to be written
+	queue  []queued // queue[head:] waits to be written
 	head   int
 	frames int           // queued or being written
 	bytes  int           // of those frames
 	room   chan struct{} // closed when a frame is sent; nil while no one waits
+}
+
+// queued is a frame in the queue; at is when the hub's live dispatch
+// queued it (zero for replies and replays), for the client write lag.
+type queued struct {
+	f  []byte
+	at time.Time
 }
 
 func newOutbox(maxFrames, maxBytes int) *outbox {
@@ -45,15 +53,15 @@ func (o *outbox) fits(n, maxFrames, maxBytes int) bool {
 	return o.frames == 0 || (o.frames < maxFrames && o.bytes+n <= maxBytes)
 }
 
-// enqueue appends f and, if the queue was empty, wakes the writer. Called
-// with mu held.
-func (o *outbox) enqueue(f []byte) {
+// enqueue appends f, queued at at, and, if the queue was empty, wakes the
+// writer. Called with mu held.
+func (o *outbox) enqueue(f []byte, at time.Time) {
 	if o.head > 0 && len(o.queue) == cap(o.queue) {
 		n := copy(o.queue, o.queue[o.head:])
 		clear(o.queue[n:])
 		o.queue, o.head = o.queue[:n], 0
 	}
-	o.queue = append(o.queue, f)
+	o.queue = append(o.queue, queued{f: f, at: at})
 	o.frames++
 	o.bytes += len(f)
 	if len(o.queue)-o.head > 1 {
@@ -67,13 +75,16 @@ func (o *outbox) enqueue(f []byte) {
 
 // tryPush queues f if it fits the queue's bounds and reports whether it did.
 // It never blocks.
-func (o *outbox) tryPush(f []byte) bool {
+func (o *outbox) tryPush(f []byte) bool { return o.tryPushAt(f, time.Time{}) }
+
+// tryPushAt is tryPush of a live frame the hub dispatched at at.
+func (o *outbox) tryPushAt(f []byte, at time.Time) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if !o.fits(len(f), o.maxFrames, o.maxBytes) {
 		return false
 	}
-	o.enqueue(f)
+	o.enqueue(f, at)
 	return true
 }
 
@@ -85,7 +96,7 @@ func (o *outbox) push(ctx context.Context, stop <-chan struct{}, f []byte) bool 
 	for {
 		o.mu.Lock()
 		if o.fits(len(f), halfFrames, halfBytes) {
-			o.enqueue(f)
+			o.enqueue(f, time.Time{})
 			o.mu.Unlock()
 			return true
 		}
@@ -107,13 +118,20 @@ func (o *outbox) push(ctx context.Context, stop <-chan struct{}, f []byte) bool 
 // pop takes the oldest queued frame for the writer, which must call sent
 // once it is written or dropped.
 func (o *outbox) pop() ([]byte, bool) {
+	f, _, ok := o.popAt()
+	return f, ok
+}
+
+// popAt is pop, with the time the hub's live dispatch queued the frame
+// (zero for replies and replays).
+func (o *outbox) popAt() ([]byte, time.Time, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.head == len(o.queue) {
-		return nil, false
+		return nil, time.Time{}, false
 	}
-	f := o.queue[o.head]
-	o.queue[o.head] = nil
+	q := o.queue[o.head]
+	o.queue[o.head] = queued{}
 	o.head++
 	if o.head == len(o.queue) {
 		o.head = 0
@@ -123,7 +141,7 @@ func (o *outbox) pop() ([]byte, bool) {
 			o.queue = o.queue[:0]
 		}
 	}
-	return f, true
+	return q.f, q.at, true
 }
 
 // sent releases a popped frame of n bytes and wakes the pushers waiting for

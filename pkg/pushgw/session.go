@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/turnpike-dev/turnpike/internal/server"
 	"github.com/turnpike-dev/turnpike/pkg/auth"
 )
@@ -37,6 +39,11 @@ type session struct {
 	closeCode int    // written once before done is closed; 0: send no close frame
 	closeText string // idem
 
+	// The writer's: when the live frames written since the last write to
+	// the socket were dispatched, and the transport's write lag histogram.
+	writes   []time.Time
+	writeLag prometheus.Observer
+
 	mu sync.Mutex
 	// Guarded by mu.
 	closed  bool                     // teardown began; no new replays
@@ -48,6 +55,31 @@ func (s *session) init(gw *gateway, h *hub, tok auth.Token, user, remote string)
 	s.gw, s.hub, s.principal, s.expires, s.user, s.remote, s.metrics = gw, h, tok.Principal, tok.Expires, user, remote, gw.metrics
 	s.out = outbox{maxFrames: gw.cfg.QueueSize, maxBytes: gw.cfg.QueueBytes, wake: make(chan struct{}, 1)}
 	s.done = make(chan struct{})
+}
+
+// wrote notes a frame written to the transport, dispatched live at at
+// (zero: a reply or a replay, not timed).
+func (s *session) wrote(at time.Time) {
+	if !at.IsZero() {
+		s.writes = append(s.writes, at)
+	}
+}
+
+// onSocket observes the write lag of the frames noted since the last call:
+// they are on the socket (or flushed to the client) now.
+func (s *session) onSocket() {
+	if len(s.writes) == 0 || s.writeLag == nil {
+		return
+	}
+	now := time.Now()
+	for _, at := range s.writes {
+		s.writeLag.Observe(max(0, now.Sub(at).Seconds()))
+	}
+	if cap(s.writes) > outboxKeep {
+		s.writes = nil // as the queue, an idle session keeps no big array
+	} else {
+		s.writes = s.writes[:0]
+	}
 }
 
 // logger returns the session's logger, made on demand: most sessions never log.
@@ -77,13 +109,13 @@ func (s *session) shed(text string) {
 
 // deliver implements sink: it queues frame without blocking, or sheds the
 // session when its queue is full (in frames or bytes).
-func (s *session) deliver(frame []byte) bool {
+func (s *session) deliver(frame []byte, at time.Time) bool {
 	select {
 	case <-s.done:
 		return false
 	default:
 	}
-	if s.out.tryPush(frame) {
+	if s.out.tryPushAt(frame, at) {
 		return true
 	}
 	s.shed("queue full")

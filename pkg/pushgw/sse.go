@@ -94,6 +94,7 @@ func (g *gateway) ServeEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	st := &stream{follow: follow}
 	st.init(g, h, tok, user, r.RemoteAddr)
+	st.writeLag = g.metrics.clientWriteLag.WithLabelValues(transportSSE)
 	// A server-wide read timeout would end the request's context (and so
 	// the stream) while the client listens quietly.
 	rc := http.NewResponseController(w)
@@ -339,7 +340,7 @@ func (st *stream) deadline() {
 func (st *stream) flush() bool {
 	batching := false
 	for {
-		f, ok := st.out.pop()
+		f, at, ok := st.out.popAt()
 		if !ok {
 			break
 		}
@@ -360,8 +361,13 @@ func (st *stream) flush() bool {
 			_, err = st.wire.Write(ev)
 		}
 		st.out.sent(len(f))
+		if err == nil && ev != nil {
+			st.wrote(at)
+		}
 		if err == nil && (last || !batching) {
-			err, batching = st.wire.end(), false
+			if err, batching = st.wire.end(), false; err == nil {
+				st.onSocket()
+			}
 		}
 		if err != nil {
 			st.fail(0, fmt.Sprintf("write: %v", err))
@@ -380,6 +386,7 @@ func (st *stream) flush() bool {
 			st.fail(0, fmt.Sprintf("write: %v", err))
 			return false
 		}
+		st.onSocket()
 	}
 	return true
 }

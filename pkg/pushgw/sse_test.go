@@ -275,6 +275,11 @@ func TestEventsStreamEachEventWithItsCursorTypeAndWebSocketFrame(t *testing.T) {
 	}
 	checkMetric(t, f.reg, "turnpike_pushgw_sse_connections", 1)
 	checkMetric(t, f.reg, "turnpike_pushgw_connections", 2) // one of each
+	// Each transport times the 6 live events it wrote (and not the
+	// subscribed frames), once they are on the socket or flushed.
+	for _, tr := range []string{transportWebSocket, transportSSE} {
+		awaitHistogramCount(t, ctx, f.reg, "turnpike_pushgw_client_write_lag_seconds", tr, 6)
+	}
 }
 
 // TestEveryEventStreamAnswerCarriesTheStreamHeaders: docs/api.md "The
@@ -328,9 +333,11 @@ func TestEveryEventStreamAnswerCarriesTheStreamHeaders(t *testing.T) {
 			return rec.Code, rec.Header()
 		}},
 	}
+	// The cases run one after the other within the fixture's deadline: as
+	// parallel subtests they would wait for a free slot behind the
+	// package's other parallel tests while that deadline ran.
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
 			status, h := tt.open(t)
 			if status != http.StatusOK {
 				t.Fatalf("status %d, want 200", status)

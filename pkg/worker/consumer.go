@@ -86,6 +86,10 @@ type consumer struct {
 	stream  *streamWriter
 	dlq     *deadLetters
 	mover   *mover // copies misplaced records home (home.go)
+
+	// requestsDial, if set, dials the requests partitions' readers' broker
+	// connections (tests); nil: a plain dial.
+	requestsDial topic.DialFunc
 }
 
 // newConsumer validates cfg's consumer settings and builds the agent.
@@ -195,7 +199,7 @@ func (w *consumer) Run(ctx context.Context) error {
 	if err := topic.Ensure(ctx, w.cfg.Brokers, w.cfg.Partitions, w.topics.All()...); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	w.stream = newStreamWriter(w.cfg.Brokers, w.topics.Stream, w.cfg.StreamBatchTimeout, w.metrics.streamWrite)
+	w.stream = newStreamWriter(w.cfg.Brokers, w.topics.Stream, w.cfg.StreamBatchTimeout, w.metrics.streamWrite, w.metrics.firstTokenWrite)
 	w.dlq = newDeadLetters(w.cfg.Brokers, w.topics.DLQ)
 	w.mover = newMover(w.cfg.Brokers, w.topics.Requests)
 	w.control = newControlChannel(w)

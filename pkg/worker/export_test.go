@@ -1,5 +1,10 @@
 package worker
 
+import (
+	"context"
+	"net"
+)
+
 // What the package's external tests reach of its insides.
 
 // Deps are a consumer's collaborators (deps).
@@ -26,6 +31,12 @@ const (
 	ToolAskUser     = toolAskUser
 	ToolCurrentTime = toolCurrentTime
 )
+
+// SetRequestsDial makes w's readers of the requests partitions dial their
+// broker connections with dial. Call it before Run.
+func SetRequestsDial(w *Consumer, dial func(ctx context.Context, network, address string) (net.Conn, error)) {
+	w.requestsDial = dial
+}
 
 // SetCountBeforeJoin makes w believe it read n as the requests topic's
 // partition count before it joined, as if the count changed around its

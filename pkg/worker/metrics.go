@@ -28,7 +28,15 @@ type metrics struct {
 	resumes            *prometheus.CounterVec
 	compactions        *prometheus.CounterVec
 	moved              prometheus.Counter
+	// The stages of a turn (README.md "Observability", where a turn's time goes).
+	fetchLag        prometheus.Histogram
+	startDelay      prometheus.Histogram
+	firstTokenWrite prometheus.Histogram
 }
+
+// stageBuckets are the buckets of the turn-stage histograms: 0.5 ms to
+// about 16 s, doubling.
+var stageBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
@@ -97,10 +105,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		moved: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "turnpike_worker_moved_total", Help: "Misplaced request records (not in their key's Murmur2 home partition) copied to their home partition.",
 		}),
+		fetchLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "turnpike_worker_fetch_lag_seconds", Help: "From a request record's Kafka timestamp (its producer's clock) to its fetch by the worker (includes clock skew between hosts).",
+			Buckets: stageBuckets,
+		}),
+		startDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "turnpike_worker_start_delay_seconds", Help: "From a request record's fetch to its agent's start: queued behind its conversation, turn begun, window loaded and compacted, agent built.",
+			Buckets: stageBuckets,
+		}),
+		firstTokenWrite: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "turnpike_worker_first_token_write_seconds", Help: "From a run's first token event's emission to the broker's acknowledgement of its stream record.",
+			Buckets: stageBuckets,
+		}),
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.completionsDropped, m.lag, m.streamWrite, m.cancelled, m.fenced, m.committed, m.running, m.peakInflight, m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds,
-		m.tokens, m.transfers, m.interrupts, m.resumes, m.compactions, m.moved} {
+		m.tokens, m.transfers, m.interrupts, m.resumes, m.compactions, m.moved, m.fetchLag, m.startDelay, m.firstTokenWrite} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

@@ -60,6 +60,9 @@ type entry struct {
 	// to home (partition home) instead of run, and never counted busy.
 	move bool
 	home int
+	// fetched is when the record was fetched (turnpike_worker_*_seconds
+	// stage metrics).
+	fetched time.Time
 }
 
 func (w *consumer) consumePartition(genCtx context.Context, gen *kafka.Generation, pa kafka.PartitionAssignment, partitions int) {
@@ -83,7 +86,7 @@ func (w *consumer) consumePartition(genCtx context.Context, gen *kafka.Generatio
 		MaxWait:   500 * time.Millisecond,
 		// An idle poll answered late is no error, so no backoff delays the
 		// next request (topic.ReaderDialer).
-		Dialer: topic.ReaderDialer(nil, nil),
+		Dialer: topic.ReaderDialer(w.requestsDial, nil),
 	})
 	defer r.Close()
 	if err := r.SetOffset(pa.Offset); err != nil {
@@ -167,7 +170,10 @@ func (p *partition) keyOf(m kafka.Message) string {
 // interrupt cancels the conversation's running record and every queued
 // one ahead of it, then queues itself.
 func (p *partition) dispatch(genCtx context.Context, m kafka.Message, runners *sync.WaitGroup) {
-	e := &entry{m: m}
+	e := &entry{m: m, fetched: time.Now()}
+	if !m.Time.IsZero() {
+		p.w.metrics.fetchLag.Observe(max(0, e.fetched.Sub(m.Time).Seconds()))
+	}
 	e.req, e.err = p.w.decode(m)
 	p.place(e)
 	key := p.keyOf(m)

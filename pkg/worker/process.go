@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/attribute"
@@ -38,9 +39,17 @@ func (w *consumer) handle(genCtx context.Context, e *entry) error {
 		attribute.String("turnpike.request_id", req.RequestID), attribute.Int("messaging.kafka.partition", m.Partition),
 		attribute.Int64("messaging.kafka.offset", m.Offset))
 	defer span.End()
+	// The first attempt whose agent starts ends the record's start delay.
+	startSeen := false
+	agentStarted := func() {
+		if !startSeen && !e.fetched.IsZero() {
+			startSeen = true
+			w.metrics.startDelay.Observe(time.Since(e.fetched).Seconds())
+		}
+	}
 	backoff := w.cfg.RetryBackoffMin
 	for attempt, recordAttempts := 1, 1; ; attempt++ {
-		err := w.run(genCtx, ctx, m, req)
+		err := w.run(genCtx, ctx, m, req, agentStarted)
 		if err == nil {
 			return nil
 		}
@@ -183,7 +192,8 @@ func truncateKey(k []byte) string {
 
 // run runs one request once, through the step. genCtx says whether the
 // partition is still ours; ctx (detached from it) carries the work.
-func (w *consumer) run(genCtx, ctx context.Context, m kafka.Message, req events.Request) error {
+// agentStarted is called when the agent starts.
+func (w *consumer) run(genCtx, ctx context.Context, m kafka.Message, req events.Request, agentStarted func()) error {
 	id := req.Identity()
 	// Register before looking for a durable cancel: ingest records the
 	// cancel before it publishes it, so a cancel is either in the store
@@ -200,9 +210,10 @@ func (w *consumer) run(genCtx, ctx context.Context, m kafka.Message, req events.
 			}
 			return ar.isCancelled(), nil
 		},
-		started: ar.started,
-		stop:    genCtx.Done(),
-		drain:   w.cfg.DrainTimeout,
+		started:      ar.started,
+		agentStarted: agentStarted,
+		stop:         genCtx.Done(),
+		drain:        w.cfg.DrainTimeout,
 	})
 	if err != nil {
 		return err

@@ -33,16 +33,23 @@ type streamWriter struct {
 	w *kafka.Writer
 	// written observes each event's time from Emit to acknowledgement.
 	written prometheus.Observer
+	// firstToken observes, for each run (each sink) that emits a token
+	// event, the time from its first token event's emission (the event's
+	// ts) to the acknowledgement of its record.
+	firstToken prometheus.Observer
 }
 
-func newStreamWriter(brokers []string, streamTopic string, batchTimeout time.Duration, written prometheus.Observer) *streamWriter {
-	s := &streamWriter{w: topic.StreamWriter(brokers, streamTopic, batchTimeout), written: written}
+func newStreamWriter(brokers []string, streamTopic string, batchTimeout time.Duration, written, firstToken prometheus.Observer) *streamWriter {
+	s := &streamWriter{w: topic.StreamWriter(brokers, streamTopic, batchTimeout), written: written, firstToken: firstToken}
 	s.w.Async = true
 	s.w.Completion = func(msgs []kafka.Message, err error) {
 		now := time.Now()
 		for _, m := range msgs {
 			if pe, ok := m.WriterData.(*pendingEvent); ok {
 				s.written.Observe(now.Sub(pe.at).Seconds())
+				if pe.firstToken != 0 && err == nil {
+					s.firstToken.Observe(max(0, now.Sub(time.Unix(0, pe.firstToken)).Seconds()))
+				}
 				pe.rs.acked(err)
 			}
 		}
@@ -54,6 +61,9 @@ func newStreamWriter(brokers []string, streamTopic string, batchTimeout time.Dur
 type pendingEvent struct {
 	rs *runSink
 	at time.Time
+	// firstToken is the ts (unix nanoseconds) of the run's first token
+	// event, on that event only.
+	firstToken int64
 }
 
 // run returns the sink of one run's events; headers (trace context) go on
@@ -77,6 +87,9 @@ type runSink struct {
 	key     []byte
 	window  chan struct{} // one token per event written and not yet acknowledged
 	pending sync.WaitGroup
+	// tokened: a token event was emitted (the first is timed to its
+	// acknowledgement).
+	tokened bool
 
 	mu  sync.Mutex // guards err
 	err error
@@ -101,7 +114,14 @@ func (rs *runSink) Emit(ctx context.Context, id events.Identity, e events.Event)
 	if rs.key == nil || id != rs.keyOf {
 		rs.keyOf, rs.key = id, []byte(id.Key())
 	}
-	m := kafka.Message{Key: rs.key, Value: v, Headers: rs.headers, WriterData: &pendingEvent{rs: rs, at: time.Now()}}
+	pe := &pendingEvent{rs: rs, at: time.Now()}
+	if e.Type() == events.TypeToken && !rs.tokened {
+		rs.tokened = true
+		if pe.firstToken = e.Header().TS; pe.firstToken == 0 {
+			pe.firstToken = pe.at.UnixNano()
+		}
+	}
+	m := kafka.Message{Key: rs.key, Value: v, Headers: rs.headers, WriterData: pe}
 	if err := rs.w.WriteMessages(ctx, m); err != nil {
 		rs.acked(err) // the message never reached the writer
 		return fmt.Errorf("write stream event: %w", err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -25,6 +26,8 @@ type sinkFixture struct {
 	stream  string
 	w       *streamWriter
 	id      events.Identity
+	// The writer's histograms: every event's write, each run's first token's.
+	written, firstToken prometheus.Histogram
 }
 
 func newSinkFixture(t *testing.T, ctx context.Context, hold func(p heldProduce) (kmsg.Response, bool)) *sinkFixture {
@@ -44,7 +47,9 @@ func newSinkFixture(t *testing.T, ctx context.Context, hold func(p heldProduce) 
 		resp, handled := hold(heldProduce{cluster: cluster, req: req})
 		return resp, nil, handled
 	})
-	f.w = newStreamWriter(f.brokers, f.stream, time.Millisecond, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "stream_write_seconds"}))
+	f.written = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "stream_write_seconds"})
+	f.firstToken = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "first_token_write_seconds"})
+	f.w = newStreamWriter(f.brokers, f.stream, time.Millisecond, f.written, f.firstToken)
 	t.Cleanup(func() { f.w.Close() })
 	return f
 }
@@ -173,5 +178,45 @@ func TestAStreamSinkFlushWaitsForEveryAcknowledgementAndReportsAFailure(t *testi
 	}
 	if err := rs.Emit(ctx, f.id, f.token(2)); !errors.Is(err, errStreamFailed) || !errors.Is(err, kafka.PolicyViolation) {
 		t.Fatalf("an event after a failed one returned %v, want %v", err, errStreamFailed)
+	}
+}
+
+// A run's first token is timed to its record's acknowledgement once per
+// run (turnpike_worker_first_token_write_seconds, README.md
+// "Observability"): a run of three token events counts one sample, a run
+// without a token event none; every event counts in the write histogram.
+func TestAStreamSinkTimesOnlyTheFirstTokenEventOfEachRun(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newSinkFixture(t, ctx, func(heldProduce) (kmsg.Response, bool) { return nil, false })
+	meta := func(seq int64) events.Meta {
+		return events.Meta{Conversation: f.id.Conversation, RequestID: "r1", RunID: "run-1", Seq: seq, TS: time.Now().UnixNano()}
+	}
+	for _, run := range [][]events.Event{
+		{&events.RunStartedEvent{Meta: meta(1)}, f.token(2), f.token(3), f.token(4), &events.RunCompletedEvent{Meta: meta(5), Status: events.StatusComplete}},
+		{&events.RunStartedEvent{Meta: meta(1)}, &events.RunCompletedEvent{Meta: meta(2), Status: events.StatusDiscarded}},
+	} {
+		rs := f.w.run(nil)
+		for _, e := range run {
+			if err := rs.Emit(ctx, f.id, e); err != nil {
+				t.Fatalf("event %d: %v", e.Header().Seq, err)
+			}
+		}
+		if err := rs.Flush(); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		h    prometheus.Histogram
+		want uint64
+	}{{"first token writes", f.firstToken, 1}, {"event writes", f.written, 7}} {
+		var m dto.Metric
+		if err := c.h.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.GetHistogram().GetSampleCount(); got != c.want {
+			t.Errorf("%s: %d samples, want %d", c.name, got, c.want)
+		}
 	}
 }

@@ -160,6 +160,9 @@ type stepRun struct {
 	// started, if set, receives the run's handle when the agent starts:
 	// cancels reach the run through it.
 	started func(*bridge.Handle)
+	// agentStarted, if set, is called when the agent starts, before its
+	// first event.
+	agentStarted func()
 	// stop, once closed, ends the run: it may finish within drain, then
 	// it is aborted.
 	stop  <-chan struct{}
@@ -243,6 +246,9 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 	}
 	s.runStarted()
 	defer s.runEnded()
+	if sr.agentStarted != nil {
+		sr.agentStarted()
+	}
 	h := s.bridge.Start(ctx, bridge.Run{
 		Identity:       id,
 		RequestID:      req.RequestID,
