@@ -114,6 +114,25 @@ func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T)
 			wantThrough: 8,
 		},
 		{
+			name:   "With compaction off (a budget of 0), the window is the messages themselves, even with a summary stored.",
+			stored: 8, summary: 4, tokens: 0, keep: 2,
+			want:        "user:m1 | assistant:m2 | user:m3 | assistant:m4 | user:m5 | assistant:m6 | user:m7 | assistant:m8 | user:new",
+			wantThrough: 4,
+		},
+		{
+			// Nine messages of 2 or 3 bytes: 5 tokens each.
+			name:   "A window whose estimate is exactly the budget (45) is not condensed.",
+			stored: 8, tokens: 45, keep: 2,
+			want: "user:m1 | assistant:m2 | user:m3 | assistant:m4 | user:m5 | assistant:m6 | user:m7 | assistant:m8 | user:new",
+		},
+		{
+			name:   "A window one token over the budget (44) is condensed.",
+			stored: 8, tokens: 44, keep: 2,
+			want:        sys("summary 1") + " | user:m7 | assistant:m8 | user:new",
+			wantAsked:   "Conversation:\nuser: m1\nassistant: m2\nuser: m3\nassistant: m4\nuser: m5\nassistant: m6\n",
+			wantThrough: 6, wantResult: "summarized", // the next window is under the budget: nothing counted
+		},
+		{
 			name:   "Over the budget without a summary, all but the newest two are condensed, and the window holds the new summary then messages 7 and 8.",
 			stored: 8, tokens: 1, keep: 2,
 			want:        sys("summary 1") + " | user:m7 | assistant:m8 | user:new",
@@ -283,5 +302,28 @@ func checkCompactionLog(t *testing.T, logs string, id events.Identity, failed bo
 	if rec["level"] != "WARN" || rec["msg"] != "compaction: summarizer failed; the window is kept as it is" ||
 		rec["tenant"] != id.Tenant || rec["user"] != id.User || rec["conversation"] != id.Conversation || rec["error"] != "summarizer unreachable" {
 		t.Errorf("compaction logged %v, want a warning of the summarizer's failure naming the conversation", rec)
+	}
+}
+
+// The window's token estimate (README "Context compaction", Config.
+// CompactTokens): bytes/4 per message, rounded up, plus 4.
+func TestCompactionWindowEstimatesAQuarterTokenPerBytePlusFourPerMessage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		text string
+		want int
+	}{
+		{"An empty message costs its 4 tokens of framing.", "", 4},
+		{"One byte costs a whole token.", "a", 5},
+		{"Four bytes cost one token.", "abcd", 5},
+		{"Five bytes cost two tokens.", "abcde", 6},
+		{"Eight bytes cost two tokens.", "abcdefgh", 6},
+		{"A thousand bytes cost 250 tokens.", strings.Repeat("x", 1000), 254},
+	}
+	for _, tt := range tests {
+		if got := estimateTokens(tt.text); got != tt.want {
+			t.Errorf("%s estimateTokens(%d bytes) = %d, want %d", tt.name, len(tt.text), got, tt.want)
+		}
 	}
 }
