@@ -85,6 +85,7 @@ func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T)
 	tests := []struct {
 		name        string
 		stored      int64 // messages 1..stored in the window
+		skip        int   // the window leaves out its first skip messages
 		summary     int64 // Through of the stored summary; 0: none
 		tokens      int   // CompactTokens
 		keep        int   // CompactKeep
@@ -112,6 +113,19 @@ func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T)
 			stored: 8, summary: 8, tokens: 1 << 20, keep: 2,
 			want:        sys("stored summary") + " | user:new",
 			wantThrough: 8,
+		},
+		{
+			name:   "Keeping one message that is an answer keeps none: every stored message is condensed.",
+			stored: 8, tokens: 1, keep: 1,
+			want:        sys("summary 1") + " | user:new",
+			wantAsked:   "Conversation:\nuser: m1\nassistant: m2\nuser: m3\nassistant: m4\nuser: m5\nassistant: m6\nuser: m7\nassistant: m8\n",
+			wantThrough: 8, wantResult: "summarized", nextResult: "kept",
+		},
+		{
+			name:   "A window that starts with an answer and is kept whole condenses nothing, not even that answer.",
+			stored: 8, skip: 1, tokens: 1, keep: 7,
+			want:       "assistant:m2 | user:m3 | assistant:m4 | user:m5 | assistant:m6 | user:m7 | assistant:m8 | user:new",
+			wantResult: "kept", nextResult: "kept",
 		},
 		{
 			name:   "With compaction off (a budget of 0), the window is the messages themselves, even with a summary stored.",
@@ -201,7 +215,7 @@ func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T)
 				counted[tt.wantResult]++
 			}
 
-			in, err := w.compactWindow(ctx, store, id, compactionWindow(tt.stored))
+			in, err := w.compactWindow(ctx, store, id, compactionWindow(tt.stored)[tt.skip:])
 			if err != nil {
 				t.Fatalf("compactWindow: %v", err)
 			}
@@ -236,7 +250,7 @@ func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T)
 				return
 			}
 			asks := len(summarizer.asked)
-			again, err := w.compactWindow(ctx, store, id, compactionWindow(tt.stored))
+			again, err := w.compactWindow(ctx, store, id, compactionWindow(tt.stored)[tt.skip:])
 			if err != nil {
 				t.Fatalf("second compactWindow: %v", err)
 			}
