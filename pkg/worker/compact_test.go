@@ -122,6 +122,13 @@ func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T)
 			wantThrough: 8, wantResult: "summarized", nextResult: "kept",
 		},
 		{
+			name:   "A window whose newest stored message is a question keeps just that question and condenses the turns before it.",
+			stored: 7, tokens: 1, keep: 1,
+			want:        sys("summary 1") + " | user:m7 | user:new",
+			wantAsked:   "Conversation:\nuser: m1\nassistant: m2\nuser: m3\nassistant: m4\nuser: m5\nassistant: m6\n",
+			wantThrough: 6, wantResult: "summarized", nextResult: "kept",
+		},
+		{
 			name:   "A window that starts with an answer and is kept whole condenses nothing, not even that answer.",
 			stored: 8, skip: 1, tokens: 1, keep: 7,
 			want:       "assistant:m2 | user:m3 | assistant:m4 | user:m5 | assistant:m6 | user:m7 | assistant:m8 | user:new",
