@@ -25,7 +25,8 @@ import (
 // summarizerFake answers each summary request with the next of its
 // texts, or fails with err, and records what it was asked to condense.
 type summarizerFake struct {
-	err error
+	err  error
+	text string // the answer, if set, instead of "summary <n>"
 
 	mu    sync.Mutex
 	asked []string // the user message of each call
@@ -37,6 +38,9 @@ func (s *summarizerFake) Generate(_ context.Context, in []*schema.Message, _ ...
 	s.asked = append(s.asked, in[len(in)-1].Content)
 	if s.err != nil {
 		return nil, s.err
+	}
+	if s.text != "" {
+		return schema.AssistantMessage(s.text, nil), nil
 	}
 	return schema.AssistantMessage(fmt.Sprintf("summary %d", len(s.asked)), nil), nil
 }
@@ -346,5 +350,45 @@ func TestCompactionWindowEstimatesAQuarterTokenPerBytePlusFourPerMessage(t *test
 		if got := estimateTokens(tt.text); got != tt.want {
 			t.Errorf("%s estimateTokens(%d bytes) = %d, want %d", tt.name, len(tt.text), got, tt.want)
 		}
+	}
+}
+
+// A summary is cut to history.MaxSummaryBytes, at a rune boundary, so that
+// the store accepts it; one within the bound is kept whole.
+func TestCompactionWindowSummaryIsCutToTheStoresBound(t *testing.T) {
+	t.Parallel()
+	const max = history.MaxSummaryBytes
+	tests := []struct {
+		name string
+		text string
+		want string
+	}{
+		{"A summary of exactly the bound is kept whole.", strings.Repeat("a", max), strings.Repeat("a", max)},
+		{"A summary one byte over the bound loses that byte.", strings.Repeat("a", max+1), strings.Repeat("a", max)},
+		{"A summary whose last rune straddles the bound loses the whole rune.", strings.Repeat("a", max-1) + "é", strings.Repeat("a", max-1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			echoModel, err := echo.New(echo.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := newConsumer(Config{Brokers: []string{"unused:9092"}, CompactTokens: 1, CompactKeep: 2},
+				deps{Store: history.NewMemoryStore(), Model: echoModel, Summarizer: &summarizerFake{text: tt.text},
+					Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.step.summarize(ctx, history.Summary{}, false, compactionWindow(2)[:2])
+			if err != nil {
+				t.Fatalf("summarize: %v", err)
+			}
+			if len(got) != len(tt.want) || got != tt.want {
+				t.Fatalf("summary of %d bytes, want %d", len(got), len(tt.want))
+			}
+		})
 	}
 }
