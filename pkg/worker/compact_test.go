@@ -39,10 +39,13 @@ func (s *summarizerFake) Generate(_ context.Context, in []*schema.Message, _ ...
 	if s.err != nil {
 		return nil, s.err
 	}
+	text := fmt.Sprintf("summary %d", len(s.asked))
 	if s.text != "" {
-		return schema.AssistantMessage(s.text, nil), nil
+		text = s.text
 	}
-	return schema.AssistantMessage(fmt.Sprintf("summary %d", len(s.asked)), nil), nil
+	out := schema.AssistantMessage(text, nil)
+	out.ResponseMeta = &schema.ResponseMeta{Usage: &schema.TokenUsage{PromptTokens: 100, CompletionTokens: 7}}
+	return out, nil
 }
 
 func (s *summarizerFake) Stream(context.Context, []*schema.Message, ...model.Option) (*schema.StreamReader[*schema.Message], error) {
@@ -252,6 +255,17 @@ func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T)
 			if got := compactions(t, reg); !maps.Equal(got, counted) {
 				t.Errorf("compactions counted %v, want %v", got, counted)
 			}
+			// The summarizer's tokens are counted under its model's name
+			// (README "Token usage"), once per summary it wrote.
+			var summaries float64
+			if tt.wantResult == "summarized" {
+				summaries = 1
+			}
+			for kind, per := range map[string]float64{"prompt": 100, "completion": 7} {
+				if n := summarizerTokens(t, reg, kind); n != summaries*per {
+					t.Errorf("summarizer %s tokens counted %v, want %v", kind, n, summaries*per)
+				}
+			}
 			checkCompactionLog(t, logs.String(), id, tt.failSummary)
 
 			// The next run of the conversation, with the same window, finds
@@ -306,6 +320,31 @@ func compactions(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// summarizerTokens is turnpike_worker_model_tokens_total of the summarizer
+// model for kind (prompt or completion).
+func summarizerTokens(t *testing.T, reg *prometheus.Registry, kind string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "turnpike_worker_model_tokens_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["model"] == "summarizer" && labels["kind"] == kind {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 // checkCompactionLog checks what compaction logged: when the summarizer
