@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 // ringFrame is a test frame of exactly n bytes naming its offset.
@@ -175,6 +177,14 @@ func TestHubForgetsTheRingWhenTheLiveReaderSkipsOffsets(t *testing.T) {
 	s := h.shards[0]
 	if s.ring.from != 9 || s.next != 10 {
 		t.Fatalf("after a skip: ring from %d, next %d; want 9 and 10", s.ring.from, s.next)
+	}
+	// skipped_records_total counts the offsets never seen: 5 to 8.
+	var m dto.Metric
+	if err := h.metrics.skippedRecords.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetCounter().GetValue(); got != 4 {
+		t.Fatalf("skipped records counted %v, want 4 (offsets 5 to 8)", got)
 	}
 }
 
