@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/turnpike-dev/turnpike/pkg/events"
@@ -45,6 +46,9 @@ func TestParseCursor(t *testing.T) {
 		{"A trailing dash is refused.", "1-3-4-", 0, 0, false},
 		{"Hex digits are refused.", "1-0-1f", 0, 0, false},
 		{"The word earliest is not a cursor.", "earliest", 0, 0, false},
+		{"A cursor one byte longer than the longest is refused.", "1-2147483647-92233720368547758070", 0, 0, false},
+		{"A cursor of exactly the wire's limit is refused.", "1-" + strings.Repeat("1", events.MaxCursorBytes-4) + "-0", 0, 0, false},
+		{"A cursor beyond the wire's limit is refused.", "1-0-" + strings.Repeat("1", events.MaxCursorBytes), 0, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -112,5 +116,15 @@ func TestFormatCursorIsDecimal(t *testing.T) {
 	t.Parallel()
 	if got, want := FormatCursor(3, 99), "1-3-"+strconv.Itoa(99); got != want {
 		t.Fatalf("FormatCursor(3, 99) = %q, want %q", got, want)
+	}
+}
+
+// Every cursor the gateway hands out fits the wire schema's limit, so that
+// an event carrying it (Meta.Cursor) decodes again.
+func TestFormatCursorFitsTheWireLimit(t *testing.T) {
+	t.Parallel()
+	longest := FormatCursor(math.MaxInt32, math.MaxInt64)
+	if len(longest) != 32 || len(longest) > events.MaxCursorBytes {
+		t.Fatalf("the longest cursor %q is %d bytes; want 32, within events.MaxCursorBytes (%d)", longest, len(longest), events.MaxCursorBytes)
 	}
 }

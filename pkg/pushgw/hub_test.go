@@ -305,3 +305,31 @@ func BenchmarkFanout(b *testing.B) {
 		})
 	}
 }
+
+// RingBytes is split between the partitions (README, TURNPIKE_PUSHGW_RING_BYTES).
+func TestHubSplitsTheRingBytesBetweenThePartitions(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		starts map[int]int64
+		each   int
+	}{
+		{"One partition has the whole ring.", map[int]int64{0: 0}, 1 << 20},
+		{"Four partitions have a quarter each.", map[int]int64{0: 0, 1: 5, 2: 0, 3: 9}, 1 << 18},
+		{"A topic of no partitions has no ring at all.", map[int]int64{}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newTestHubWith(t, tt.starts, hubConfig{replayBuffer: 10, replayBufferBytes: 1 << 20, ringBytes: 1 << 20})
+			if len(h.shards) != len(tt.starts) {
+				t.Fatalf("%d shards for %d partitions", len(h.shards), len(tt.starts))
+			}
+			for p, s := range h.shards {
+				if s.ring.max != tt.each || s.ring.from != tt.starts[p] || s.next != tt.starts[p] {
+					t.Errorf("partition %d: ring of %d bytes from %d, next %d; want %d bytes from %d", p, s.ring.max, s.ring.from, s.next, tt.each, tt.starts[p])
+				}
+			}
+		})
+	}
+}

@@ -70,14 +70,18 @@ func (r *ring) add(offset int64, key, frame []byte) {
 	if len(r.chunks) > 0 {
 		tail = r.chunks[len(r.chunks)-1]
 	}
-	if tail == nil || (len(tail.entries) > 0 && (tail.bytes+n > r.target || len(tail.entries) >= ringChunkMaxEntries)) {
+	// A chunk is never empty (it takes its first record as it starts).
+	if tail == nil || tail.bytes+n > r.target || len(tail.entries) >= ringChunkMaxEntries {
 		tail = &ringChunk{entries: make([]ringEntry, 0, min(16, ringChunkMaxEntries))}
 		r.chunks = append(r.chunks, tail)
 	}
 	tail.entries = append(tail.entries, ringEntry{offset: offset, key: key, frame: frame})
 	tail.bytes += n
 	r.bytes += n
-	for r.bytes > r.max && len(r.chunks) > 1 {
+	// The loop stops before it reaches the tail: the tail holds no more
+	// than max bytes, as either one record of at most max (a bigger one
+	// reset the ring above) or records that fit its target (<= max).
+	for r.bytes > r.max {
 		head := r.chunks[0]
 		r.bytes -= head.bytes
 		r.from = head.entries[len(head.entries)-1].offset + 1

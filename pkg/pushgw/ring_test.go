@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 // ringFrame is a test frame of exactly n bytes naming its offset.
@@ -176,6 +178,14 @@ func TestHubForgetsTheRingWhenTheLiveReaderSkipsOffsets(t *testing.T) {
 	if s.ring.from != 9 || s.next != 10 {
 		t.Fatalf("after a skip: ring from %d, next %d; want 9 and 10", s.ring.from, s.next)
 	}
+	// skipped_records_total counts the offsets never seen: 5 to 8.
+	var m dto.Metric
+	if err := h.metrics.skippedRecords.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetCounter().GetValue(); got != 4 {
+		t.Fatalf("skipped records counted %v, want 4 (offsets 5 to 8)", got)
+	}
 }
 
 func TestHubAwaitDispatchedWaitsForTheDispatcher(t *testing.T) {
@@ -202,5 +212,60 @@ func TestHubAwaitDispatchedWaitsForTheDispatcher(t *testing.T) {
 	close(stop)
 	if err := h.awaitDispatched(ctx, stop, 0, 50, time.Minute); err != errStopped {
 		t.Fatalf("await on a stopped client = %v, want errStopped", err)
+	}
+}
+
+// chunkLens returns how many entries each chunk of r holds, oldest first.
+func chunkLens(r *ring) []int {
+	var out []int
+	for _, c := range r.view() {
+		out = append(out, len(c))
+	}
+	return out
+}
+
+func TestRingChunksAndEvictionAtTheirExactBounds(t *testing.T) {
+	t.Parallel()
+	const frameBytes, keyBytes = 100, 5
+	per := frameBytes + keyBytes + ringEntryOverhead
+	tests := []struct {
+		name    string
+		max     int
+		records int64
+		from    int64 // the first offset the ring still covers (it starts at 0)
+		chunks  []int
+	}{
+		{"A chunk takes records until they fill exactly its target bytes.", 16 * per, 4, 0, []int{2, 2}},
+		{"A ring filled to exactly its bytes evicts nothing.", 16 * per, 16, 0, []int{2, 2, 2, 2, 2, 2, 2, 2}},
+		{"One record past the ring's bytes evicts exactly the oldest chunk.", 16 * per, 17, 2, []int{2, 2, 2, 2, 2, 2, 2, 1}},
+		{"A record of exactly the ring's bytes is kept alone.", per, 3, 2, []int{1}},
+		{"Records of a chunk's whole target each take a chunk of their own.", 8 * per, 9, 1, []int{1, 1, 1, 1, 1, 1, 1, 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRing(tt.max, 0)
+			for o := range tt.records {
+				r.add(o, []byte("t/u/c"), ringFrame(o, frameBytes))
+			}
+			if got := chunkLens(&r); r.from != tt.from || !slices.Equal(got, tt.chunks) {
+				t.Fatalf("after %d records of %d bytes in a ring of %d: from %d, chunks %v; want from %d, chunks %v",
+					tt.records, per, tt.max, r.from, got, tt.from, tt.chunks)
+			}
+			if got, want := offsetsOf(t, r.view().collect("t/u/c", 0)), span(tt.from, tt.records); !slices.Equal(got, want) {
+				t.Fatalf("ring holds %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+func TestRingChunkHoldsAtMostItsEntryCap(t *testing.T) {
+	t.Parallel()
+	r := newRing(1<<30, 0) // bytes never cut a chunk here: only the entry cap does
+	for o := range int64(2*ringChunkMaxEntries + 1) {
+		r.add(o, []byte("k"), ringFrame(o, 8))
+	}
+	if got, want := chunkLens(&r), []int{ringChunkMaxEntries, ringChunkMaxEntries, 1}; !slices.Equal(got, want) {
+		t.Fatalf("chunks of %v entries, want %v", got, want)
 	}
 }

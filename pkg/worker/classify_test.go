@@ -123,6 +123,8 @@ func TestRetryClassificationOfEveryDocumentedCase(t *testing.T) {
 		{"A 408 whose body is not OpenAI's error JSON is retried.", w, &goopenai.RequestError{HTTPStatusCode: 408}, true, retriedPerRecord},
 		{"A 503 whose body is not OpenAI's error JSON is retried.", w, fmt.Errorf("stream: %w", &goopenai.RequestError{HTTPStatusCode: 503}), true, retriedPerRecord},
 		{"A 404 whose body is not OpenAI's error JSON is not retried.", w, &goopenai.RequestError{HTTPStatusCode: 404}, true, notRetried},
+		{"A request error without a status is classified by its cause: a reset connection is retried.", w, &goopenai.RequestError{Err: syscall.ECONNRESET}, true, retriedPerRecord},
+		{"An OpenAI error without a status does not hide a reset connection beside it.", w, errors.Join(&einoopenai.APIError{Message: "stream cut"}, syscall.ECONNRESET), true, retriedPerRecord},
 		// Timeouts and connections.
 		{"A network timeout is retried.", w, &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, true, retriedPerRecord},
 		{"A context deadline (a timeout) is retried.", w, fmt.Errorf("model: %w", context.DeadlineExceeded), true, retriedPerRecord},

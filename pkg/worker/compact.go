@@ -60,7 +60,8 @@ func (w *Step) compactWindow(ctx context.Context, store history.Store, id events
 	for cut > 0 && cut < len(stored) && stored[cut].Role != history.RoleUser {
 		cut++ // keep whole turns: the recent part starts with a user message
 	}
-	if cut <= 0 || cut > len(stored) || stored[cut-1].Role != history.RoleAssistant {
+	// cut <= len(stored) here: CompactKeep >= 0 and the loop stops there.
+	if cut <= 0 || stored[cut-1].Role != history.RoleAssistant {
 		w.metrics.compactions.WithLabelValues("kept").Inc()
 		return withSummary(sum, found, msgs), nil
 	}

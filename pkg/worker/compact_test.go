@@ -25,7 +25,8 @@ import (
 // summarizerFake answers each summary request with the next of its
 // texts, or fails with err, and records what it was asked to condense.
 type summarizerFake struct {
-	err error
+	err  error
+	text string // the answer, if set, instead of "summary <n>"
 
 	mu    sync.Mutex
 	asked []string // the user message of each call
@@ -38,7 +39,13 @@ func (s *summarizerFake) Generate(_ context.Context, in []*schema.Message, _ ...
 	if s.err != nil {
 		return nil, s.err
 	}
-	return schema.AssistantMessage(fmt.Sprintf("summary %d", len(s.asked)), nil), nil
+	text := fmt.Sprintf("summary %d", len(s.asked))
+	if s.text != "" {
+		text = s.text
+	}
+	out := schema.AssistantMessage(text, nil)
+	out.ResponseMeta = &schema.ResponseMeta{Usage: &schema.TokenUsage{PromptTokens: 100, CompletionTokens: 7}}
+	return out, nil
 }
 
 func (s *summarizerFake) Stream(context.Context, []*schema.Message, ...model.Option) (*schema.StreamReader[*schema.Message], error) {
@@ -85,6 +92,7 @@ func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T)
 	tests := []struct {
 		name        string
 		stored      int64 // messages 1..stored in the window
+		skip        int   // the window leaves out its first skip messages
 		summary     int64 // Through of the stored summary; 0: none
 		tokens      int   // CompactTokens
 		keep        int   // CompactKeep
@@ -112,6 +120,45 @@ func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T)
 			stored: 8, summary: 8, tokens: 1 << 20, keep: 2,
 			want:        sys("stored summary") + " | user:new",
 			wantThrough: 8,
+		},
+		{
+			name:   "Keeping one message that is an answer keeps none: every stored message is condensed.",
+			stored: 8, tokens: 1, keep: 1,
+			want:        sys("summary 1") + " | user:new",
+			wantAsked:   "Conversation:\nuser: m1\nassistant: m2\nuser: m3\nassistant: m4\nuser: m5\nassistant: m6\nuser: m7\nassistant: m8\n",
+			wantThrough: 8, wantResult: "summarized", nextResult: "kept",
+		},
+		{
+			name:   "A window whose newest stored message is a question keeps just that question and condenses the turns before it.",
+			stored: 7, tokens: 1, keep: 1,
+			want:        sys("summary 1") + " | user:m7 | user:new",
+			wantAsked:   "Conversation:\nuser: m1\nassistant: m2\nuser: m3\nassistant: m4\nuser: m5\nassistant: m6\n",
+			wantThrough: 6, wantResult: "summarized", nextResult: "kept",
+		},
+		{
+			name:   "A window that starts with an answer and is kept whole condenses nothing, not even that answer.",
+			stored: 8, skip: 1, tokens: 1, keep: 7,
+			want:       "assistant:m2 | user:m3 | assistant:m4 | user:m5 | assistant:m6 | user:m7 | assistant:m8 | user:new",
+			wantResult: "kept", nextResult: "kept",
+		},
+		{
+			name:   "With compaction off (a budget of 0), the window is the messages themselves, even with a summary stored.",
+			stored: 8, summary: 4, tokens: 0, keep: 2,
+			want:        "user:m1 | assistant:m2 | user:m3 | assistant:m4 | user:m5 | assistant:m6 | user:m7 | assistant:m8 | user:new",
+			wantThrough: 4,
+		},
+		{
+			// Nine messages of 2 or 3 bytes: 5 tokens each.
+			name:   "A window whose estimate is exactly the budget (45) is not condensed.",
+			stored: 8, tokens: 45, keep: 2,
+			want: "user:m1 | assistant:m2 | user:m3 | assistant:m4 | user:m5 | assistant:m6 | user:m7 | assistant:m8 | user:new",
+		},
+		{
+			name:   "A window one token over the budget (44) is condensed.",
+			stored: 8, tokens: 44, keep: 2,
+			want:        sys("summary 1") + " | user:m7 | assistant:m8 | user:new",
+			wantAsked:   "Conversation:\nuser: m1\nassistant: m2\nuser: m3\nassistant: m4\nuser: m5\nassistant: m6\n",
+			wantThrough: 6, wantResult: "summarized", // the next window is under the budget: nothing counted
 		},
 		{
 			name:   "Over the budget without a summary, all but the newest two are condensed, and the window holds the new summary then messages 7 and 8.",
@@ -182,7 +229,7 @@ func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T)
 				counted[tt.wantResult]++
 			}
 
-			in, err := w.compactWindow(ctx, store, id, compactionWindow(tt.stored))
+			in, err := w.compactWindow(ctx, store, id, compactionWindow(tt.stored)[tt.skip:])
 			if err != nil {
 				t.Fatalf("compactWindow: %v", err)
 			}
@@ -208,6 +255,17 @@ func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T)
 			if got := compactions(t, reg); !maps.Equal(got, counted) {
 				t.Errorf("compactions counted %v, want %v", got, counted)
 			}
+			// The summarizer's tokens are counted under its model's name
+			// (README "Token usage"), once per summary it wrote.
+			var summaries float64
+			if tt.wantResult == "summarized" {
+				summaries = 1
+			}
+			for kind, per := range map[string]float64{"prompt": 100, "completion": 7} {
+				if n := summarizerTokens(t, reg, kind); n != summaries*per {
+					t.Errorf("summarizer %s tokens counted %v, want %v", kind, n, summaries*per)
+				}
+			}
 			checkCompactionLog(t, logs.String(), id, tt.failSummary)
 
 			// The next run of the conversation, with the same window, finds
@@ -217,7 +275,7 @@ func TestCompactionWindowHoldsTheSummaryThenOnlyTheMessagesAfterIt(t *testing.T)
 				return
 			}
 			asks := len(summarizer.asked)
-			again, err := w.compactWindow(ctx, store, id, compactionWindow(tt.stored))
+			again, err := w.compactWindow(ctx, store, id, compactionWindow(tt.stored)[tt.skip:])
 			if err != nil {
 				t.Fatalf("second compactWindow: %v", err)
 			}
@@ -262,6 +320,31 @@ func compactions(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// summarizerTokens is turnpike_worker_model_tokens_total of the summarizer
+// model for kind (prompt or completion).
+func summarizerTokens(t *testing.T, reg *prometheus.Registry, kind string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "turnpike_worker_model_tokens_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["model"] == "summarizer" && labels["kind"] == kind {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 // checkCompactionLog checks what compaction logged: when the summarizer
@@ -338,5 +421,68 @@ func TestCompactionOfTurnsOfSeveralPartsEndsTheSummaryAtATurnsLastMessage(t *tes
 	}
 	if sum, found, err := store.Summary(ctx, id); err != nil || !found || sum.Through != 5 {
 		t.Errorf("summary %+v, %v, %v; want through 5, the last message of turn 2", sum, found, err)
+	}
+}
+
+// The window's token estimate (README "Context compaction", Config.
+// CompactTokens): bytes/4 per message, rounded up, plus 4.
+func TestCompactionWindowEstimatesAQuarterTokenPerBytePlusFourPerMessage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		text string
+		want int
+	}{
+		{"An empty message costs its 4 tokens of framing.", "", 4},
+		{"One byte costs a whole token.", "a", 5},
+		{"Four bytes cost one token.", "abcd", 5},
+		{"Five bytes cost two tokens.", "abcde", 6},
+		{"Eight bytes cost two tokens.", "abcdefgh", 6},
+		{"A thousand bytes cost 250 tokens.", strings.Repeat("x", 1000), 254},
+	}
+	for _, tt := range tests {
+		if got := estimateTokens(tt.text); got != tt.want {
+			t.Errorf("%s estimateTokens(%d bytes) = %d, want %d", tt.name, len(tt.text), got, tt.want)
+		}
+	}
+}
+
+// A summary is cut to history.MaxSummaryBytes, at a rune boundary, so that
+// the store accepts it; one within the bound is kept whole.
+func TestCompactionWindowSummaryIsCutToTheStoresBound(t *testing.T) {
+	t.Parallel()
+	const max = history.MaxSummaryBytes
+	tests := []struct {
+		name string
+		text string
+		want string
+	}{
+		{"A summary of exactly the bound is kept whole.", strings.Repeat("a", max), strings.Repeat("a", max)},
+		{"A summary one byte over the bound loses that byte.", strings.Repeat("a", max+1), strings.Repeat("a", max)},
+		{"A summary whose last rune straddles the bound loses the whole rune.", strings.Repeat("a", max-1) + "é", strings.Repeat("a", max-1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			echoModel, err := echo.New(echo.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := newConsumer(Config{Brokers: []string{"unused:9092"}, CompactTokens: 1, CompactKeep: 2},
+				deps{Store: history.NewMemoryStore(), Model: echoModel, Summarizer: &summarizerFake{text: tt.text},
+					Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.step.summarize(ctx, history.Summary{}, false, compactionWindow(2)[:2])
+			if err != nil {
+				t.Fatalf("summarize: %v", err)
+			}
+			if len(got) != len(tt.want) || got != tt.want {
+				t.Fatalf("summary of %d bytes, want %d", len(got), len(tt.want))
+			}
+		})
 	}
 }

@@ -61,3 +61,31 @@ func TestOffsetTrackerNeverCommitsAnUnfinishedRecordUnderRandomCompletion(t *tes
 		t.Fatalf("final commit %d, want %d", committed, n)
 	}
 }
+
+// done of an offset the tracker does not hold (committed already, past
+// everything fetched, or never fetched) changes nothing.
+func TestOffsetTrackerIgnoresAnOffsetItDoesNotHold(t *testing.T) {
+	t.Parallel()
+	tr := newOffsetTracker()
+	tr.done(3) // nothing fetched yet
+	tr.add(5)
+	tr.add(8)
+	tr.done(9) // past everything fetched
+	tr.done(7) // never fetched (a gap in the partition)
+	if _, ok := tr.advance(); ok || tr.outstanding() != 2 {
+		t.Fatalf("advanced (outstanding %d) on offsets the tracker does not hold", tr.outstanding())
+	}
+	tr.done(5)
+	if next, ok := tr.advance(); !ok || next != 6 {
+		t.Fatalf("advance = %d %v, want 6", next, ok)
+	}
+	tr.done(5) // committed already: popped
+	tr.done(8)
+	if next, ok := tr.advance(); !ok || next != 9 || tr.outstanding() != 0 {
+		t.Fatalf("advance = %d %v (outstanding %d), want 9 and none left", next, ok, tr.outstanding())
+	}
+	tr.done(8) // twice, with nothing left
+	if next, ok := tr.advance(); ok || next != 9 {
+		t.Fatalf("advance = %d %v after a repeated done, want 9 unmoved", next, ok)
+	}
+}
