@@ -74,7 +74,7 @@ func flagArgs(t *testing.T, fs *flag.FlagSet) []string {
 	var args []string
 	fs.VisitAll(func(f *flag.Flag) {
 		v := "x" + f.Name
-		switch f.Value.(flag.Getter).Get().(type) {
+		switch d := f.Value.(flag.Getter).Get().(type) {
 		case int:
 			v = "7"
 		case float64:
@@ -82,7 +82,7 @@ func flagArgs(t *testing.T, fs *flag.FlagSet) []string {
 		case time.Duration:
 			v = "7s"
 		case bool:
-			v = "true"
+			v = fmt.Sprint(!d)
 		}
 		args = append(args, fmt.Sprintf("-%s=%s", f.Name, v))
 	})
