@@ -36,7 +36,7 @@ func SeedTurns(ctx context.Context, s *MongoStore, id events.Identity, first int
 			return fmt.Errorf("seed turn %d: %w", i, err)
 		}
 		t = normalize(t, s.cfg.Now)
-		d := newTurnDoc(id, first+int64(i), seq, t)
+		d := newTurnDoc(id, first+int64(i), seq, t, false)
 		seq += int64(len(t.Parts)) + 1
 		tdocs = append(tdocs, d)
 		if i == 0 || t.CommittedAt.Before(oldest) {
@@ -66,7 +66,7 @@ func SeedTurns(ctx context.Context, s *MongoStore, id events.Identity, first int
 // InsertTurnOnly writes the commit point of turn n and nothing else, as a
 // crash right after it would leave the store.
 func InsertTurnOnly(ctx context.Context, s *MongoStore, id events.Identity, n int64, t Turn) error {
-	_, err := s.turns.InsertOne(ctx, newTurnDoc(id, n, 2*n-1, normalize(t, s.cfg.Now)))
+	_, err := s.turns.InsertOne(ctx, newTurnDoc(id, n, 2*n-1, normalize(t, s.cfg.Now), false))
 	return err
 }
 

@@ -125,6 +125,17 @@ type Turn struct {
 	Usage *events.Usage
 	// Interrupt is required with status interrupted and allowed only there.
 	Interrupt *Interrupt
+	// KeepV1 is for a rolling upgrade from a release before parts (see
+	// docs/deploy.md), while workers of that release may still commit
+	// turns: when the conversation's last turn is of format version 1, or
+	// it has none, the turn is written in version 1, as that release
+	// wrote it: one assistant message, the parts' text joined, under the
+	// last part's agent (seqs 2n-1 and 2n, which that release counts
+	// too). A conversation whose last turn is of version 2 goes on in
+	// version 2 whatever KeepV1 says (this release reads and numbers
+	// both; only the older one would misnumber after it). The decision
+	// reads nothing more than the commit does.
+	KeepV1 bool
 	// Source, when set, is the request's record: Commit refuses a turn
 	// whose record is older than the one of the conversation's last turn
 	// (ErrFenced), so a worker that lost its partition (a zombie) cannot

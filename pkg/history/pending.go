@@ -25,6 +25,7 @@ type Pending struct {
 	content   string
 	at        time.Time
 	source    *Source
+	keepV1    bool
 	tip       *tip // the conversation's newest turn, as Start saw it
 	closed    bool // committed or discarded
 }
@@ -32,6 +33,11 @@ type Pending struct {
 // SetSource sets the request's record coordinates, which fence the commit
 // (see Turn.Source).
 func (p *Pending) SetSource(src Source) { p.source = &src }
+
+// SetKeepV1 sets the commit's Turn.KeepV1: while a rolling upgrade from a
+// release before parts runs, a conversation that has only turns of format
+// version 1 (or none) goes on in version 1.
+func (p *Pending) SetKeepV1(keep bool) { p.keepV1 = keep }
 
 // Begin holds the user message content of request requestID, received at
 // at, for conversation id. Nothing is written.
@@ -110,6 +116,7 @@ func (p *Pending) CommitAnswer(ctx context.Context, a Answer) (Committed, error)
 		Status:      a.Status,
 		CommittedAt: a.At,
 		Source:      p.source,
+		KeepV1:      p.keepV1,
 		Usage:       a.Usage,
 		Interrupt:   a.Interrupt,
 		tip:         p.tip,

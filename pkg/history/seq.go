@@ -19,6 +19,31 @@ type numbered struct {
 	n   int64
 	seq int64
 	t   Turn
+	// v1 is set on a turn stored in format version 1 (one part, seqs
+	// 2n-1 and 2n).
+	v1 bool
+}
+
+// inV1 reports whether turn n, whose user message has seq seq, is
+// written in format version 1: asked for (Turn.KeepV1), after a version 1
+// turn or none (prevV1), and where version 1's numbering holds.
+func inV1(t Turn, n, seq int64, prevV1 bool) bool {
+	return t.KeepV1 && prevV1 && seq == 2*n-1
+}
+
+// asV1 is the normalized t as a version 1 turn holds it: one part, the
+// parts' text joined, under the last part's agent (as the bridge of a
+// release before parts committed an answer of several agents).
+func asV1(t Turn) Turn {
+	if len(t.Parts) <= 1 {
+		return t
+	}
+	var text []byte
+	for _, p := range t.Parts {
+		text = append(text, p.Text...)
+	}
+	t.Parts = []Part{{Agent: t.Parts[len(t.Parts)-1].Agent, Text: string(text)}}
+	return t
 }
 
 // end is the seq of the turn's last message.

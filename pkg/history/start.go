@@ -28,6 +28,7 @@ type tip struct {
 	n      int64   // 0: the conversation had no turn
 	next   int64   // the seq after turn n's last message (1 when none)
 	source *Source // of turn n; nil when it had none
+	v1     bool    // turn n is of format version 1, or there is none
 }
 
 // starter is implemented by the stores of this package that answer Start

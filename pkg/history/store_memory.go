@@ -113,11 +113,16 @@ func (s *MemoryStore) Commit(_ context.Context, id events.Identity, t Turn) (Com
 	if len(c.turns) > 0 && t.Source.Fences(c.turns[len(c.turns)-1].t.Source) {
 		return Committed{}, fmt.Errorf("commit: %w", ErrFenced)
 	}
-	n, seq := int64(len(c.turns))+1, int64(1)
+	n, seq, prevV1 := int64(len(c.turns))+1, int64(1), true
 	if len(c.turns) > 0 {
-		seq = c.turns[len(c.turns)-1].end() + 1
+		seq, prevV1 = c.turns[len(c.turns)-1].end()+1, c.turns[len(c.turns)-1].v1
 	}
-	c.turns = append(c.turns, numbered{n: n, seq: seq, t: t})
+	v1 := inV1(t, n, seq, prevV1)
+	if v1 {
+		t = asV1(t)
+	}
+	t.KeepV1 = false
+	c.turns = append(c.turns, numbered{n: n, seq: seq, t: t, v1: v1})
 	c.requests[t.RequestID] = n
 	return Committed{N: n, Status: t.Status}, nil
 }

@@ -135,7 +135,10 @@ func (c MongoConfig) Validate() error {
 //     and only one of them inserts turn n, so seqs stay unique and without
 //     gaps. (Documents of format version 1, written before parts, have no
 //     seq and one assistant message: turn n holds seqs 2n-1 and 2n. They
-//     precede every version 2 document of their conversation.)
+//     precede every version 2 document of their conversation. A commit
+//     with Turn.KeepV1 writes one too, after a version 1 turn or none: a
+//     rolling upgrade's mix of releases then keeps to the numbering both
+//     count.)
 //     Its unique index on (identity, request_id) makes a request id land
 //     on one turn, so the insert is the idempotency check too. The turns of
 //     a conversation are one _id range, read newest first with a limit:
@@ -368,8 +371,30 @@ func turnID(key string, n int64) string { return fmt.Sprintf("%s#%012d", key, n)
 func requestDocID(key, requestID string) string { return key + "#r#" + requestID }
 
 // newTurnDoc is the document of turn n, whose user message has seq seq;
-// t must be normalized.
-func newTurnDoc(id events.Identity, n, seq int64, t Turn) turnDoc {
+// t must be normalized. With v1 it is of format version 1 (see asV1; seq
+// must be 2n-1).
+func newTurnDoc(id events.Identity, n, seq int64, t Turn, v1 bool) turnDoc {
+	if v1 {
+		p := asV1(t).Parts[0]
+		return turnDoc{
+			ID:           turnID(id.Key(), n),
+			Tenant:       id.Tenant,
+			User:         id.User,
+			Conversation: id.Conversation,
+			N:            n,
+			RequestID:    t.RequestID,
+			UserMessage:  userDoc{Content: t.User, CreatedAt: t.UserAt},
+			Assistant: assistantDoc{
+				Content:   p.Text,
+				Agent:     p.Agent,
+				Status:    t.Status,
+				CreatedAt: t.CommittedAt,
+				Usage:     toUsageDoc(t.Usage),
+				Interrupt: toInterruptDoc(t.Interrupt),
+			},
+			Source: toSourceDoc(t.Source),
+		}
+	}
 	parts := make([]partDoc, len(t.Parts))
 	for i, p := range t.Parts {
 		parts[i] = partDoc{Agent: p.Agent, Content: p.Text}
@@ -420,7 +445,7 @@ func (d turnDoc) numbered() numbered {
 			parts[i] = Part{Agent: p.Agent, Text: p.Content}
 		}
 	}
-	return numbered{n: d.N, seq: seq, t: Turn{
+	return numbered{n: d.N, seq: seq, v1: d.V < 2, t: Turn{
 		RequestID:   d.RequestID,
 		User:        d.UserMessage.Content,
 		UserAt:      d.UserMessage.CreatedAt.UTC(),
@@ -542,10 +567,10 @@ func (s *MongoStore) start(ctx context.Context, p *Pending, n int) (Start, *tip,
 			return Start{Decided: true, Committed: Committed{N: x.n, Status: x.t.Status}}, nil, nil
 		}
 	}
-	t := &tip{}
+	t := &tip{v1: true}
 	if len(turns) > 0 {
 		last := turns[len(turns)-1]
-		t = &tip{n: last.n, next: last.end() + 1, source: last.t.Source}
+		t = &tip{n: last.n, next: last.end() + 1, source: last.t.Source, v1: last.v1}
 		if !p.source.follows(last.t.Source) {
 			// The record is not past the newest turn's: a redelivery of a
 			// request committed before the window, or one that will be
@@ -624,9 +649,9 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 		if err != nil {
 			return Committed{}, fmt.Errorf("commit: %w", err)
 		}
-		last = &tip{}
+		last = &tip{v1: true}
 		if len(turns) == 1 {
-			last = &tip{n: turns[0].n, next: turns[0].end() + 1, source: turns[0].t.Source}
+			last = &tip{n: turns[0].n, next: turns[0].end() + 1, source: turns[0].t.Source, v1: turns[0].v1}
 		}
 	}
 	// Fencing: the turn before the one we take must come from an older
@@ -646,9 +671,9 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 		}
 		return Committed{}, fmt.Errorf("commit: %w", ErrFenced)
 	}
-	n, seq := last.n+1, max(last.next, 1)
+	n, seq, prevV1 := last.n+1, max(last.next, 1), last.v1
 	for range s.cfg.CommitAttempts {
-		doc := newTurnDoc(id, n, seq, t)
+		doc := newTurnDoc(id, n, seq, t, inV1(t, n, seq, prevV1))
 		err := s.turnWriter.do(ctx, doc)
 		switch {
 		case err == nil:
@@ -699,7 +724,7 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 		if len(after) > 0 {
 			taken = after[len(after)-1]
 		}
-		n, seq = taken.n+1, taken.end()+1
+		n, seq, prevV1 = taken.n+1, taken.end()+1, taken.v1
 	}
 	return Committed{}, fmt.Errorf("commit: gave up after %d inserts found their turn taken", s.cfg.CommitAttempts)
 }
@@ -995,10 +1020,11 @@ func (s *MongoStore) findConversations(ctx context.Context, filter, sort bson.D,
 	}
 	out := make([]Conversation, len(docs))
 	for i, d := range docs {
-		messages := d.Messages
-		if messages == 0 { // written before parts: two messages a turn
-			messages = 2 * d.Turns
-		}
+		// Messages is 0 in a document written before parts, and lags
+		// behind turns rolled forward by a release before parts (a
+		// rolling upgrade): those turns have two messages each, and
+		// every turn has two or more.
+		messages := max(d.Messages, 2*d.Turns)
 		out[i] = Conversation{Conversation: d.Conversation, UpdatedAt: d.UpdatedAt.UTC(), Messages: messages}
 	}
 	return out, nil

@@ -494,3 +494,204 @@ func TestMongoStoreReadsVersion1TurnsBeforeVersion2Ones(t *testing.T) {
 		t.Errorf("Commit(r2) again = %+v, %v", c, err)
 	}
 }
+
+// prevTurnDoc is a turn document as the release before parts read it:
+// every turn one user message and one assistant message, seqs 2n-1 and
+// 2n, the answer in "assistant" (a version 2 document reads there as an
+// empty answer).
+type prevTurnDoc struct {
+	N           int64  `bson:"n"`
+	RequestID   string `bson:"request_id"`
+	UserMessage struct {
+		Content string `bson:"content"`
+	} `bson:"user_message"`
+	Assistant struct {
+		Content string `bson:"content"`
+		Agent   string `bson:"agent"`
+		Status  string `bson:"status"`
+	} `bson:"assistant"`
+}
+
+// readAsPreviousRelease reads turns 1 … count of id straight through the
+// driver, as the release before parts did: "seq:role:agent:content" per
+// message, or an error for a turn missing or out of place.
+func readAsPreviousRelease(t *testing.T, ctx context.Context, db *mongo.Database, id events.Identity, count int) []string {
+	t.Helper()
+	var out []string
+	for n := int64(1); n <= int64(count); n++ {
+		var raw bson.M
+		if err := db.Collection("turns").FindOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("%s#%012d", id.Key(), n)}}).Decode(&raw); err != nil {
+			t.Fatalf("read turn %d: %v", n, err)
+		}
+		for _, f := range []string{"v", "seq", "parts"} {
+			if _, ok := raw[f]; ok {
+				t.Errorf("turn %d has %q: a version 2 document, which the release before parts misreads", n, f)
+			}
+		}
+		b, err := bson.Marshal(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d prevTurnDoc
+		if err := bson.Unmarshal(b, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.N != n {
+			t.Fatalf("turn %d has n %d", n, d.N)
+		}
+		out = append(out, fmt.Sprintf("%d:user::%s", 2*n-1, d.UserMessage.Content),
+			fmt.Sprintf("%d:assistant:%s:%s", 2*n, d.Assistant.Agent, d.Assistant.Content))
+	}
+	return out
+}
+
+func messageLines(msgs []history.Message) []string {
+	var out []string
+	for _, m := range msgs {
+		out = append(out, fmt.Sprintf("%d:%s:%s:%s", m.Seq, m.Role, m.Agent, m.Content))
+	}
+	return out
+}
+
+// TestMongoStoreKeepV1WritesWhatTheReleaseBeforePartsReads is a rolling
+// upgrade's first phase (docs/deploy.md): this release's workers commit
+// with KeepV1 beside workers of the release before parts. What they write
+// is read right by both releases, turn after turn from either.
+func TestMongoStoreKeepV1WritesWhatTheReleaseBeforePartsReads(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	db := testenv.MongoDB(t)
+	s := newMongoStore(t, ctx, db)
+	id := events.Identity{Tenant: "upgrade", User: "u", Conversation: "phase-1"}
+	parts := func(i int, agents ...string) []history.Part {
+		var out []history.Part
+		for _, a := range agents {
+			out = append(out, history.Part{Agent: a, Text: fmt.Sprintf("%s of r%d. ", a, i)})
+		}
+		return out
+	}
+
+	// Turn 1 through Start (the worker's path), turn 2 by Commit.
+	p := history.Begin(s, id, "r1", "q1", time.Now())
+	p.SetKeepV1(true)
+	if st, err := p.Start(ctx, 20); err != nil || st.Decided {
+		t.Fatalf("Start(r1) = %+v, %v", st, err)
+	}
+	if c, err := p.CommitAnswer(ctx, history.Answer{Parts: parts(1, "desk", "orders"), Status: events.StatusComplete, At: time.Now()}); err != nil || c.N != 1 {
+		t.Fatalf("CommitAnswer(r1) = %+v, %v", c, err)
+	}
+	r2 := testTurn(2)
+	r2.Answer, r2.Agent, r2.Parts, r2.KeepV1 = "", "", parts(2, "orders", "desk", "orders"), true
+	if c, err := s.Commit(ctx, id, r2); err != nil || c.N != 2 {
+		t.Fatalf("Commit(r2) = %+v, %v", c, err)
+	}
+	want := []string{
+		"1:user::q1", "2:assistant:orders:desk of r1. orders of r1. ",
+		"3:user::q2", "4:assistant:orders:orders of r2. desk of r2. orders of r2. ",
+	}
+	if got := readAsPreviousRelease(t, ctx, db, id, 2); !reflect.DeepEqual(got, want) {
+		t.Fatalf("the release before parts reads %q, want %q", got, want)
+	}
+	if page, err := s.List(ctx, id, 0, 50); err != nil || !reflect.DeepEqual(messageLines(page.Messages), want) {
+		t.Fatalf("List = %q, %v; want %q", messageLines(page.Messages), err, want)
+	}
+
+	// A worker of the release before parts commits turn 3: its document,
+	// and its roll-forward, which counts turns and not messages.
+	r3 := testTurn(3)
+	if _, err := db.Collection("turns").InsertOne(ctx, bson.D{
+		{Key: "_id", Value: fmt.Sprintf("%s#%012d", id.Key(), 3)},
+		{Key: "tenant", Value: id.Tenant}, {Key: "user", Value: id.User}, {Key: "conversation", Value: id.Conversation},
+		{Key: "n", Value: int64(3)}, {Key: "request_id", Value: r3.RequestID},
+		{Key: "user_message", Value: bson.D{{Key: "content", Value: r3.User}, {Key: "created_at", Value: r3.UserAt}}},
+		{Key: "assistant", Value: bson.D{{Key: "content", Value: r3.Answer}, {Key: "agent", Value: r3.Agent},
+			{Key: "status", Value: string(r3.Status)}, {Key: "created_at", Value: r3.CommittedAt}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Collection("conversations").UpdateOne(ctx, bson.D{{Key: "_id", Value: id.Key()}},
+		bson.D{{Key: "$max", Value: bson.D{{Key: "turns", Value: int64(3)}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if page, err := s.Conversations(ctx, id.Tenant, id.User, history.ConversationCursor{}, 10); err != nil ||
+		len(page.Conversations) != 1 || page.Conversations[0].Messages != 6 {
+		t.Fatalf("Conversations after the older release's turn 3 = %+v, %v; want 6 messages", page, err)
+	}
+
+	// This release's turn 4 follows it in version 1.
+	p = history.Begin(s, id, "r4", "q4", time.Now())
+	p.SetKeepV1(true)
+	if st, err := p.Start(ctx, 20); err != nil || st.Decided || len(st.Window) != 7 {
+		t.Fatalf("Start(r4) = %+v, %v; want 6 messages and the pending one", st, err)
+	}
+	if c, err := p.CommitAnswer(ctx, history.Answer{Parts: parts(4, "desk", "orders"), Status: events.StatusComplete, At: time.Now()}); err != nil || c.N != 4 {
+		t.Fatalf("CommitAnswer(r4) = %+v, %v", c, err)
+	}
+	want = append(want, "5:user::q3", "6:assistant:echo:a3", "7:user::q4", "8:assistant:orders:desk of r4. orders of r4. ")
+	if got := readAsPreviousRelease(t, ctx, db, id, 4); !reflect.DeepEqual(got, want) {
+		t.Fatalf("the release before parts reads %q, want %q", got, want)
+	}
+	if page, err := s.List(ctx, id, 0, 50); err != nil || !reflect.DeepEqual(messageLines(page.Messages), want) {
+		t.Fatalf("List = %q, %v; want %q", messageLines(page.Messages), err, want)
+	}
+	if page, err := s.Conversations(ctx, id.Tenant, id.User, history.ConversationCursor{}, 10); err != nil ||
+		len(page.Conversations) != 1 || page.Conversations[0].Messages != 8 {
+		t.Fatalf("Conversations = %+v, %v; want 8 messages", page, err)
+	}
+}
+
+// TestMongoStoreKeepV1GoesOnInVersion2AfterAVersion2Turn: a conversation
+// whose last turn is of version 2 stays there (the upgrade's second
+// phase has begun for it), and without KeepV1 a new conversation starts
+// in version 2.
+func TestMongoStoreKeepV1GoesOnInVersion2AfterAVersion2Turn(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	db := testenv.MongoDB(t)
+	s := newMongoStore(t, ctx, db)
+	id := events.Identity{Tenant: "upgrade", User: "u", Conversation: "phase-2"}
+	steps := []struct {
+		name    string
+		keepV1  bool
+		through bool
+	}{
+		{"Without KeepV1 a new conversation's turn is version 2.", false, false},
+		{"With KeepV1, through Start, a turn after a version 2 one is version 2.", true, true},
+		{"With KeepV1 a turn after a version 2 one is version 2.", true, false},
+	}
+	seq := int64(1)
+	for i, st := range steps {
+		n := int64(i + 1)
+		tr := testTurn(i + 1)
+		tr.Answer, tr.Agent = "", ""
+		tr.Parts = []history.Part{{Agent: "desk", Text: "d"}, {Agent: "orders", Text: "o"}}
+		tr.KeepV1 = st.keepV1
+		var c history.Committed
+		var err error
+		if st.through {
+			p := history.Begin(s, id, tr.RequestID, tr.User, tr.UserAt)
+			p.SetKeepV1(st.keepV1)
+			if _, err := p.Start(ctx, 20); err != nil {
+				t.Fatal(err)
+			}
+			c, err = p.CommitAnswer(ctx, history.Answer{Parts: tr.Parts, Status: tr.Status, At: tr.CommittedAt})
+		} else {
+			c, err = s.Commit(ctx, id, tr)
+		}
+		if err != nil || c.N != n {
+			t.Fatalf("%s Commit = %+v, %v", st.name, c, err)
+		}
+		var raw bson.M
+		if err := db.Collection("turns").FindOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("%s#%012d", id.Key(), n)}}).Decode(&raw); err != nil {
+			t.Fatal(err)
+		}
+		if raw["v"] != int32(2) || raw["seq"] != seq {
+			t.Errorf("%s Stored v %v, seq %v; want version 2 at seq %d", st.name, raw["v"], raw["seq"], seq)
+		}
+		seq += 3
+	}
+	page, err := s.List(ctx, id, 0, 50)
+	if err != nil || len(page.Messages) != 9 {
+		t.Fatalf("List = %q, %v; want 9 messages", messageLines(page.Messages), err)
+	}
+}

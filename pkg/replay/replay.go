@@ -180,9 +180,8 @@ func newRun(ctx context.Context, cfg config, d deps) (*run, error) {
 				r.doneBefore[[2]int64{int64(l.Source.Partition), l.Source.Offset}] = struct{}{}
 			}
 		}
-		if seedShadow && l.Answer != "" {
-			r.seed = append(r.seed, reportLine{Tenant: l.Tenant, User: l.User, Conversation: l.Conversation, RequestID: l.RequestID,
-				Content: l.Content, Answer: l.Answer, Agent: l.Agent, Status: l.Status, Source: coordinates{Time: l.Source.Time}})
+		if sl, ok := seedLine(l); seedShadow && ok {
+			r.seed = append(r.seed, sl)
 		}
 		return nil
 	})

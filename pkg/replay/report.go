@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"sync"
+
+	"github.com/turnpike-dev/turnpike/pkg/history"
 )
 
 // Actions of a redrive report line.
@@ -55,12 +57,62 @@ type reportLine struct {
 	Status string `json:"status,omitempty"`
 
 	// Content is the user message (shadow: it rebuilds histories on resume).
-	Content   string  `json:"content,omitempty"`
-	Answer    string  `json:"answer,omitempty"`
-	Agent     string  `json:"agent,omitempty"`
-	Tokens    int     `json:"tokens,omitempty"`
-	LatencyMS float64 `json:"latency_ms,omitempty"`
-	Error     string  `json:"error,omitempty"`
+	Content string `json:"content,omitempty"`
+	// Answer is the persisted answer, every part's text joined, and Agent
+	// the agent of its last part: what a line held before parts, still
+	// there for the readers of that format.
+	Answer string `json:"answer,omitempty"`
+	Agent  string `json:"agent,omitempty"`
+	// Parts, for an answer of several agents, is each part: one assistant
+	// message of the turn the worker persists, in order. A line without
+	// parts (an answer of one agent, or a report written before parts)
+	// is one assistant message: Answer, by Agent.
+	Parts     []reportPart `json:"parts,omitempty"`
+	Tokens    int          `json:"tokens,omitempty"`
+	LatencyMS float64      `json:"latency_ms,omitempty"`
+	Error     string       `json:"error,omitempty"`
+}
+
+// reportPart is a part of a report line's answer.
+type reportPart struct {
+	Agent string `json:"agent"`
+	Text  string `json:"text"`
+}
+
+// reportParts is the report's form of parts: nil for one part or none.
+func reportParts(parts []history.Part) []reportPart {
+	if len(parts) < 2 {
+		return nil
+	}
+	out := make([]reportPart, len(parts))
+	for i, p := range parts {
+		out[i] = reportPart{Agent: p.Agent, Text: p.Text}
+	}
+	return out
+}
+
+// historyParts is the answer of l as history.Turn holds it: its parts, or
+// nil when it is one part (Answer, by Agent).
+func (l *reportLine) historyParts() []history.Part {
+	if len(l.Parts) == 0 {
+		return nil
+	}
+	out := make([]history.Part, len(l.Parts))
+	for i, p := range l.Parts {
+		out[i] = history.Part{Agent: p.Agent, Text: p.Text}
+	}
+	return out
+}
+
+// seedLine is what a resumed shadow replay keeps of a report line to
+// rebuild its shadow history (seed): false for a line without an answer.
+func seedLine(l reportLine) (reportLine, bool) {
+	if l.Answer == "" && len(l.Parts) == 0 {
+		return reportLine{}, false
+	}
+	return reportLine{Tenant: l.Tenant, User: l.User, Conversation: l.Conversation, RequestID: l.RequestID,
+		Content: l.Content, Answer: l.Answer, Agent: l.Agent, Parts: l.Parts, Status: l.Status,
+		Source: coordinates{Time: l.Source.Time}}, true
 }
 
 // reportWriter appends lines to the report file. Safe for concurrent use.

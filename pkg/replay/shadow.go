@@ -138,8 +138,11 @@ func seed(ctx context.Context, store history.Store, lines []reportLine) error {
 		if !st.Persisted() {
 			continue
 		}
-		if _, err := store.Commit(ctx, id, history.Turn{RequestID: l.RequestID, User: l.Content, UserAt: l.Source.Time,
-			Answer: l.Answer, Agent: l.Agent, Status: st}); err != nil {
+		t := history.Turn{RequestID: l.RequestID, User: l.Content, UserAt: l.Source.Time, Status: st}
+		if t.Parts = l.historyParts(); t.Parts == nil {
+			t.Answer, t.Agent = l.Answer, l.Agent
+		}
+		if _, err := store.Commit(ctx, id, t); err != nil {
 			return fmt.Errorf("rebuild shadow history from the report: %w", err)
 		}
 	}
@@ -301,7 +304,7 @@ func (s *shadowRun) runStep(ctx context.Context, l reportLine, start time.Time, 
 	if errors.Is(err, bridge.ErrAborted) || (err != nil && stepCtx.Err() != nil) {
 		return l, false
 	}
-	l.Answer, l.Agent, l.Tokens = res.Answer, res.Agent, res.Tokens
+	l.Answer, l.Agent, l.Parts, l.Tokens = res.Answer, res.Agent, reportParts(res.Parts), res.Tokens
 	l.LatencyMS = float64(lat.Microseconds()) / 1000
 	l.Status = string(res.Status)
 	switch {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/adk/prebuilt/supervisor"
 	"github.com/cloudwego/eino/components/model"
 	"github.com/cloudwego/eino/components/tool"
 	"github.com/cloudwego/eino/compose"
@@ -422,7 +424,10 @@ func TestAShadowReplayReportsWhatTheWorkerPersisted(t *testing.T) {
 	}
 	const window, compactTokens, compactKeep = 6, 60, 2
 	agent := []worker.Option{
-		worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		worker.WithAgentFactory(func(ctx context.Context, r worker.Request) (adk.Agent, error) {
+			if r.RequestID == teamRequest {
+				return deskAndOrders(ctx)
+			}
 			return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "concierge", Description: "books tables", Model: windowModel{},
 				ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{worker.AskUser()}}}})
 		}),
@@ -430,7 +435,9 @@ func TestAShadowReplayReportsWhatTheWorkerPersisted(t *testing.T) {
 	}
 
 	id := events.Identity{Tenant: "acme", User: "ivy", Conversation: "dinner"}
-	contents := []string{"hello there", "book a table", "four", "what comes next", "and then", "tell me more", "one more thing", "last one"}
+	// r9 is answered by a supervisor and its sub-agent: two assistant
+	// messages.
+	contents := []string{"hello there", "book a table", "four", "what comes next", "and then", "tell me more", "one more thing", "last one", "ask the team"}
 	var msgs []kafka.Message
 	for i, c := range contents {
 		r := events.Request{V: 1, RequestID: fmt.Sprintf("r%d", i+1), Tenant: id.Tenant, User: id.User, Conversation: id.Conversation, Content: c}
@@ -488,24 +495,84 @@ func TestAShadowReplayReportsWhatTheWorkerPersisted(t *testing.T) {
 		t.Errorf("the shadow summary %+v (%v, %v), the worker's %+v", sum, found, err, liveSum)
 	}
 
-	answers := map[string]history.Message{}
+	// Each line: the answer as the worker persisted it, one part per
+	// assistant message (a line of one part has none: answer and agent).
+	answers := map[string][]history.Message{}
 	for _, m := range liveMsgs {
 		if m.Role == history.RoleAssistant {
-			answers[m.RequestID] = m
+			answers[m.RequestID] = append(answers[m.RequestID], m)
 		}
+	}
+	if n := len(answers[teamRequest]); n != 2 {
+		t.Fatalf("the worker persisted %d assistant messages for %s, want the sub-agent's and the supervisor's", n, teamRequest)
 	}
 	lines := readReport(t, report)
 	if len(lines) != len(contents) {
 		t.Fatalf("the report has %d lines, want %d", len(lines), len(contents))
 	}
 	for i, l := range lines {
-		w := answers[l.RequestID]
-		if l.RequestID != fmt.Sprintf("r%d", i+1) || l.Content != contents[i] || l.Status != string(w.Status) || l.Answer != w.Content || l.Agent != w.Agent {
-			t.Errorf("report line %d: %s %q: %s %q by %q; the worker persisted %s %q by %q",
-				i, l.RequestID, l.Content, l.Status, l.Answer, l.Agent, w.Status, w.Content, w.Agent)
+		ws := answers[l.RequestID]
+		w := ws[len(ws)-1]
+		var want, got []string
+		joined := ""
+		for _, m := range ws {
+			want = append(want, m.Agent+": "+m.Content)
+			joined += m.Content
+		}
+		for _, p := range l.Parts {
+			got = append(got, p.Agent+": "+p.Text)
+		}
+		if len(l.Parts) == 0 {
+			got = []string{l.Agent + ": " + l.Answer}
+		}
+		if l.RequestID != fmt.Sprintf("r%d", i+1) || l.Content != contents[i] || l.Status != string(w.Status) ||
+			!slices.Equal(got, want) || l.Answer != joined || l.Agent != w.Agent {
+			t.Errorf("report line %d: %s %q: %s, parts %q, answer %q by %q; the worker persisted %s %q",
+				i, l.RequestID, l.Content, l.Status, got, l.Answer, l.Agent, w.Status, want)
 		}
 	}
 }
+
+// teamRequest is the request of TestAShadowReplayReportsWhatTheWorkerPersisted
+// that deskAndOrders answers.
+const teamRequest = "r9"
+
+// deskAndOrders is a supervisor "desk" that hands the question to its
+// sub-agent "orders", which answers, and then answers too.
+func deskAndOrders(ctx context.Context) (adk.Agent, error) {
+	desk, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "desk", Description: "routes questions", Instruction: "Route.",
+		Model: replyModel(func(in []*schema.Message) *schema.Message {
+			for _, m := range in {
+				if strings.Contains(m.Content, "[orders] said:") {
+					return schema.AssistantMessage("The team says it shipped.", nil)
+				}
+			}
+			return schema.AssistantMessage("", []schema.ToolCall{{ID: "call-transfer", Type: "function",
+				Function: schema.FunctionCall{Name: "transfer_to_agent", Arguments: `{"agent_name":"orders"}`}}})
+		})})
+	if err != nil {
+		return nil, err
+	}
+	orders, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "orders", Description: "knows orders", Instruction: "Answer.",
+		Model: replyModel(func([]*schema.Message) *schema.Message { return schema.AssistantMessage("ORD-7 shipped. ", nil) })})
+	if err != nil {
+		return nil, err
+	}
+	return supervisor.New(ctx, &supervisor.Config{Supervisor: desk, SubAgents: []adk.Agent{orders}})
+}
+
+// replyModel answers every call with its function of the input.
+type replyModel func(in []*schema.Message) *schema.Message
+
+func (f replyModel) Generate(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.Message, error) {
+	return f(in), nil
+}
+
+func (f replyModel) Stream(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	return schema.StreamReaderFromArray([]*schema.Message{f(in)}), nil
+}
+
+func (f replyModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return f, nil }
 
 // mapSlice applies f to each element of s.
 func mapSlice[T, U any](s []T, f func(T) U) []U {
@@ -514,4 +581,69 @@ func mapSlice[T, U any](s []T, f func(T) U) []U {
 		out = append(out, f(v))
 	}
 	return out
+}
+
+// A resumed shadow replay rebuilds its in-memory history from the report:
+// a turn of several agents as the worker persisted it (one assistant
+// message per part), and a line written before parts (answer and agent
+// only) as one message, seqs following on.
+func TestAResumedShadowReplayRebuildsTurnsOfSeveralPartsFromTheReport(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 10*time.Second)
+	path := filepath.Join(t.TempDir(), "seed.jsonl")
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	lineOf := func(rid, content string) reportLine {
+		return reportLine{Source: coordinates{Topic: "requests", Time: at}, Key: "acme/ivy/c", Tenant: "acme", User: "ivy", Conversation: "c",
+			RequestID: rid, Content: content, Status: string(events.StatusComplete)}
+	}
+	team := lineOf("r1", "ask the team")
+	team.Answer, team.Agent = "ORD-7 shipped. The team says it shipped.", "desk"
+	team.Parts = reportParts([]history.Part{{Agent: "orders", Text: "ORD-7 shipped. "}, {Agent: "desk", Text: "The team says it shipped."}})
+	single := lineOf("r2", "thanks")
+	single.Answer, single.Agent = "You are welcome.", "desk"
+	rep, err := openReport(path, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []reportLine{team, single} {
+		if err := rep.write(&l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A line of a report written before parts.
+	if _, err := rep.w.WriteString(`{"source":{"topic":"requests","partition":0,"offset":3,"time":"2026-12-01T10:00:00Z"},"key":"acme/ivy/c",` +
+		`"tenant":"acme","user":"ivy","conversation":"c","request_id":"r3","status":"complete","content":"and?","answer":"Old joined answer.","agent":"desk"}` + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.close(); err != nil {
+		t.Fatal(err)
+	}
+	var lines []reportLine
+	rep, err = openReport(path, true, func(l reportLine) error {
+		if sl, ok := seedLine(l); ok {
+			lines = append(lines, sl)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rep.close() })
+	store := history.NewMemoryStore()
+	if err := seed(ctx, store, lines); err != nil {
+		t.Fatal(err)
+	}
+	page, err := store.List(ctx, events.Identity{Tenant: "acme", User: "ivy", Conversation: "c"}, 0, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range page.Messages {
+		got = append(got, fmt.Sprintf("%d %s %s: %s", m.Seq, m.Role, m.Agent, m.Content))
+	}
+	want := []string{"1 user : ask the team", "2 assistant orders: ORD-7 shipped. ", "3 assistant desk: The team says it shipped.",
+		"4 user : thanks", "5 assistant desk: You are welcome.", "6 user : and?", "7 assistant desk: Old joined answer."}
+	if !slices.Equal(got, want) {
+		t.Errorf("the rebuilt history\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 }

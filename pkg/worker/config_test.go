@@ -30,12 +30,12 @@ func envOf(kv map[string]string) func(string) (string, bool) {
 func TestLoadConfigNamesTheEnvironment(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"TURNPIKE_KAFKA_BROKERS": "k:1", "TURNPIKE_MONGO_URI": "mongodb://m", "TURNPIKE_COMPACT_TOKENS": "900",
-		"TURNPIKE_WORKER_GROUP": "g", "TURNPIKE_MAX_ATTEMPTS": "9"}
+		"TURNPIKE_WORKER_GROUP": "g", "TURNPIKE_MAX_ATTEMPTS": "9", "TURNPIKE_HISTORY_PARTS": "false"}
 	c, err := LoadConfig([]string{"-window", "7"}, envOf(env))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Brokers[0] != "k:1" || c.MongoURI != "mongodb://m" || c.CompactTokens != 900 || c.GroupID != "g" || c.MaxAttempts != 9 || c.WindowMessages != 7 {
+	if c.Brokers[0] != "k:1" || c.MongoURI != "mongodb://m" || c.CompactTokens != 900 || c.GroupID != "g" || c.MaxAttempts != 9 || c.WindowMessages != 7 || c.HistoryParts {
 		t.Errorf("%+v", c)
 	}
 	if err := c.Validate(); err != nil {
@@ -74,7 +74,7 @@ func flagArgs(t *testing.T, fs *flag.FlagSet) []string {
 	var args []string
 	fs.VisitAll(func(f *flag.Flag) {
 		v := "x" + f.Name
-		switch f.Value.(flag.Getter).Get().(type) {
+		switch d := f.Value.(flag.Getter).Get().(type) {
 		case int:
 			v = "7"
 		case float64:
@@ -82,7 +82,7 @@ func flagArgs(t *testing.T, fs *flag.FlagSet) []string {
 		case time.Duration:
 			v = "7s"
 		case bool:
-			v = "true"
+			v = fmt.Sprint(!d)
 		}
 		args = append(args, fmt.Sprintf("-%s=%s", f.Name, v))
 	})

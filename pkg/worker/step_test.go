@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/adk/prebuilt/supervisor"
 	"github.com/cloudwego/eino/components/model"
 	"github.com/cloudwego/eino/components/tool"
 	"github.com/cloudwego/eino/compose"
 	"github.com/cloudwego/eino/schema"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/pkg/bridge"
@@ -317,5 +319,115 @@ func TestAStepRunsConversationsConcurrently(t *testing.T) {
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// deskAndOrders is a Go agent: the supervisor "desk" hands the question
+// to its sub-agent "orders", which answers; then desk answers too. Every
+// run is two agents' answers: orders', then desk's.
+func deskAndOrders(t *testing.T, ctx context.Context) adk.Agent {
+	t.Helper()
+	desk := &scripted{reply: func(in []*schema.Message) *schema.Message {
+		for _, m := range in {
+			if strings.Contains(m.Content, "[orders] said:") {
+				return schema.AssistantMessage("It is on its way.", nil)
+			}
+		}
+		return call("transfer_to_agent", `{"agent_name":"orders"}`)
+	}}
+	orders := &scripted{reply: func([]*schema.Message) *schema.Message { return schema.AssistantMessage("ORD-7 shipped. ", nil) }}
+	root, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "desk", Description: "Routes questions.", Instruction: "Route.", Model: desk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "orders", Description: "Knows orders.", Instruction: "Answer.", Model: orders})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := supervisor.New(ctx, &supervisor.Config{Supervisor: root, SubAgents: []adk.Agent{sub}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestHistoryPartsDecidesTheFormatOfANewConversationsTurns is a rolling
+// upgrade from a release before parts (docs/deploy.md): with HistoryParts
+// false a step stores a supervisor and sub-agent turn of a new
+// conversation as that release did (a version 1 document, the answer
+// joined under the last agent), and one of a conversation whose last
+// turn is of version 2 in version 2; with HistoryParts true, in version 2.
+func TestHistoryPartsDecidesTheFormatOfANewConversationsTurns(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	db := testenv.MongoDB(t)
+	store, err := history.NewMongoStore(ctx, db, history.MongoConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		parts bool
+		// afterV2: the conversation already has a version 2 turn.
+		afterV2 bool
+		// messages is what List reads; v the stored document's version.
+		messages []string
+		v        any
+	}{
+		{
+			name:     "With HistoryParts false, a new conversation's turn is one message, as the release before parts stored it.",
+			messages: []string{"1 user : q", "2 assistant desk: ORD-7 shipped. It is on its way."},
+			v:        nil,
+		},
+		{
+			name:     "With HistoryParts true, a new conversation's turn is one message per agent.",
+			parts:    true,
+			messages: []string{"1 user : q", "2 assistant orders: ORD-7 shipped. ", "3 assistant desk: It is on its way."},
+			v:        int32(2),
+		},
+		{
+			name:     "With HistoryParts false, a conversation whose last turn is of version 2 goes on in version 2.",
+			afterV2:  true,
+			messages: []string{"1 user : q0", "2 assistant a: x", "3 assistant b: y", "4 user : q", "5 assistant orders: ORD-7 shipped. ", "6 assistant desk: It is on its way."},
+			v:        int32(2),
+		},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			id := events.Identity{Tenant: "upgrade", User: "u", Conversation: fmt.Sprintf("c%d", i)}
+			n := int64(1)
+			if tc.afterV2 {
+				if _, err := store.Commit(ctx, id, history.Turn{RequestID: "r0", User: "q0", Status: events.StatusComplete,
+					Parts: []history.Part{{Agent: "a", Text: "x"}, {Agent: "b", Text: "y"}}}); err != nil {
+					t.Fatal(err)
+				}
+				n = 2
+			}
+			c := stepConfig()
+			c.HistoryParts = tc.parts
+			st := newStep(t, c, worker.WithAgent(deskAndOrders(t, ctx)))
+			res, err := st.Run(ctx, stepRequest(id, "r1", "q"), store, newRecordingSink())
+			if err != nil || res.Status != events.StatusComplete || res.Committed.N != n {
+				t.Fatalf("Run = %+v, %v", res, err)
+			}
+			page, err := store.List(ctx, id, 0, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, m := range page.Messages {
+				got = append(got, fmt.Sprintf("%d %s %s: %s", m.Seq, m.Role, m.Agent, m.Content))
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.messages) {
+				t.Errorf("history %q, want %q", got, tc.messages)
+			}
+			var raw bson.M
+			if err := db.Collection("turns").FindOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("%s#%012d", id.Key(), n)}}).Decode(&raw); err != nil {
+				t.Fatal(err)
+			}
+			if raw["v"] != tc.v {
+				t.Errorf("stored turn %d has v %v, want %v: %v", n, raw["v"], tc.v, raw)
+			}
+		})
 	}
 }

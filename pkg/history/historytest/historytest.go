@@ -76,6 +76,8 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"A fenced turn of several parts writes nothing", testPartsFenced},
 		{"Concurrent commits of turns of several parts leave seqs without gap or overlap", testPartsConcurrent},
 		{"Parts beyond MaxParts, parts without text and parts with an answer are rejected", testPartsInvalid},
+		{"With KeepV1 a conversation of version 1 turns (or none) gets one assistant message per turn, the parts joined; one with a version 2 turn keeps its parts", testKeepV1},
+		{"With KeepV1 a commit whose expected turn was taken by a version 2 turn meanwhile is version 2 too", testKeepV1AfterStaleStart},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -319,3 +319,110 @@ func testPartsInvalid(t *testing.T, ctx context.Context, s history.Store) {
 		t.Errorf("SaveSummary through the end of a turn of %d parts: %v", history.MaxParts, err)
 	}
 }
+
+// joinedV1 is tr as a version 1 turn holds it (Turn.KeepV1): one
+// assistant message, the parts' text joined, under the last part's agent.
+func joinedV1(tr history.Turn) history.Turn {
+	if len(tr.Parts) == 0 {
+		return tr
+	}
+	var text strings.Builder
+	for _, p := range tr.Parts {
+		text.WriteString(p.Text)
+	}
+	tr.Answer, tr.Agent, tr.Parts = text.String(), tr.Parts[len(tr.Parts)-1].Agent, nil
+	return tr
+}
+
+// commitThrough commits tr as the worker does (Pending.Start, then
+// CommitAnswer), with KeepV1 as tr says.
+func commitThrough(t *testing.T, ctx context.Context, s history.Store, id events.Identity, tr history.Turn) history.Committed {
+	t.Helper()
+	p := history.Begin(s, id, tr.RequestID, tr.User, tr.UserAt)
+	p.SetKeepV1(tr.KeepV1)
+	if st, err := p.Start(ctx, 20); err != nil || st.Decided || st.Cancelled {
+		t.Fatalf("Start(%s) = %+v, %v", tr.RequestID, st, err)
+	}
+	c, err := p.CommitAnswer(ctx, history.Answer{Text: tr.Answer, Agent: tr.Agent, Parts: tr.Parts, Status: tr.Status, At: tr.CommittedAt, Usage: tr.Usage})
+	if err != nil {
+		t.Fatalf("CommitAnswer(%s): %v", tr.RequestID, err)
+	}
+	return c
+}
+
+func testKeepV1(t *testing.T, ctx context.Context, s history.Store) {
+	keep := func(tr history.Turn) history.Turn { tr.KeepV1 = true; return tr }
+	steps := []struct {
+		name    string
+		turn    history.Turn
+		through bool // Pending.Start, then CommitAnswer (else Commit)
+		v1      bool // stored as version 1: the parts joined
+	}{
+		{"The first turn of a new conversation, with KeepV1, is one message.", keep(multi(1, "desk", "orders", "desk")), false, true},
+		{"A turn after a version 1 one, with KeepV1 and through Start, is one message.", keep(multi(2, "orders", "desk")), true, true},
+		{"A turn of one part after a version 1 one, with KeepV1, is one message.", keep(turn(3)), false, true},
+		{"A turn without KeepV1 keeps its parts (the upgrade's second phase).", multi(4, "desk", "orders"), false, false},
+		{"A turn after a version 2 one keeps its parts despite KeepV1, through Start.", keep(multi(5, "orders", "desk", "orders")), true, false},
+		{"A turn after a version 2 one keeps its parts despite KeepV1.", keep(multi(6, "desk", "orders")), false, false},
+	}
+	id := newIdentity(t, "keep-v1")
+	var stored []history.Turn
+	for i, st := range steps {
+		commitOf := commit
+		if st.through {
+			commitOf = commitThrough
+		}
+		if c := commitOf(t, ctx, s, id, st.turn); c.N != int64(i+1) || c.Duplicate {
+			t.Fatalf("%s Commit = %+v, want turn %d", st.name, c, i+1)
+		}
+		want := st.turn
+		if st.v1 {
+			want = joinedV1(want)
+		}
+		stored = append(stored, want)
+		if err := equalMessages(list(t, ctx, s, id, 0, 200).Messages, expected(stored)); err != nil {
+			t.Fatalf("%s List: %v", st.name, err)
+		}
+	}
+	// The joined message is the last part's agent's: turn 1's is seq 2.
+	if m := list(t, ctx, s, id, 3, 1).Messages; len(m) != 1 || m[0].Agent != "desk" || m[0].Content != "desk 1 of r1orders 2 of r1desk 3 of r1" {
+		t.Errorf("message 2 = %s, want the three parts joined under desk", summary(m))
+	}
+	want := expected(stored)
+	for _, limit := range []int{1, 2, 3, 5} {
+		if err := equalMessages(pageAllMessages(t, ctx, s, id, limit), want); err != nil {
+			t.Errorf("paging with limit %d: %v", limit, err)
+		}
+	}
+	page := conversations(t, ctx, s, id.Tenant, id.User, history.ConversationCursor{}, 10)
+	if len(page.Conversations) != 1 || page.Conversations[0].Messages != int64(len(want)) {
+		t.Errorf("Conversations = %+v, want one with %d messages", page.Conversations, len(want))
+	}
+}
+
+func testKeepV1AfterStaleStart(t *testing.T, ctx context.Context, s history.Store) {
+	id := newIdentity(t, "keep-v1-stale")
+	// r2 starts on the empty conversation (where it would be version 1),
+	// then r1 commits turn 1 in version 2 (one part: seqs 1, 2, as a
+	// version 1 turn 1 would have).
+	late := multi(2, "desk", "orders")
+	p := history.Begin(s, id, late.RequestID, late.User, late.UserAt)
+	p.SetKeepV1(true)
+	if st, err := p.Start(ctx, 20); err != nil || st.Decided || len(st.Window) != 1 {
+		t.Fatalf("Start(r2) = %+v, %v", st, err)
+	}
+	first := turn(1)
+	commit(t, ctx, s, id, first)
+	if c, err := p.CommitAnswer(ctx, history.Answer{Parts: late.Parts, Status: late.Status, At: late.CommittedAt}); err != nil || c.N != 2 {
+		t.Fatalf("CommitAnswer(r2) = %+v, %v; want turn 2", c, err)
+	}
+	want := expected([]history.Turn{first, late})
+	if err := equalMessages(list(t, ctx, s, id, 0, 50).Messages, want); err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	for _, limit := range []int{1, 2, 3} {
+		if err := equalMessages(pageAllMessages(t, ctx, s, id, limit), want); err != nil {
+			t.Errorf("paging with limit %d: %v", limit, err)
+		}
+	}
+}
