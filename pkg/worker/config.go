@@ -96,17 +96,17 @@ type Config struct {
 	// (-compact-keep, TURNPIKE_COMPACT_KEEP). Default 6.
 	CompactKeep int
 
-	// HistoryParts lets the worker start turn format version 2 in a
-	// conversation: an answer of several agents stored as one assistant
-	// message per agent (-history-parts, TURNPIKE_HISTORY_PARTS). False
-	// is for the first phase of a rolling upgrade from a release before
-	// it (docs/deploy.md), whose workers misnumber a conversation after a
+	// HistoryV1 keeps the worker from starting turn format version 2 (an
+	// answer of several agents stored as one assistant message per agent)
+	// in a conversation (-history-v1, TURNPIKE_HISTORY_V1). True is for the
+	// first phase of a rolling upgrade from a release before version 2
+	// (docs/deploy.md), whose workers misnumber a conversation after a
 	// version 2 turn: a conversation whose last turn is of version 1, or
 	// that has none, then gets version 1 turns (the parts joined into one
 	// message, under the last agent's name, as that release stored them);
 	// one whose last turn is of version 2 stays in version 2. Default
-	// true (a zero Config's false: start from DefaultConfig).
-	HistoryParts bool
+	// false: version 2.
+	HistoryV1 bool
 
 	// Ordering is "key" (conversations of a partition run concurrently,
 	// each strictly in topic order) or "partition" (one record at a time
@@ -191,7 +191,7 @@ func DefaultConfig() Config {
 	c := Config{
 		MongoDB: defaultMongoDB, TopicPrefix: topic.DefaultPrefix, GroupID: defaultGroupID, Addr: defaultAddr,
 		Model: defaultModelKind, EchoDelay: echo.DefaultDelay, AgentName: defaultAgentName, Ordering: orderingKey,
-		LogLevel: defaultLogLevel, LogFormat: defaultLogFormat, TraceSampleRatio: defaultSampleRatio, HistoryParts: true,
+		LogLevel: defaultLogLevel, LogFormat: defaultLogFormat, TraceSampleRatio: defaultSampleRatio,
 	}
 	c.setDefaults()
 	return c

@@ -30,12 +30,12 @@ func envOf(kv map[string]string) func(string) (string, bool) {
 func TestLoadConfigNamesTheEnvironment(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"TURNPIKE_KAFKA_BROKERS": "k:1", "TURNPIKE_MONGO_URI": "mongodb://m", "TURNPIKE_COMPACT_TOKENS": "900",
-		"TURNPIKE_WORKER_GROUP": "g", "TURNPIKE_MAX_ATTEMPTS": "9", "TURNPIKE_HISTORY_PARTS": "false"}
+		"TURNPIKE_WORKER_GROUP": "g", "TURNPIKE_MAX_ATTEMPTS": "9", "TURNPIKE_HISTORY_V1": "true"}
 	c, err := LoadConfig([]string{"-window", "7"}, envOf(env))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Brokers[0] != "k:1" || c.MongoURI != "mongodb://m" || c.CompactTokens != 900 || c.GroupID != "g" || c.MaxAttempts != 9 || c.WindowMessages != 7 || c.HistoryParts {
+	if c.Brokers[0] != "k:1" || c.MongoURI != "mongodb://m" || c.CompactTokens != 900 || c.GroupID != "g" || c.MaxAttempts != 9 || c.WindowMessages != 7 || !c.HistoryV1 {
 		t.Errorf("%+v", c)
 	}
 	if err := c.Validate(); err != nil {

@@ -47,7 +47,6 @@ func newStack(t *testing.T, store history.Store) *stack {
 		RetryBackoffMax: 100 * time.Millisecond,
 		SessionTimeout:  6 * time.Second,
 		DrainTimeout:    5 * time.Second,
-		HistoryParts:    true, // DefaultConfig's
 	}
 	return s
 }

@@ -182,7 +182,7 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 	if sr.source != nil {
 		pending.SetSource(*sr.source)
 	}
-	pending.SetKeepV1(!s.cfg.HistoryParts)
+	pending.SetKeepV1(s.cfg.HistoryV1)
 	// One round trip: already decided (a redelivery, a duplicate record:
 	// completed as it was the first time, without running the model
 	// again), cancelled, or the window.

@@ -351,13 +351,13 @@ func deskAndOrders(t *testing.T, ctx context.Context) adk.Agent {
 	return a
 }
 
-// TestHistoryPartsDecidesTheFormatOfANewConversationsTurns is a rolling
-// upgrade from a release before parts (docs/deploy.md): with HistoryParts
-// false a step stores a supervisor and sub-agent turn of a new
+// TestHistoryV1DecidesTheFormatOfANewConversationsTurns is a rolling
+// upgrade from a release before parts (docs/deploy.md): with HistoryV1
+// a step stores a supervisor and sub-agent turn of a new
 // conversation as that release did (a version 1 document, the answer
 // joined under the last agent), and one of a conversation whose last
-// turn is of version 2 in version 2; with HistoryParts true, in version 2.
-func TestHistoryPartsDecidesTheFormatOfANewConversationsTurns(t *testing.T) {
+// turn is of version 2 in version 2; without it, in version 2.
+func TestHistoryV1DecidesTheFormatOfANewConversationsTurns(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 60*time.Second)
 	db := testenv.MongoDB(t)
@@ -366,8 +366,8 @@ func TestHistoryPartsDecidesTheFormatOfANewConversationsTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		name  string
-		parts bool
+		name string
+		v1   bool
 		// afterV2: the conversation already has a version 2 turn.
 		afterV2 bool
 		// messages is what List reads; v the stored document's version.
@@ -375,18 +375,19 @@ func TestHistoryPartsDecidesTheFormatOfANewConversationsTurns(t *testing.T) {
 		v        any
 	}{
 		{
-			name:     "With HistoryParts false, a new conversation's turn is one message, as the release before parts stored it.",
+			name:     "With HistoryV1, a new conversation's turn is one message, as the release before parts stored it.",
+			v1:       true,
 			messages: []string{"1 user : q", "2 assistant desk: ORD-7 shipped. It is on its way."},
 			v:        nil,
 		},
 		{
-			name:     "With HistoryParts true, a new conversation's turn is one message per agent.",
-			parts:    true,
+			name:     "Without HistoryV1, a new conversation's turn is one message per agent.",
 			messages: []string{"1 user : q", "2 assistant orders: ORD-7 shipped. ", "3 assistant desk: It is on its way."},
 			v:        int32(2),
 		},
 		{
-			name:     "With HistoryParts false, a conversation whose last turn is of version 2 goes on in version 2.",
+			name:     "With HistoryV1, a conversation whose last turn is of version 2 goes on in version 2.",
+			v1:       true,
 			afterV2:  true,
 			messages: []string{"1 user : q0", "2 assistant a: x", "3 assistant b: y", "4 user : q", "5 assistant orders: ORD-7 shipped. ", "6 assistant desk: It is on its way."},
 			v:        int32(2),
@@ -404,7 +405,7 @@ func TestHistoryPartsDecidesTheFormatOfANewConversationsTurns(t *testing.T) {
 				n = 2
 			}
 			c := stepConfig()
-			c.HistoryParts = tc.parts
+			c.HistoryV1 = tc.v1
 			st := newStep(t, c, worker.WithAgent(deskAndOrders(t, ctx)))
 			res, err := st.Run(ctx, stepRequest(id, "r1", "q"), store, newRecordingSink())
 			if err != nil || res.Status != events.StatusComplete || res.Committed.N != n {
