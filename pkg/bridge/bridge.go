@@ -537,6 +537,11 @@ func (r *runner) coordinate() (Result, error) {
 		usage           = map[int]item{} // the last usage each message reported
 	)
 	ctx := r.ctx
+	aborted := func() (Result, error) {
+		r.run.Turn.Discard()
+		res.Events = int(r.emit.Seq())
+		return res, ErrAborted
+	}
 	emit := func(f func() error) {
 		if sinkErr != nil {
 			return
@@ -554,6 +559,21 @@ loop:
 		if len(batch) == 0 && closed {
 			break
 		}
+		// An abort or a cancel comes before what the reader delivered with
+		// it: both close their channel before they stop the generation, so
+		// the error a stopped model reports ("context canceled") is their
+		// consequence, and taking it first would end the run incomplete
+		// (or, after an abort, persist it).
+		if len(batch) > 0 {
+			select {
+			case <-r.h.abort:
+				return aborted()
+			case <-r.h.cancel:
+				cancelled = true
+				break loop
+			default:
+			}
+		}
 		// With nothing taken, wait for the reader; otherwise go on at once
 		// (closedChan), unless abort or cancel is there too.
 		next := closedChan
@@ -563,9 +583,7 @@ loop:
 		select {
 		case <-next:
 		case <-r.h.abort:
-			r.run.Turn.Discard()
-			res.Events = int(r.emit.Seq())
-			return res, ErrAborted
+			return aborted()
 		case <-r.h.cancel:
 			cancelled = true
 			break loop

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -588,6 +589,74 @@ func TestCancelPersistsThePartialAnswerAsCancelled(t *testing.T) {
 			}
 			if strings.Contains(s.text, "never") {
 				t.Fatal("text after the cancel was streamed")
+			}
+		})
+	}
+}
+
+// A stopped model reports the stop as an error ("context canceled"). When
+// that error is already buffered as the run looks again, the cancel or
+// abort that caused it still decides how the run ends: cancelled, or
+// aborted with nothing persisted; never incomplete. The stop is made from
+// the sink while it emits the first token, and the sink returns only once
+// the reader has handed the error over (it has gone on to the next event,
+// an action, which OnSkip sees); each case runs 20 times, as the order in
+// which one select sees two ready channels is Go's to choose.
+func TestACancelOrAbortWinsOverTheErrorOfTheGenerationItStopped(t *testing.T) {
+	t.Parallel()
+	for _, abort := range []bool{false, true} {
+		name := "A cancel ends the run cancelled with its partial answer."
+		if abort {
+			name = "An abort ends the run aborted, with nothing persisted."
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			for i := range 20 {
+				ctx := testCtx(t)
+				genCtx, stopGen := context.WithCancel(ctx)
+				iter, done := script(genCtx, step{agent: "a", chunks: []*schema.Message{text("so far")}},
+					step{agent: "a", hold: make(chan struct{}), chunks: []*schema.Message{text(" never")}},
+					step{agent: "a", action: &adk.AgentAction{Exit: true}})
+				handle := make(chan *bridge.Handle, 1)
+				readerPast := make(chan struct{})
+				var skipOnce sync.Once
+				sink := &recordingSink{}
+				var once sync.Once
+				sink.onEmit = func(e events.Event) {
+					if e.Type() != events.TypeToken {
+						return
+					}
+					once.Do(func() {
+						h := <-handle
+						if abort {
+							h.Abort()
+						} else {
+							h.Cancel()
+						}
+						<-readerPast // the reader handed the stopped stream's error over
+					})
+				}
+				turn := &fakeTurn{}
+				b := newBridge(t, sink, func(c *bridge.Config) {
+					c.OnSkip = func(s bridge.Skip) {
+						if s.Reason == "action" {
+							skipOnce.Do(func() { close(readerPast) })
+						}
+					}
+				})
+				h := b.Start(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn, StopGeneration: stopGen}, iter)
+				handle <- h
+				res, err := h.Wait()
+				<-done
+				if abort {
+					if !errors.Is(err, bridge.ErrAborted) || len(turn.committed) != 0 {
+						t.Fatalf("run %d: Wait = %+v, %v, committed %q; want ErrAborted and nothing committed", i, res, err, turn.committed)
+					}
+					continue
+				}
+				if err != nil || res.Status != events.StatusCancelled || res.Answer != "so far" {
+					t.Fatalf("run %d: Wait = status %s answer %q, %v; want cancelled with \"so far\"", i, res.Status, res.Answer, err)
+				}
 			}
 		})
 	}
