@@ -1,9 +1,6 @@
 package topic_test
 
 import (
-	"context"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,47 +9,6 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 )
-
-// heldConns hold the next read of their connections once armed, until
-// released: a broker's answer that reaches the reader late.
-type heldConns struct {
-	mu sync.Mutex
-	// Guarded by mu.
-	armed   bool
-	held    chan struct{} // closed when a read is held
-	release chan struct{} // closed to let it go
-}
-
-func (h *heldConns) arm() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.armed, h.held, h.release = true, make(chan struct{}), make(chan struct{})
-}
-
-func (h *heldConns) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &heldConn{Conn: c, h: h}, nil
-}
-
-type heldConn struct {
-	net.Conn
-	h *heldConns
-}
-
-func (c *heldConn) Read(b []byte) (int, error) {
-	c.h.mu.Lock()
-	armed, held, release := c.h.armed, c.h.held, c.h.release
-	c.h.armed = false
-	c.h.mu.Unlock()
-	if armed {
-		close(held)
-		<-release
-	}
-	return c.Conn.Read(b)
-}
 
 // TestAnIdleFetchAnsweredAfterMaxWaitIsNoErrorAndTheNextRecordIsFetchedWithoutABackoff:
 // DESIGN.md "Fetching without stalls" (issue 25). The reader's fetch on an
@@ -70,10 +26,10 @@ func TestAnIdleFetchAnsweredAfterMaxWaitIsNoErrorAndTheNextRecordIsFetchedWithou
 		t.Fatal(err)
 	}
 	const maxWait = 100 * time.Millisecond
-	h := &heldConns{}
+	h := &testenv.HeldConns{}
 	empty := make(chan struct{}, 1)
 	r, err := topic.NewPartitionReader(topic.ReaderOptions{
-		Brokers: brokers, Topic: name, MaxWait: maxWait, Dial: h.dial,
+		Brokers: brokers, Topic: name, MaxWait: maxWait, Dial: h.Dial,
 		EmptyFetch: func() {
 			select {
 			case empty <- struct{}{}:
@@ -99,9 +55,9 @@ func TestAnIdleFetchAnsweredAfterMaxWaitIsNoErrorAndTheNextRecordIsFetchedWithou
 	case <-ctx.Done():
 		t.Fatal("no empty fetch on the idle partition")
 	}
-	h.arm()
+	held, release := h.Arm()
 	select {
-	case <-h.held:
+	case <-held:
 	case <-ctx.Done():
 		t.Fatal("no fetch held")
 	}
@@ -113,7 +69,7 @@ func TestAnIdleFetchAnsweredAfterMaxWaitIsNoErrorAndTheNextRecordIsFetchedWithou
 	if err := w.WriteMessages(ctx, kafka.Message{Value: []byte("after the idle poll")}); err != nil {
 		t.Fatal(err)
 	}
-	close(h.release)
+	close(release)
 
 	select {
 	case m := <-got:

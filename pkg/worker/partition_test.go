@@ -1,10 +1,7 @@
 package worker_test
 
 import (
-	"context"
 	"fmt"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -254,58 +251,6 @@ func TestInFlightIsBoundedByMaxInflightAndReadAhead(t *testing.T) {
 	}
 }
 
-// heldConns are the broker connections of the worker's requests readers:
-// it counts their dials and, once armed, holds the next read of one of
-// them until released (a broker's answer that reaches the reader late).
-type heldConns struct {
-	mu sync.Mutex
-	// Guarded by mu.
-	dials   int
-	armed   bool
-	held    chan struct{} // closed when a read is held
-	release chan struct{} // closed to let it go
-}
-
-func (h *heldConns) arm() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.armed, h.held, h.release = true, make(chan struct{}), make(chan struct{})
-}
-
-func (h *heldConns) dialed() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.dials
-}
-
-func (h *heldConns) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	h.mu.Lock()
-	h.dials++
-	h.mu.Unlock()
-	return &heldConn{Conn: c, h: h}, nil
-}
-
-type heldConn struct {
-	net.Conn
-	h *heldConns
-}
-
-func (c *heldConn) Read(b []byte) (int, error) {
-	c.h.mu.Lock()
-	armed, held, release := c.h.armed, c.h.held, c.h.release
-	c.h.armed = false
-	c.h.mu.Unlock()
-	if armed {
-		close(held)
-		<-release
-	}
-	return c.Conn.Read(b)
-}
-
 // The worker's reader of a requests partition (partition.go) takes an
 // idle poll answered after its MaxWait as an empty fetch (DESIGN.md
 // "Fetching without stalls", issue 25): no error, so no backoff and no
@@ -322,13 +267,13 @@ func TestAWorkersIdleRequestsReaderAnsweredLateMakesNoSecondDial(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	w := s.newWorker(t, worker.Deps{Registerer: reg})
-	h := &heldConns{}
-	worker.SetRequestsDial(w, h.dial)
+	h := &testenv.HeldConns{}
+	worker.SetRequestsDial(w, h.Dial)
 	s.run(t, ctx, w)
 	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "idle"}
 	s.produce(t, ctx, id.Key(), request(id, "req-1", "first"))
 	waitCounter(t, ctx, reg, 1, "turnpike_worker_runs_total", "status", string(events.StatusComplete))
-	dials := h.dialed()
+	dials := h.Dials()
 	if dials == 0 {
 		t.Fatal("the requests reader dialed no connection through the worker's dialer")
 	}
@@ -337,17 +282,17 @@ func TestAWorkersIdleRequestsReaderAnsweredLateMakesNoSecondDial(t *testing.T) {
 	// poll past the poll's deadline: the held read began after its fetch
 	// was sent, so the deadline (MaxWait, 500 ms) has passed once 1.5 times
 	// that has.
-	h.arm()
+	held, release := h.Arm()
 	select {
-	case <-h.held:
+	case <-held:
 	case <-ctx.Done():
 		t.Fatal("no read of the requests reader held")
 	}
 	<-time.After(750 * time.Millisecond)
-	close(h.release)
+	close(release)
 	s.produce(t, ctx, id.Key(), request(id, "req-2", "second"))
 	waitCounter(t, ctx, reg, 2, "turnpike_worker_runs_total", "status", string(events.StatusComplete))
-	if n := h.dialed(); n != dials {
+	if n := h.Dials(); n != dials {
 		t.Fatalf("the requests reader dialed %d connections after the late answer, want none (a late empty answer taken as a broken connection is an error, a backoff and a second dial)", n-dials)
 	}
 }
