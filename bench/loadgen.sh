@@ -10,8 +10,11 @@
 # summary), result-N.json, cpu-N.txt ("unix-time utime+stime-ticks") and
 # metrics-N.txt (the stack's /metrics after the run).
 # LG_EXTRA, if set, is added to loadgen's flags (e.g. LG_EXTRA="-mode
-# pipeline"). Fixed loopback ports (39180, 39181, 39192, 39117): one run at
-# a time.
+# pipeline"). PROFILE_SECONDS, if set, takes a CPU profile of the devstack
+# for that many seconds, PROFILE_AFTER seconds (default 0) after the
+# harness's start (the floor runs first), into OUTDIR/cpu-N.pprof (read
+# it with go tool pprof DEVSTACK OUTDIR/cpu-N.pprof). Fixed loopback ports
+# (39180, 39181, 39192, 39117, 39190 for pprof): one run at a time.
 set -u
 devstack=$1 loadgen=$2 n=$3 msgs=$4 out=$5
 mkdir -p "$out"
@@ -21,6 +24,7 @@ export TURNPIKE_ECHO_DELAY=0 TURNPIKE_RATE_PER_SECOND=-1 TURNPIKE_LOG_LEVEL=erro
 export TURNPIKE_MAX_QUEUED_PER_CONVERSATION=-1 TURNPIKE_MAX_QUEUED_PER_TENANT=-1
 export TURNPIKE_INGEST_ADDR=127.0.0.1:39180 TURNPIKE_PUSHGW_ADDR=127.0.0.1:39181
 export TURNPIKE_KAFKA_ADDR=127.0.0.1:39192 TURNPIKE_MONGO_ADDR=127.0.0.1:39117 TURNPIKE_DATA_DIR=$data
+if [ -n "${PROFILE_SECONDS:-}" ]; then export TURNPIKE_PPROF_ADDR=127.0.0.1:39190; fi
 "$devstack" > "$out/devstack-$n.log" 2>&1 &
 pid=$!
 # Ready once both the ingest API and the push gateway say so.
@@ -32,6 +36,10 @@ while kill -0 $pid 2> /dev/null; do
   echo "$(date +%s.%N) $(awk '{print $14+$15}' /proc/$pid/stat 2> /dev/null)"
   sleep 0.25
 done > "$out/cpu-$n.txt" &
+if [ -n "${PROFILE_SECONDS:-}" ]; then
+  (sleep "${PROFILE_AFTER:-0}" && curl -sf -o "$out/cpu-$n.pprof" \
+    "http://127.0.0.1:39190/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
+fi
 "$loadgen" -ingest http://127.0.0.1:39180 -stream ws://127.0.0.1:39181/v1/stream \
   -kafka-brokers 127.0.0.1:39192 -users 50 -conversations "$n" -messages "$msgs" \
   -out "$out/result-$n.json" ${LG_EXTRA:-} > "$out/loadgen-$n.txt" 2>&1

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
@@ -250,6 +252,52 @@ func TestHubShedsOnlyTheClientWithAFullQueue(t *testing.T) {
 	}
 	if got, want := seqs(t, fast.frames), []string{"hello", "1", "2", "3", "4", "5"}; !slices.Equal(got, want) {
 		t.Fatalf("fast got %q, want %q", got, want)
+	}
+}
+
+// The fan-out and delivery-lag histograms time the records a client got
+// (README.md "Observability": "one sample per record with live
+// recipients"): not one held for a subscription still replaying, nor one
+// every recipient shed.
+func TestHubTimesOnlyTheRecordsItDeliveredToAClient(t *testing.T) {
+	t.Parallel()
+	h := newTestHub(t, map[int]int64{0: 10}, 10)
+	key := "t/u/c"
+	count := func() [2]uint64 {
+		var out [2]uint64
+		for i, hist := range []interface{ Write(*dto.Metric) error }{h.metrics.fanout, h.metrics.deliveryLag} {
+			var m dto.Metric
+			if err := hist.Write(&m); err != nil {
+				t.Fatal(err)
+			}
+			out[i] = m.GetHistogram().GetSampleCount()
+		}
+		return out
+	}
+	replaying := &subscription{sink: &fakeSink{}, key: key, partition: 0, since: since{kind: sinceAfter, offset: 7}}
+	if err := h.register(replaying, nil); err != nil {
+		t.Fatal(err)
+	}
+	recorded := time.Now()
+	h.dispatch(0, 10, []byte(key), testValue(1), recorded) // held for the replay
+	if got := count(); got != [2]uint64{} {
+		t.Fatalf("fan-out and delivery-lag samples %v after a record held for a replay, want none", got)
+	}
+	full := &fakeSink{limit: 1}
+	if err := h.register(&subscription{sink: full, key: key, partition: 0}, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	h.dispatch(0, 11, []byte(key), testValue(2), recorded) // shed by its one live recipient
+	if got := count(); !full.shed || got != [2]uint64{} {
+		t.Fatalf("fan-out and delivery-lag samples %v after a record every recipient shed (shed %v), want none", got, full.shed)
+	}
+	live := &fakeSink{}
+	if err := h.register(&subscription{sink: live, key: key, partition: 0}, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	h.dispatch(0, 12, []byte(key), testValue(3), recorded)
+	if got := count(); got != [2]uint64{1, 1} {
+		t.Fatalf("fan-out and delivery-lag samples %v after a delivered record, want one each", got)
 	}
 }
 
