@@ -13,8 +13,11 @@
 # pipeline"). PROFILE_SECONDS, if set, takes a CPU profile of the devstack
 # for that many seconds, PROFILE_AFTER seconds (default 0) after the
 # harness's start (the floor runs first), into OUTDIR/cpu-N.pprof (read
-# it with go tool pprof DEVSTACK OUTDIR/cpu-N.pprof). Fixed loopback ports
-# (39180, 39181, 39192, 39117, 39190 for pprof): one run at a time.
+# it with go tool pprof DEVSTACK OUTDIR/cpu-N.pprof); PROFILE_KIND=allocs
+# takes the allocations of that window instead (OUTDIR/allocs-N.pprof).
+# Fixed loopback ports (29180, 29181, 29192, 29117, 29190 for pprof),
+# below Linux's ephemeral range (32768–60999), where a test's outgoing
+# connection could hold one: one run at a time.
 set -u
 devstack=$1 loadgen=$2 n=$3 msgs=$4 out=$5
 mkdir -p "$out"
@@ -22,14 +25,14 @@ data=$(mktemp -d)
 export TURNPIKE_AUTH_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 export TURNPIKE_ECHO_DELAY=0 TURNPIKE_RATE_PER_SECOND=-1 TURNPIKE_LOG_LEVEL=error
 export TURNPIKE_MAX_QUEUED_PER_CONVERSATION=-1 TURNPIKE_MAX_QUEUED_PER_TENANT=-1
-export TURNPIKE_INGEST_ADDR=127.0.0.1:39180 TURNPIKE_PUSHGW_ADDR=127.0.0.1:39181
-export TURNPIKE_KAFKA_ADDR=127.0.0.1:39192 TURNPIKE_MONGO_ADDR=127.0.0.1:39117 TURNPIKE_DATA_DIR=$data
-if [ -n "${PROFILE_SECONDS:-}" ]; then export TURNPIKE_PPROF_ADDR=127.0.0.1:39190; fi
+export TURNPIKE_INGEST_ADDR=127.0.0.1:29180 TURNPIKE_PUSHGW_ADDR=127.0.0.1:29181
+export TURNPIKE_KAFKA_ADDR=127.0.0.1:29192 TURNPIKE_MONGO_ADDR=127.0.0.1:29117 TURNPIKE_DATA_DIR=$data
+if [ -n "${PROFILE_SECONDS:-}" ]; then export TURNPIKE_PPROF_ADDR=127.0.0.1:29190; fi
 "$devstack" > "$out/devstack-$n.log" 2>&1 &
 pid=$!
 # Ready once both the ingest API and the push gateway say so.
 for _ in $(seq 100); do
-  curl -sf http://127.0.0.1:39180/readyz > /dev/null && curl -sf http://127.0.0.1:39181/readyz > /dev/null && break
+  curl -sf http://127.0.0.1:29180/readyz > /dev/null && curl -sf http://127.0.0.1:29181/readyz > /dev/null && break
   sleep 0.2
 done
 while kill -0 $pid 2> /dev/null; do
@@ -37,16 +40,19 @@ while kill -0 $pid 2> /dev/null; do
   sleep 0.25
 done > "$out/cpu-$n.txt" &
 if [ -n "${PROFILE_SECONDS:-}" ]; then
-  (sleep "${PROFILE_AFTER:-0}" && curl -sf -o "$out/cpu-$n.pprof" \
-    "http://127.0.0.1:39190/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
+  kind=${PROFILE_KIND:-cpu}
+  path=profile
+  if [ "$kind" = allocs ]; then path=allocs; fi
+  (sleep "${PROFILE_AFTER:-0}" && curl -sf -o "$out/$kind-$n.pprof" \
+    "http://127.0.0.1:29190/debug/pprof/$path?seconds=$PROFILE_SECONDS") &
 fi
-"$loadgen" -ingest http://127.0.0.1:39180 -stream ws://127.0.0.1:39181/v1/stream \
-  -kafka-brokers 127.0.0.1:39192 -users 50 -conversations "$n" -messages "$msgs" \
+"$loadgen" -ingest http://127.0.0.1:29180 -stream ws://127.0.0.1:29181/v1/stream \
+  -kafka-brokers 127.0.0.1:29192 -users 50 -conversations "$n" -messages "$msgs" \
   -out "$out/result-$n.json" ${LG_EXTRA:-} > "$out/loadgen-$n.txt" 2>&1
 status=$?
 # The stack's metrics after the run (one registry, at the ingest port):
 # the turn-stage histograms (README.md "Observability").
-curl -sf http://127.0.0.1:39180/metrics > "$out/metrics-$n.txt"
+curl -sf http://127.0.0.1:29180/metrics > "$out/metrics-$n.txt"
 kill $pid
 wait $pid 2> /dev/null
 rm -rf "$data"

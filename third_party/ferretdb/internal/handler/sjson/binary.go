@@ -34,18 +34,9 @@ func (bin *binaryType) UnmarshalJSONWithSchema(data []byte, sch *elem) error {
 		panic("null data")
 	}
 
-	r := bytes.NewReader(data)
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-
+	// Turnpike patch 7: decodeValue, not a json.Decoder for every value.
 	var o []byte
-
-	err := dec.Decode(&o)
-	if err != nil {
-		return lazyerrors.Error(err)
-	}
-
-	if err = checkConsumed(dec, r); err != nil {
+	if err := decodeValue(data, &o); err != nil {
 		return lazyerrors.Error(err)
 	}
 

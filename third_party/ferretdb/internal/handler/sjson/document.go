@@ -35,15 +35,9 @@ func (doc *documentType) UnmarshalJSONWithSchema(data []byte, sch *schema) error
 		panic("null data")
 	}
 
-	r := bytes.NewReader(data)
-	dec := json.NewDecoder(r)
-
+	// Turnpike patch 7: decodeValue, not a json.Decoder for every value.
 	var rawMessages map[string]json.RawMessage
-	if err := dec.Decode(&rawMessages); err != nil {
-		return lazyerrors.Error(err)
-	}
-
-	if err := checkConsumed(dec, r); err != nil {
+	if err := decodeValue(data, &rawMessages); err != nil {
 		return lazyerrors.Error(err)
 	}
 

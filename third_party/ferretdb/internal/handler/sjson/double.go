@@ -33,16 +33,9 @@ func (d *doubleType) UnmarshalJSON(data []byte) error {
 		panic("null data")
 	}
 
-	r := bytes.NewReader(data)
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-
+	// Turnpike patch 7: decodeValue, not a json.Decoder for every value.
 	var f float64
-	if err := dec.Decode(&f); err != nil {
-		return lazyerrors.Error(err)
-	}
-
-	if err := checkConsumed(dec, r); err != nil {
+	if err := decodeValue(data, &f); err != nil {
 		return lazyerrors.Error(err)
 	}
 

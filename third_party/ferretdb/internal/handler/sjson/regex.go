@@ -34,16 +34,9 @@ func (regex *regexType) UnmarshalJSONWithSchema(data []byte, sch *elem) error {
 		panic("null data")
 	}
 
-	r := bytes.NewReader(data)
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-
+	// Turnpike patch 7: decodeValue, not a json.Decoder for every value.
 	var o string
-	if err := dec.Decode(&o); err != nil {
-		return lazyerrors.Error(err)
-	}
-
-	if err := checkConsumed(dec, r); err != nil {
+	if err := decodeValue(data, &o); err != nil {
 		return lazyerrors.Error(err)
 	}
 

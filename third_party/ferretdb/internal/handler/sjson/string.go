@@ -33,15 +33,9 @@ func (str *stringType) UnmarshalJSON(data []byte) error {
 		panic("null data")
 	}
 
-	r := bytes.NewReader(data)
-	dec := json.NewDecoder(r)
-
+	// Turnpike patch 7: decodeValue, not a json.Decoder for every value.
 	var o string
-	if err := dec.Decode(&o); err != nil {
-		return lazyerrors.Error(err)
-	}
-
-	if err := checkConsumed(dec, r); err != nil {
+	if err := decodeValue(data, &o); err != nil {
 		return lazyerrors.Error(err)
 	}
 
