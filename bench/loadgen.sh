@@ -7,8 +7,9 @@
 # DEVSTACK and LOADGEN are binaries (go build -o … ./cmd/devstack,
 # ./cmd/loadgen), so that two builds (before and after a change) can be
 # compared in one session. Writes OUTDIR/loadgen-N.txt (the harness's
-# summary), result-N.json, cpu-N.txt ("unix-time utime+stime-ticks") and
-# metrics-N.txt (the stack's /metrics after the run).
+# summary), result-N.json, cpu-N.txt ("unix-time utime+stime-ticks" of the
+# devstack), loadgen-cpu-N.txt (the same of the harness) and metrics-N.txt
+# (the stack's /metrics after the run).
 # LG_EXTRA, if set, is added to loadgen's flags (e.g. LG_EXTRA="-mode
 # pipeline"). PROFILE_SECONDS, if set, takes a CPU profile of the devstack
 # for that many seconds, PROFILE_AFTER seconds (default 0) after the
@@ -48,7 +49,14 @@ if [ -n "${PROFILE_SECONDS:-}" ]; then
 fi
 "$loadgen" -ingest http://127.0.0.1:29180 -stream ws://127.0.0.1:29181/v1/stream \
   -kafka-brokers 127.0.0.1:29192 -users 50 -conversations "$n" -messages "$msgs" \
-  -out "$out/result-$n.json" ${LG_EXTRA:-} > "$out/loadgen-$n.txt" 2>&1
+  -out "$out/result-$n.json" ${LG_EXTRA:-} > "$out/loadgen-$n.txt" 2>&1 &
+lg=$!
+# The harness's own CPU, apart from the stack's (same format).
+while kill -0 $lg 2> /dev/null; do
+  echo "$(date +%s.%N) $(awk '{print $14+$15}' /proc/$lg/stat 2> /dev/null)"
+  sleep 0.25
+done > "$out/loadgen-cpu-$n.txt" &
+wait $lg
 status=$?
 # The stack's metrics after the run (one registry, at the ingest port):
 # the turn-stage histograms (README.md "Observability").
