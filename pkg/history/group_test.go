@@ -152,11 +152,24 @@ func TestBulkErrorsSpreadsACommandErrorToEveryDocument(t *testing.T) {
 			t.Errorf("document %d: a write concern error must reach every document", i)
 		}
 	}
-	bad := mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{{WriteError: mongo.WriteError{Index: 7, Code: 11000}}}}
-	for i, err := range bulkErrors(2, bad) {
-		if err == nil {
-			t.Errorf("document %d: an error indexing no document must reach every document", i)
+	for _, index := range []int{7, 2, -1} {
+		bad := mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{{WriteError: mongo.WriteError{Index: index, Code: 11000}}}}
+		for i, err := range bulkErrors(2, bad) {
+			if err == nil {
+				t.Errorf("document %d: an error indexing no document (index %d of 2) must reach every document", i, index)
+			}
 		}
+	}
+	// An exception that names no document (no write error, no write
+	// concern error: labels only) is the command's failure.
+	for i, err := range bulkErrors(2, mongo.BulkWriteException{Labels: []string{"RetryableWriteError"}}) {
+		if err == nil {
+			t.Errorf("document %d: an exception of no write error must reach every document", i)
+		}
+	}
+	one := mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{{WriteError: mongo.WriteError{Index: 1, Code: 11000}}}}
+	if errs := bulkErrors(3, one); errs[0] != nil || errs[1] == nil || errs[2] != nil {
+		t.Errorf("a write error of document 1 of 3 gave %v, want it on that document only", errs)
 	}
 }
 

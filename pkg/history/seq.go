@@ -35,7 +35,7 @@ func inV1(t Turn, n, seq int64, prevV1 bool) bool {
 // parts' text joined, under the last part's agent (as the bridge of a
 // release before parts committed an answer of several agents).
 func asV1(t Turn) Turn {
-	if len(t.Parts) <= 1 {
+	if len(t.Parts) < 2 {
 		return t
 	}
 	var text []byte
