@@ -55,6 +55,11 @@ const (
 type Config struct {
 	// Mode is floor, pipeline or both (floor first). Default both.
 	Mode string `json:"mode"`
+	// LoadedFloor, when > 0, runs a second floor of that many producers
+	// (their own conversation names, the same topic and shape) during the
+	// pipeline phase: the broker's produce → fetch under the stack's own
+	// load, beside the idle floor. Needs the pipeline and Brokers. Default 0.
+	LoadedFloor int `json:"loaded_floor,omitempty"`
 
 	// IngestURL is the ingest API. Default http://localhost:8080.
 	IngestURL string `json:"ingest_url"`
@@ -145,6 +150,7 @@ func (c *Config) Bind(set *flagenv.Set) {
 	set.String(&c.TopicPrefix, "topic-prefix", "TURNPIKE_TOPIC_PREFIX", topic.DefaultPrefix, "topic prefix; the floor topic is <prefix>loadgen.floor")
 	set.Duration(&c.StreamBatchTimeout, "stream-batch-timeout", "TURNPIKE_STREAM_BATCH_TIMEOUT", DefaultStreamBatchTimeout, "batch timeout of the floor's writer (the worker's stream writer setting)")
 	set.String(&c.Out, "out", "", DefaultOut, "JSON result file")
+	set.Int(&c.LoadedFloor, "loaded-floor", "", 0, "producers of a second floor run during the pipeline (the broker under the stack's load); 0: none")
 }
 
 // Validate reports every problem of c, joined.
@@ -176,7 +182,13 @@ func (c Config) Validate() error {
 	if pipeline {
 		errs = append(errs, c.validatePipeline()...)
 	}
-	if floor && len(c.Brokers) == 0 {
+	if c.LoadedFloor < 0 {
+		bad("loaded floor: %d producers, want >= 0", c.LoadedFloor)
+	}
+	if c.LoadedFloor > 0 && !pipeline {
+		bad("loaded floor: it runs during the pipeline; pass -mode pipeline or both")
+	}
+	if (floor || c.LoadedFloor > 0) && len(c.Brokers) == 0 {
 		bad("the floor needs Kafka brokers: pass -kafka-brokers (the devstack's: 127.0.0.1:9092) or -mode pipeline")
 	}
 	return errors.Join(errs...)

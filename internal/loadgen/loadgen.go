@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -82,8 +83,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (*Result, error) {
 	}
 	if cfg.Mode == ModePipeline || cfg.Mode == ModeBoth {
 		err := phase(&res.RSS.PipelinePeakBytes, func() error {
+			var loaded sync.WaitGroup
+			var lerr error
+			if cfg.LoadedFloor > 0 {
+				lcfg := cfg
+				lcfg.Conversations, lcfg.ConversationPrefix, lcfg.Progress = cfg.LoadedFloor, cfg.ConversationPrefix+"-loaded", nil
+				loaded.Go(func() { res.LoadedFloor, lerr = runFloor(ctx, lcfg, runID, log, &violations, &errs) })
+			}
 			var err error
 			res.Pipeline, err = runPipeline(ctx, cfg, runID, &violations, &errs, &res.Notes)
+			loaded.Wait()
+			if lerr != nil {
+				err = errors.Join(err, fmt.Errorf("loaded floor: %w", lerr))
+			}
 			return err
 		})
 		if err != nil {
@@ -99,6 +111,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (*Result, error) {
 		if p.firstToken != nil {
 			p.FirstTokenSlow = p.firstToken.CountAbove(SlowFactor * f.Latency.P50)
 		}
+	}
+	if f, p := res.LoadedFloor, res.Pipeline; f != nil && p != nil && f.Latency.P50 > 0 && f.Latency.P99 > 0 {
+		if res.Ratios == nil {
+			res.Ratios = &Ratios{}
+		}
+		res.Ratios.LoadedP50 = float64(p.TokenLatency.P50) / float64(f.Latency.P50)
+		res.Ratios.LoadedP99 = float64(p.TokenLatency.P99) / float64(f.Latency.P99)
 	}
 	return res, nil
 }

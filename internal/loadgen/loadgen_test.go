@@ -47,6 +47,7 @@ func TestRunAgainstTheDevstack(t *testing.T) {
 		cfg := base
 		cfg.StreamURL = "" // found from the ingest API
 		cfg.Progress, cfg.ProgressInterval = progressOut, 100*time.Millisecond
+		cfg.LoadedFloor = 2
 		res, err := Run(ctx, cfg, log)
 		if err != nil {
 			t.Fatalf("Run: %v", err)
@@ -93,7 +94,11 @@ func TestRunAgainstTheDevstack(t *testing.T) {
 		case p.HistoryChecked != conversations || p.Connections != conversations || p.Users != 2:
 			t.Errorf("pipeline: history checked %d, connections %d, users %d", p.HistoryChecked, p.Connections, p.Users)
 		}
-		if res.Ratios == nil || res.Ratios.P50 <= 0 || res.Ratios.P99 <= 0 || res.Ratios.FirstTokenP99 <= 0 {
+		const wantLoaded = 2 * messages * tokens
+		if lf := res.LoadedFloor; lf == nil || lf.Producers != 2 || lf.Records != wantLoaded || lf.Latency.Count != wantLoaded || lf.Latency.P50 <= 0 {
+			t.Errorf("loaded floor %+v: want 2 producers' %d records, each timed", lf, wantLoaded)
+		}
+		if res.Ratios == nil || res.Ratios.P50 <= 0 || res.Ratios.P99 <= 0 || res.Ratios.FirstTokenP99 <= 0 || res.Ratios.LoadedP50 <= 0 || res.Ratios.LoadedP99 <= 0 {
 			t.Errorf("ratios %+v", res.Ratios)
 		}
 		if res.RSS.IdleBytes <= 0 || res.RSS.PipelinePeakBytes <= 0 || res.RSS.Samples < 3 {

@@ -19,6 +19,9 @@ type Result struct {
 	// Floor and Pipeline are set for the modes that ran.
 	Floor    *FloorResult    `json:"floor,omitempty"`
 	Pipeline *PipelineResult `json:"pipeline,omitempty"`
+	// LoadedFloor is the floor that ran during the pipeline
+	// (Config.LoadedFloor).
+	LoadedFloor *FloorResult `json:"loaded_floor,omitempty"`
 	// Ratios compare the pipeline's token latency with the floor's, when
 	// both ran.
 	Ratios *Ratios `json:"ratios,omitempty"`
@@ -88,6 +91,10 @@ type Ratios struct {
 	// FirstTokenP99 is the pipeline's POST → first token p99 over the
 	// floor's p99.
 	FirstTokenP99 float64 `json:"first_token_p99"`
+	// LoadedP50 and LoadedP99 are the pipeline's token latency over the
+	// loaded floor's (when it ran).
+	LoadedP50 float64 `json:"loaded_p50,omitempty"`
+	LoadedP99 float64 `json:"loaded_p99,omitempty"`
 }
 
 // SlowFactor: a turn whose first token took more than SlowFactor × the
@@ -148,6 +155,9 @@ func (r *Result) WriteSummary(w io.Writer) error {
 	if f := r.Floor; f != nil {
 		row("floor produce→fetch", f.Latency)
 	}
+	if f := r.LoadedFloor; f != nil {
+		row("floor under load", f.Latency)
+	}
 	if p := r.Pipeline; p != nil {
 		row("pipeline token ts→receive", p.TokenLatency)
 		row("POST→202", p.PostLatency)
@@ -163,6 +173,10 @@ func (r *Result) WriteSummary(w io.Writer) error {
 		fmt.Fprintf(tw, "floor\t%d/%d records in %v\t%.0f records/s\t(topic %s, %d partitions, %d producers)\n",
 			f.Records, f.RecordsExpected, f.Elapsed.Round(time.Millisecond), f.RecordsPerSec, f.Topic, f.Partitions, f.Producers)
 	}
+	if f := r.LoadedFloor; f != nil {
+		fmt.Fprintf(tw, "floor under load\t%d/%d records in %v\t%.0f records/s\t(%d producers, during the pipeline)\n",
+			f.Records, f.RecordsExpected, f.Elapsed.Round(time.Millisecond), f.RecordsPerSec, f.Producers)
+	}
 	if p := r.Pipeline; p != nil {
 		fmt.Fprintf(tw, "pipeline\t%d/%d turns in %v\t%.0f tokens/s\t%.0f token events/s, %.1f turns/s\n",
 			p.Turns, p.TurnsExpected, p.Elapsed.Round(time.Millisecond), p.TokensPerSec, p.TokenEventsPerSec, p.TurnsPerSec)
@@ -170,7 +184,12 @@ func (r *Result) WriteSummary(w io.Writer) error {
 			p.Tokens, p.TokenEvents, p.HistoryChecked, p.Reruns)
 	}
 	if q := r.Ratios; q != nil {
-		fmt.Fprintf(tw, "ratio to floor\tp50 %.2f×\tp99 %.2f×\tfirst token p99 %.2f×\n", q.P50, q.P99, q.FirstTokenP99)
+		if q.P50 > 0 {
+			fmt.Fprintf(tw, "ratio to floor\tp50 %.2f×\tp99 %.2f×\tfirst token p99 %.2f×\n", q.P50, q.P99, q.FirstTokenP99)
+		}
+		if q.LoadedP50 > 0 {
+			fmt.Fprintf(tw, "ratio to floor under load\tp50 %.2f×\tp99 %.2f×\t\n", q.LoadedP50, q.LoadedP99)
+		}
 		if f, p := r.Floor, r.Pipeline; f != nil && p != nil {
 			fmt.Fprintf(tw, "slow first tokens\t%d of %d turns over %d× the floor's p50 (%s)\t\t\n", p.FirstTokenSlow, p.FirstTokenLatency.Count, SlowFactor, ms(SlowFactor*f.Latency.P50))
 		}

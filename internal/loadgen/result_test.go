@@ -34,7 +34,10 @@ func sampleResult() *Result {
 			TurnLatency:       Latency{Count: 999, P50: time.Second},
 			FirstTokenLatency: Latency{Count: 999, P50: 7 * time.Millisecond, P99: 12 * time.Millisecond}, FirstTokenSlow: 3,
 			HistoryChecked: 99},
-		Ratios: &Ratios{P50: 2.5, P99: 2, FirstTokenP99: 4},
+		LoadedFloor: &FloorResult{Topic: "turnpike.loadgen.floor", Partitions: 12, Producers: 10, RecordsExpected: 5000, Records: 5000,
+			Elapsed: 10 * time.Second, RecordsPerSec: 500,
+			Latency: Latency{Count: 5000, Mean: 2 * time.Millisecond, P50: 1600 * time.Microsecond, P90: 2 * time.Millisecond, P99: 4 * time.Millisecond, Max: 11 * time.Millisecond}},
+		Ratios: &Ratios{P50: 2.5, P99: 2, FirstTokenP99: 4, LoadedP50: 1.25, LoadedP99: 1.5},
 		RSS:    RSS{URL: "http://localhost:8080/metrics", IdleBytes: 100 << 20, FloorPeakBytes: 150 << 20, PipelinePeakBytes: 300 << 20, Samples: 27},
 		Violations: Problems{Total: 3, ByKind: map[string]int64{KindText: 2, KindSeq: 1},
 			First: []Problem{{Kind: KindText, Conversation: "c1", Detail: "message 1 streamed …"}, {Kind: KindSeq, Conversation: "c2", Detail: "seq 4 after 2"}}},
@@ -84,7 +87,8 @@ func TestSummaryShowsFiguresRatiosAndProblems(t *testing.T) {
 	for _, want := range []string{"floor produce→fetch", "pipeline token ts→receive", "0.80ms", "6.00ms", "3842 tokens/s",
 		"p50 2.50×", "p99 2.00×", "POST→first token", "7.00ms", "12.0ms", "first token p99 4.00×",
 		"3 of 999 turns over 10× the floor's p50 (8.00ms)", "idle 100 MiB", "300 MiB pipeline", "violations: 3: seq=1 text=2", "text c1: message 1 streamed",
-		"errors: 1: turn_timeout=1", "FAIL: 3 violations, 1 errors"} {
+		"errors: 1: turn_timeout=1", "FAIL: 3 violations, 1 errors",
+		"floor under load", "1.60ms", "11.0ms", "5000/5000 records in 10s", "10 producers, during the pipeline", "ratio to floor under load", "p50 1.25×", "p99 1.50×"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
 		}
@@ -120,6 +124,10 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 		{"A stream URL that is not a WebSocket is refused.", func(c *Config) { c.StreamURL = "http://x/v1/stream" }, []string{"ws:// or wss://"}},
 		{"Every problem is reported at once.", func(c *Config) { c.Conversations, c.Messages, c.Tokens, c.Delay = 0, 0, 0, -1 },
 			[]string{"conversations: 0", "messages: 0", "tokens: 0", "delay: -1ns"}},
+		{"A negative loaded floor is refused.", func(c *Config) { c.LoadedFloor = -1 }, []string{"loaded floor: -1"}},
+		{"A loaded floor needs the pipeline it runs beside.", func(c *Config) { c.Mode, c.LoadedFloor = ModeFloor, 5 }, []string{"-mode pipeline or both"}},
+		{"A loaded floor needs brokers, even without the idle floor.", func(c *Config) { c.Mode, c.Brokers, c.LoadedFloor = ModePipeline, nil, 5 }, []string{"-kafka-brokers"}},
+		{"The pipeline alone needs no brokers.", func(c *Config) { c.Mode, c.Brokers = ModePipeline, nil }, nil},
 		{"The floor alone needs no identity nor URLs.", func(c *Config) { c.Mode, c.Token, c.StreamURL = ModeFloor, "", "" }, nil},
 	}
 	for _, tc := range tests {
