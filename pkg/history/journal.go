@@ -46,9 +46,10 @@ type Journal interface {
 	// makes owner its owner (ErrFenced if a newer run owns it). A missing
 	// journal stays missing.
 	TruncateSteps(ctx context.Context, id events.Identity, requestID string, owner int64, n int) error
-	// DeleteSteps deletes the request's journal; deleting a missing one is
-	// harmless.
-	DeleteSteps(ctx context.Context, id events.Identity, requestID string) error
+	// DeleteSteps deletes the request's journal, unless a newer run than
+	// owner's owns it (ErrFenced: a zombie cannot delete the new owner's
+	// journal). Deleting a missing one is harmless.
+	DeleteSteps(ctx context.Context, id events.Identity, requestID string, owner int64) error
 }
 
 // Step is one recorded step of a run.

@@ -134,14 +134,20 @@ func (s *MemoryStore) TruncateSteps(_ context.Context, id events.Identity, reque
 }
 
 // DeleteSteps implements Journal.
-func (s *MemoryStore) DeleteSteps(_ context.Context, id events.Identity, requestID string) error {
-	if err := validateJournal(id, requestID, 1); err != nil {
+func (s *MemoryStore) DeleteSteps(_ context.Context, id events.Identity, requestID string, owner int64) error {
+	if err := validateJournal(id, requestID, owner); err != nil {
 		return fmt.Errorf("delete steps: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c := s.convs[id.Key()]; c != nil {
-		delete(c.journals, requestID)
+	c := s.convs[id.Key()]
+	j := c.journalOf(requestID)
+	switch {
+	case j == nil:
+		return nil
+	case j.Owner > owner:
+		return fmt.Errorf("delete steps: %w", ErrFenced)
 	}
+	delete(c.journals, requestID)
 	return nil
 }

@@ -210,13 +210,26 @@ func (s *MongoStore) TruncateSteps(ctx context.Context, id events.Identity, requ
 	return fmt.Errorf("truncate steps: journal of %s kept changing", requestID)
 }
 
-// DeleteSteps implements Journal: one delete by _id.
-func (s *MongoStore) DeleteSteps(ctx context.Context, id events.Identity, requestID string) error {
-	if err := validateJournal(id, requestID, 1); err != nil {
+// DeleteSteps implements Journal: one delete by _id and owner; when it
+// deletes nothing, one read tells a missing journal from a newer owner's.
+func (s *MongoStore) DeleteSteps(ctx context.Context, id events.Identity, requestID string, owner int64) error {
+	if err := validateJournal(id, requestID, owner); err != nil {
 		return fmt.Errorf("delete steps: %w", err)
 	}
-	if _, err := s.reqs.DeleteOne(ctx, bson.D{{Key: "_id", Value: journalDocID(id.Key(), requestID)}}); err != nil {
+	jid := journalDocID(id.Key(), requestID)
+	res, err := s.reqs.DeleteOne(ctx, bson.D{{Key: "_id", Value: jid}, {Key: "owner", Value: bson.D{{Key: "$lte", Value: owner}}}})
+	if err != nil {
 		return fmt.Errorf("delete steps: %w", err)
+	}
+	if res.DeletedCount > 0 {
+		return nil
+	}
+	have, found, err := findByID[journalDoc](ctx, s.reqs, jid)
+	switch {
+	case err != nil:
+		return fmt.Errorf("delete steps: %w", err)
+	case found && have.Owner > owner:
+		return fmt.Errorf("delete steps: %w", ErrFenced)
 	}
 	return nil
 }

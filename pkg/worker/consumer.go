@@ -80,6 +80,9 @@ type consumer struct {
 	// countBeforeJoin is the requests topic's partition count as last read
 	// before the consumer group's latest join (home.go).
 	countBeforeJoin atomic.Int64
+	// runSeq counts the runs of records this process started: the low
+	// half of their owner tokens (ownerToken).
+	runSeq atomic.Uint32
 
 	// set by Run
 	control *controlChannel
@@ -283,4 +286,15 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// ownerToken is the owner token of a run of a record in generation gen:
+// the generation in the high 32 bits, this process's run counter in the
+// low 32. A partition has one owner per generation, whose runs of a
+// record (retries) are one after the other in this process, so a later
+// run of a request always has a higher token than an earlier one, and
+// the new owner of a partition a higher one than a zombie of an older
+// generation. The step journal's writes are fenced by it.
+func (w *consumer) ownerToken(gen int32) int64 {
+	return int64(gen)<<32 | int64(w.runSeq.Add(1))
 }

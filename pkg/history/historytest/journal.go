@@ -24,7 +24,7 @@ var journalTests = []struct {
 	{"A step two runs race to record is recorded once, and the older run is fenced or gets the winner's step", testJournalRace},
 	{"Concurrent records of distinct keys by one run all land", testJournalConcurrentKeys},
 	{"A step that would take the journal past its limit is refused and the journal keeps the others", testJournalFull},
-	{"Truncating keeps a prefix of the steps, and a deleted journal is gone", testJournalTruncateDelete},
+	{"Truncating keeps a prefix of the steps, and a journal deleted by its owner is gone (an older run cannot delete it)", testJournalTruncateDelete},
 	{"Start reports a request's journal, decided or not, and none of another request or identity", testJournalStart},
 	{"Invalid journal writes are rejected and write nothing", testJournalInvalid},
 }
@@ -252,13 +252,19 @@ func testJournalTruncateDelete(t *testing.T, ctx context.Context, _ history.Stor
 	if got := record(t, ctx, j, id, "r1", 3, step("m/a/2", "new")); string(got.Data) != "new" {
 		t.Fatalf("a truncated key recorded again returned %q, want the new step", got.Data)
 	}
-	if err := j.DeleteSteps(ctx, id, "r1"); err != nil {
+	if err := j.DeleteSteps(ctx, id, "r1", 2); !errors.Is(err, history.ErrFenced) {
+		t.Fatalf("an older run's delete = %v; want ErrFenced", err)
+	}
+	if _, found := journalOf(t, ctx, j, id, "r1"); !found {
+		t.Fatal("an older run deleted the journal")
+	}
+	if err := j.DeleteSteps(ctx, id, "r1", 3); err != nil {
 		t.Fatal(err)
 	}
 	if _, found := journalOf(t, ctx, j, id, "r1"); found {
 		t.Fatal("a deleted journal is still there")
 	}
-	if err := j.DeleteSteps(ctx, id, "r1"); err != nil {
+	if err := j.DeleteSteps(ctx, id, "r1", 3); err != nil {
 		t.Fatalf("deleting a missing journal: %v", err)
 	}
 	if err := j.TruncateSteps(ctx, id, "r1", 3, 0); err != nil {

@@ -1,0 +1,291 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/components/model"
+	"github.com/cloudwego/eino/components/tool"
+	"github.com/cloudwego/eino/compose"
+	"github.com/cloudwego/eino/schema"
+
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
+)
+
+// The journal's test agent: a model whose answer is a function of how many
+// tool results its input holds (0: call charge, 1: call mail, 2: the final
+// answer), and the two tools, each counting its side effects.
+
+// Where a run can be stopped (a crash: the run is aborted, nothing more is
+// written, and the request runs again).
+type crashPoint int
+
+const (
+	noCrash           crashPoint = iota
+	beforeCharge                 // as the charge tool starts: the model's first output is recorded
+	beforeSecondModel            // as the second model call starts: charge's result is recorded
+	beforeMail                   // as the mail tool starts: the second output is recorded
+	beforeFinalModel             // as the final model call starts: mail's result is recorded
+	afterChargeEffect            // between charge's side effect and its result's record
+	midFinalAnswer               // after the final answer's first chunk
+)
+
+// journalAgent is the test agent and its counts.
+type journalAgent struct {
+	mu      sync.Mutex
+	crashAt crashPoint
+	crash   func() // stops the run (cancels Step.Run's context)
+	models  [3]int // model calls that generated output, by step
+	effects map[string]int
+	steps   map[string][]worker.ToolStep
+	inputs  int // model calls whose input held a journaled step's output
+}
+
+func newJournalAgent() *journalAgent {
+	return &journalAgent{effects: map[string]int{}, steps: map[string][]worker.ToolStep{}}
+}
+
+// at stops the run if p is where it crashes: it waits until the abort
+// reached ctx and returns ctx's error.
+func (a *journalAgent) at(ctx context.Context, p crashPoint) error {
+	a.mu.Lock()
+	crash := p != noCrash && a.crashAt == p && a.crash != nil
+	if crash {
+		a.crashAt = noCrash
+	}
+	a.mu.Unlock()
+	if !crash {
+		return nil
+	}
+	a.crash()
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (a *journalAgent) counts() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return fmt.Sprintf("models %d %d %d, charge %d, mail %d", a.models[0], a.models[1], a.models[2], a.effects["charge"], a.effects["mail"])
+}
+
+func (a *journalAgent) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return a, nil }
+
+func (a *journalAgent) Generate(ctx context.Context, in []*schema.Message, opts ...model.Option) (*schema.Message, error) {
+	s, err := a.Stream(ctx, in, opts...)
+	if err != nil {
+		return nil, err
+	}
+	var chunks []*schema.Message
+	for {
+		c, err := s.Recv()
+		if err != nil {
+			if strings.Contains(err.Error(), "EOF") {
+				return schema.ConcatMessages(chunks)
+			}
+			return nil, err
+		}
+		chunks = append(chunks, c)
+	}
+}
+
+func (a *journalAgent) Stream(ctx context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	step := 0
+	for _, m := range in {
+		if m.Role == schema.Tool {
+			step++
+		}
+	}
+	if err := a.at(ctx, [...]crashPoint{noCrash, beforeSecondModel, beforeFinalModel}[step]); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	a.models[step]++
+	a.mu.Unlock()
+	usage := &schema.ResponseMeta{FinishReason: "stop", Usage: &schema.TokenUsage{PromptTokens: 10, CompletionTokens: 2, TotalTokens: 12}}
+	callOf := func(text, name string) []*schema.Message {
+		c := schema.AssistantMessage("", []schema.ToolCall{{ID: "call-" + name, Type: "function", Function: schema.FunctionCall{Name: name, Arguments: `{"order":"o-1"}`}}})
+		c.ResponseMeta = usage
+		return []*schema.Message{schema.AssistantMessage(text, nil), c}
+	}
+	switch step {
+	case 0:
+		return schema.StreamReaderFromArray(callOf("Charging. ", "charge")), nil
+	case 1:
+		return schema.StreamReaderFromArray(callOf("Mailing. ", "mail")), nil
+	}
+	var results []string
+	for _, m := range in {
+		if m.Role == schema.Tool {
+			results = append(results, m.Content)
+		}
+	}
+	r, w := schema.Pipe[*schema.Message](1)
+	go func() {
+		defer w.Close()
+		w.Send(schema.AssistantMessage("done: ", nil), nil)
+		if err := a.at(ctx, midFinalAnswer); err != nil {
+			w.Send(nil, err)
+			return
+		}
+		last := schema.AssistantMessage(strings.Join(results, ", "), nil)
+		last.ResponseMeta = usage
+		w.Send(last, nil)
+	}()
+	return r, nil
+}
+
+// sideEffect is a tool that counts its side effects.
+type sideEffect struct {
+	a      *journalAgent
+	name   string
+	before crashPoint // stop as it starts
+	after  crashPoint // stop after the side effect, before it returns
+}
+
+func (t sideEffect) Info(context.Context) (*schema.ToolInfo, error) {
+	return &schema.ToolInfo{Name: t.name, Desc: t.name + " the order"}, nil
+}
+
+func (t sideEffect) InvokableRun(ctx context.Context, _ string, _ ...tool.Option) (string, error) {
+	if err := t.a.at(ctx, t.before); err != nil {
+		return "", err
+	}
+	t.a.mu.Lock()
+	t.a.effects[t.name]++
+	if s, ok := worker.ToolStepFromContext(ctx); ok {
+		t.a.steps[t.name] = append(t.a.steps[t.name], s)
+	}
+	t.a.mu.Unlock()
+	if err := t.a.at(ctx, t.after); err != nil {
+		return t.name + "d", nil // done, but the process dies before anyone records it
+	}
+	return t.name + "d", nil
+}
+
+// durableFactory builds the durable agent of a (a ChatModelAgent with
+// tools: one per run).
+func (a *journalAgent) factory() worker.AgentFactory {
+	return func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		return adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{
+			Name: "assistant", Description: "orders", Model: a,
+			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{
+				sideEffect{a: a, name: "charge", before: beforeCharge, after: afterChargeEffect},
+				sideEffect{a: a, name: "mail", before: beforeMail},
+			}}},
+		}))
+	}
+}
+
+// The crash-point table: a run is stopped at each point of a turn with two
+// tool rounds, then the request runs again on the same store. With the
+// journal, every model call and tool ran once but for the step cut by the
+// crash (a tool between its side effect and its record, a final answer);
+// without it, the re-run repeats everything before the crash.
+func TestARequestRunAgainReplaysItsJournalAndRunsEachStepOnce(t *testing.T) {
+	t.Parallel()
+	rows := []struct {
+		name          string
+		at            crashPoint
+		want, wantOff string
+	}{
+		{"Stopped as its first tool starts, the model's output that asked for it is replayed.", beforeCharge,
+			"models 1 1 1, charge 1, mail 1", "models 2 1 1, charge 1, mail 1"},
+		{"Stopped as the second model call starts, the first tool's result is replayed.", beforeSecondModel,
+			"models 1 1 1, charge 1, mail 1", "models 2 1 1, charge 2, mail 1"},
+		{"Stopped as the second tool starts, both outputs and the first result are replayed.", beforeMail,
+			"models 1 1 1, charge 1, mail 1", "models 2 2 1, charge 2, mail 1"},
+		{"Stopped as the final model call starts, every tool round is replayed.", beforeFinalModel,
+			"models 1 1 1, charge 1, mail 1", "models 2 2 1, charge 2, mail 2"},
+		{"Stopped between a tool's side effect and its record, that tool runs again, and only it.", afterChargeEffect,
+			"models 1 1 1, charge 2, mail 1", "models 2 1 1, charge 2, mail 1"},
+		{"Stopped in the middle of the final answer, only the final answer is generated again.", midFinalAnswer,
+			"models 1 1 2, charge 1, mail 1", "models 2 2 2, charge 2, mail 2"},
+	}
+	for _, row := range rows {
+		for _, off := range []bool{false, true} {
+			name := row.name
+			want := row.want
+			if off {
+				name, want = "Without the journal: "+row.name, row.wantOff
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				ctx := testenv.Context(t, 60*time.Second)
+				a := newJournalAgent()
+				c := stepConfig()
+				c.JournalOff = off
+				st := newStep(t, c, worker.WithAgentFactory(a.factory()))
+				store := history.NewMemoryStore()
+				id := events.Identity{Tenant: "acme", User: "ann", Conversation: "orders"}
+				req := stepRequest(id, "r1", "charge and mail order o-1")
+
+				firstCtx, crash := context.WithCancel(ctx)
+				a.mu.Lock()
+				a.crashAt, a.crash = row.at, crash
+				a.mu.Unlock()
+				if _, err := st.Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+					t.Fatalf("the first run = %v, want aborted by the crash", err)
+				}
+				sink := newRecordingSink()
+				res, err := st.Run(ctx, req, store, sink)
+				if err != nil || res.Status != events.StatusComplete || res.Answer != "done: charged, maild" {
+					t.Fatalf("the re-run: %+v, %v; want complete with both results", res, err)
+				}
+				if got := a.counts(); got != want {
+					t.Errorf("executions %q, want %q", got, want)
+				}
+				if off {
+					return
+				}
+				// Usage counts each model call the answer is built from
+				// once: a replayed output brings its recorded usage.
+				if res.Usage == nil || res.Usage.TotalTokens != 3*12 {
+					t.Errorf("the turn's usage %+v, want 3 model calls of 12 tokens", res.Usage)
+				}
+				if _, found, err := store.Steps(ctx, id, "r1"); found || err != nil {
+					t.Errorf("the journal of a committed request is still there (%v)", err)
+				}
+			})
+		}
+	}
+}
+
+// A tool cut between its side effect and its record runs again with the
+// same key and a higher attempt, so it can deduplicate at its service.
+func TestAToolThatRunsAgainGetsTheSameKeyAndTheNextAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	a := newJournalAgent()
+	st := newStep(t, stepConfig(), worker.WithAgentFactory(a.factory()))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "keys"}
+	req := stepRequest(id, "r1", "charge and mail")
+	firstCtx, crash := context.WithCancel(ctx)
+	a.crashAt, a.crash = afterChargeEffect, crash
+	if _, err := st.Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+		t.Fatalf("the first run = %v, want aborted", err)
+	}
+	if _, err := st.Run(ctx, req, store, newRecordingSink()); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	charges, mails := a.steps["charge"], a.steps["mail"]
+	if len(charges) != 2 || charges[0].Key != charges[1].Key || charges[0].Key != "r1/t/assistant/1/call-charge" ||
+		charges[0].Attempt != 1 || charges[1].Attempt != 2 {
+		t.Fatalf("the charge's steps %+v, want one key, attempts 1 then 2", charges)
+	}
+	if len(mails) != 1 || mails[0].Key != "r1/t/assistant/2/call-mail" || mails[0].Attempt != 2 {
+		t.Fatalf("the mail's steps %+v, want its key in the second run", mails)
+	}
+}
