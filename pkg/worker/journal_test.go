@@ -78,7 +78,9 @@ func (a *journalAgent) counts() string {
 	return fmt.Sprintf("models %d %d %d, charge %d, mail %d", a.models[0], a.models[1], a.models[2], a.effects["charge"], a.effects["mail"])
 }
 
-func (a *journalAgent) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return a, nil }
+func (a *journalAgent) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	return a, nil
+}
 
 func (a *journalAgent) Generate(ctx context.Context, in []*schema.Message, opts ...model.Option) (*schema.Message, error) {
 	s, err := a.Stream(ctx, in, opts...)
