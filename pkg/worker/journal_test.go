@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -48,7 +49,11 @@ type journalAgent struct {
 	models  [3]int // model calls that generated output, by step
 	effects map[string]int
 	steps   map[string][]worker.ToolStep
-	inputs  int // model calls whose input held a journaled step's output
+	// onStart, if set, is called at each point a run passes.
+	onStart func(ctx context.Context, p crashPoint)
+	// block, if set, is called at each point a run passes, after onStart
+	// (it may wait).
+	block func(ctx context.Context, p crashPoint)
 }
 
 func newJournalAgent() *journalAgent {
@@ -58,6 +63,12 @@ func newJournalAgent() *journalAgent {
 // at stops the run if p is where it crashes: it waits until the abort
 // reached ctx and returns ctx's error.
 func (a *journalAgent) at(ctx context.Context, p crashPoint) error {
+	if a.onStart != nil {
+		a.onStart(ctx, p)
+	}
+	if a.block != nil {
+		a.block(ctx, p)
+	}
 	a.mu.Lock()
 	crash := p != noCrash && a.crashAt == p && a.crash != nil
 	if crash {
@@ -289,5 +300,152 @@ func TestAToolThatRunsAgainGetsTheSameKeyAndTheNextAttempt(t *testing.T) {
 	}
 	if len(mails) != 1 || mails[0].Key != "r1/t/assistant/2/call-mail" || mails[0].Attempt != 2 {
 		t.Fatalf("the mail's steps %+v, want its key in the second run", mails)
+	}
+}
+
+// slowJournal is a MemoryStore whose journal writes wait until the run
+// takes its next step (or a moment has passed): a step that uses an
+// output or a result before it is recorded goes ahead of the write and is
+// caught. The wait only makes a correct run slower, it decides nothing.
+type slowJournal struct {
+	*history.MemoryStore
+
+	mu   sync.Mutex    // guards next
+	next chan struct{} // closed (and replaced) when the run takes a step
+}
+
+// acted says the run took a step.
+func (s *slowJournal) acted() {
+	s.mu.Lock()
+	close(s.next)
+	s.next = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *slowJournal) RecordStep(ctx context.Context, id events.Identity, rid string, owner int64, st history.Step, l history.JournalLimits) (history.Step, error) {
+	s.mu.Lock()
+	next := s.next
+	s.mu.Unlock()
+	t := time.NewTimer(200 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-next:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return s.MemoryStore.RecordStep(ctx, id, rid, owner, st, l)
+}
+
+// No tool starts before the model output that asked for it is durable,
+// and no model call starts before the tool results it reads are durable.
+func TestEveryStepIsRecordedBeforeTheNextStepUsesIt(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	store := &slowJournal{MemoryStore: history.NewMemoryStore(), next: make(chan struct{})}
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "order"}
+	needs := map[crashPoint]string{
+		beforeCharge:      "m/assistant/1",
+		beforeSecondModel: "t/assistant/1/call-charge",
+		beforeMail:        "m/assistant/2",
+		beforeFinalModel:  "t/assistant/2/call-mail",
+	}
+	a := newJournalAgent()
+	var mu sync.Mutex
+	var missing []string
+	a.onStart = func(ctx context.Context, p crashPoint) {
+		key, ok := needs[p]
+		if !ok {
+			return
+		}
+		js, _, err := store.Steps(ctx, id, "r1")
+		recorded := err == nil && slices.ContainsFunc(js.Steps, func(s history.Step) bool { return s.Key == key })
+		if !recorded {
+			mu.Lock()
+			missing = append(missing, key)
+			mu.Unlock()
+		}
+		store.acted()
+	}
+	st := newStep(t, stepConfig(), worker.WithAgentFactory(a.factory()))
+	res, err := st.Run(ctx, stepRequest(id, "r1", "charge and mail"), store, newRecordingSink())
+	if err != nil || res.Status != events.StatusComplete {
+		t.Fatalf("run: %+v, %v", res, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(missing) > 0 {
+		t.Fatalf("steps used before they were recorded: %v", missing)
+	}
+}
+
+// A zombie (an older run of the request, still running) cannot add to the
+// journal once a newer run claimed it: its late write is refused, it stops
+// (fenced: the worker drops it), and the newer run completes the request.
+func TestAZombiesLateJournalWriteIsRefusedAndItStops(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	a := newJournalAgent()
+	st := newStep(t, stepConfig(), worker.WithAgentFactory(a.factory()))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "zombie"}
+	req := stepRequest(id, "r1", "charge and mail")
+
+	zombieAtCharge, releaseZombie := make(chan struct{}), make(chan struct{})
+	ownerAtMail, releaseOwner := make(chan struct{}), make(chan struct{})
+	var chargeCalls, mailCalls int
+	a.block = func(ctx context.Context, p crashPoint) {
+		a.mu.Lock()
+		var wait, signal chan struct{}
+		switch p {
+		case beforeCharge:
+			if chargeCalls++; chargeCalls == 1 { // the zombie's
+				signal, wait = zombieAtCharge, releaseZombie
+			}
+		case beforeMail:
+			if mailCalls++; mailCalls == 1 { // the new owner's
+				signal, wait = ownerAtMail, releaseOwner
+			}
+		}
+		a.mu.Unlock()
+		if wait != nil {
+			close(signal)
+			select {
+			case <-wait:
+			case <-ctx.Done():
+			}
+		}
+	}
+	zombie := make(chan error, 1)
+	go func() {
+		_, err := st.Run(ctx, req, store, newRecordingSink())
+		zombie <- err
+	}()
+	<-zombieAtCharge // the zombie recorded the model's first output
+	owner := make(chan bridge.Result, 1)
+	ownerErr := make(chan error, 1)
+	go func() {
+		res, err := st.Run(ctx, req, store, newRecordingSink())
+		owner <- res
+		ownerErr <- err
+	}()
+	<-ownerAtMail // the new owner claimed the journal and recorded the charge
+	close(releaseZombie)
+	if err := <-zombie; !errors.Is(err, history.ErrFenced) {
+		t.Fatalf("the zombie's run = %v, want fenced", err)
+	}
+	js, _, err := store.Steps(ctx, id, "r1")
+	if err != nil || len(js.Steps) != 3 || js.Steps[1].Key != "t/assistant/1/call-charge" || js.Steps[1].Owner != js.Owner {
+		t.Fatalf("journal %+v (%v): want the new owner's charge, not the zombie's", js, err)
+	}
+	close(releaseOwner)
+	res, err := <-owner, <-ownerErr
+	if err != nil || res.Status != events.StatusComplete || res.Answer != "done: charged, maild" {
+		t.Fatalf("the new owner's run: %+v, %v", res, err)
+	}
+	if got := a.counts(); got != "models 1 1 1, charge 2, mail 1" {
+		t.Errorf("executions %q: want the first output replayed, the charge of both runs (the zombie's window), the rest once", got)
+	}
+	if w, err := store.Window(ctx, id, 10); err != nil || len(w) != 2 {
+		t.Errorf("the conversation holds %d messages (%v), want one turn", len(w), err)
 	}
 }
