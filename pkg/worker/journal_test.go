@@ -33,6 +33,7 @@ type crashPoint int
 
 const (
 	noCrash           crashPoint = iota
+	firstModel                   // as the first model call starts
 	beforeCharge                 // as the charge tool starts: the model's first output is recorded
 	beforeSecondModel            // as the second model call starts: charge's result is recorded
 	beforeMail                   // as the mail tool starts: the second output is recorded
@@ -118,7 +119,7 @@ func (a *journalAgent) Stream(ctx context.Context, in []*schema.Message, _ ...mo
 			step++
 		}
 	}
-	if err := a.at(ctx, [...]crashPoint{noCrash, beforeSecondModel, beforeFinalModel}[step]); err != nil {
+	if err := a.at(ctx, [...]crashPoint{firstModel, beforeSecondModel, beforeFinalModel}[step]); err != nil {
 		return nil, err
 	}
 	a.mu.Lock()
@@ -391,20 +392,19 @@ func TestAZombiesLateJournalWriteIsRefusedAndItStops(t *testing.T) {
 	req := stepRequest(id, "r1", "charge and mail")
 
 	zombieAtCharge, releaseZombie := make(chan struct{}), make(chan struct{})
-	ownerAtMail, releaseOwner := make(chan struct{}), make(chan struct{})
-	var chargeCalls, mailCalls int
+	ownerAtCharge, releaseOwner := make(chan struct{}), make(chan struct{})
+	var chargeCalls int
 	a.block = func(ctx context.Context, p crashPoint) {
+		if p != beforeCharge {
+			return
+		}
 		a.mu.Lock()
 		var wait, signal chan struct{}
-		switch p {
-		case beforeCharge:
-			if chargeCalls++; chargeCalls == 1 { // the zombie's
-				signal, wait = zombieAtCharge, releaseZombie
-			}
-		case beforeMail:
-			if mailCalls++; mailCalls == 1 { // the new owner's
-				signal, wait = ownerAtMail, releaseOwner
-			}
+		switch chargeCalls++; chargeCalls {
+		case 1: // the zombie's
+			signal, wait = zombieAtCharge, releaseZombie
+		case 2: // the new owner's, which has written nothing yet
+			signal, wait = ownerAtCharge, releaseOwner
 		}
 		a.mu.Unlock()
 		if wait != nil {
@@ -428,14 +428,14 @@ func TestAZombiesLateJournalWriteIsRefusedAndItStops(t *testing.T) {
 		owner <- res
 		ownerErr <- err
 	}()
-	<-ownerAtMail // the new owner claimed the journal and recorded the charge
+	<-ownerAtCharge // the new owner found the journal and replayed its first step
 	close(releaseZombie)
 	if err := <-zombie; !errors.Is(err, history.ErrFenced) {
 		t.Fatalf("the zombie's run = %v, want fenced", err)
 	}
 	js, _, err := store.Steps(ctx, id, "r1")
-	if err != nil || len(js.Steps) != 3 || js.Steps[1].Key != "t/assistant/1/call-charge" || js.Steps[1].Owner != js.Owner {
-		t.Fatalf("journal %+v (%v): want the new owner's charge, not the zombie's", js, err)
+	if err != nil || len(js.Steps) != 1 || js.Steps[0].Key != "m/assistant/1" || js.Runs != 2 {
+		t.Fatalf("journal %+v (%v): want the first step alone, claimed by the second run, without the zombie's charge", js, err)
 	}
 	close(releaseOwner)
 	res, err := <-owner, <-ownerErr
@@ -447,5 +447,81 @@ func TestAZombiesLateJournalWriteIsRefusedAndItStops(t *testing.T) {
 	}
 	if w, err := store.Window(ctx, id, 10); err != nil || len(w) != 2 {
 		t.Errorf("the conversation holds %d messages (%v), want one turn", len(w), err)
+	}
+}
+
+// A step two runs race to record is recorded once: the first write wins,
+// and a run whose own output lost the race stops (with an error the worker
+// retries: its next attempt replays the recorded step).
+func TestAStepTwoRunsRaceToRecordIsRecordedOnceAndTheLoserStops(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	a := newJournalAgent()
+	st := newStep(t, stepConfig(), worker.WithAgentFactory(a.factory()))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "race"}
+	req := stepRequest(id, "r1", "charge and mail")
+
+	started := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	release := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	firstAtCharge, releaseCharge := make(chan struct{}), make(chan struct{})
+	var models, charges int
+	a.block = func(ctx context.Context, p crashPoint) {
+		a.mu.Lock()
+		var signal, wait chan struct{}
+		switch p {
+		case firstModel:
+			if models < 2 {
+				signal, wait = started[models], release[models]
+			}
+			models++
+		case beforeCharge:
+			if charges++; charges == 1 {
+				signal, wait = firstAtCharge, releaseCharge
+			}
+		}
+		a.mu.Unlock()
+		if wait != nil {
+			close(signal)
+			select {
+			case <-wait:
+			case <-ctx.Done():
+			}
+		}
+	}
+	type result struct {
+		res bridge.Result
+		err error
+	}
+	older, newer := make(chan result, 1), make(chan result, 1)
+	go func() {
+		res, err := st.Run(ctx, req, store, newRecordingSink())
+		older <- result{res, err}
+	}()
+	<-started[0]
+	go func() {
+		res, err := st.Run(ctx, req, store, newRecordingSink())
+		newer <- result{res, err}
+	}()
+	<-started[1] // both runs are in their first model call; neither recorded it
+	close(release[0])
+	<-firstAtCharge // the older run recorded its output and runs its tool
+	close(release[1])
+	lost := <-newer
+	if lost.err == nil || errors.Is(lost.err, history.ErrFenced) || !strings.Contains(lost.err.Error(), "recorded first by another run") {
+		t.Fatalf("the run that lost the race: %+v, %v; want it stopped by the recorded step, retryable", lost.res, lost.err)
+	}
+	js, _, err := store.Steps(ctx, id, "r1")
+	if err != nil || len(js.Steps) != 1 || js.Steps[0].Key != "m/assistant/1" || js.Steps[0].Owner != js.Owner {
+		t.Fatalf("journal %+v (%v): want the first run's step, once", js, err)
+	}
+	close(releaseCharge)
+	won := <-older
+	if won.err != nil || won.res.Status != events.StatusComplete {
+		t.Fatalf("the run that won: %+v, %v", won.res, won.err)
+	}
+	again, err := st.Run(ctx, req, store, newRecordingSink())
+	if err != nil || !again.Committed.Duplicate {
+		t.Fatalf("the loser's next attempt: %+v, %v; want the request found decided", again, err)
 	}
 }
