@@ -15,6 +15,7 @@ import (
 	"github.com/cloudwego/eino/components/tool"
 	"github.com/cloudwego/eino/compose"
 	"github.com/cloudwego/eino/schema"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/pkg/bridge"
@@ -55,6 +56,8 @@ type journalAgent struct {
 	// block, if set, is called at each point a run passes, after onStart
 	// (it may wait).
 	block func(ctx context.Context, p crashPoint)
+	// instruction is the agent's (a change makes a re-run diverge).
+	instruction string
 }
 
 func newJournalAgent() *journalAgent {
@@ -191,7 +194,7 @@ func (t sideEffect) InvokableRun(ctx context.Context, _ string, _ ...tool.Option
 func (a *journalAgent) factory() worker.AgentFactory {
 	return func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
 		return adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{
-			Name: "assistant", Description: "orders", Model: a,
+			Name: "assistant", Description: "orders", Model: a, Instruction: a.instruction,
 			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{
 				sideEffect{a: a, name: "charge", before: beforeCharge, after: afterChargeEffect},
 				sideEffect{a: a, name: "mail", before: beforeMail},
@@ -523,5 +526,107 @@ func TestAStepTwoRunsRaceToRecordIsRecordedOnceAndTheLoserStops(t *testing.T) {
 	again, err := st.Run(ctx, req, store, newRecordingSink())
 	if err != nil || !again.Committed.Duplicate {
 		t.Fatalf("the loser's next attempt: %+v, %v; want the request found decided", again, err)
+	}
+}
+
+// crashAndRerun runs req on a fresh step of c until it crashes at p, then
+// changes what change changes and runs it again on the same store and a
+// step with registry reg; it returns the second run's result.
+func crashAndRerun(t *testing.T, ctx context.Context, a *journalAgent, c worker.Config, reg *prometheus.Registry, p crashPoint, change func()) (bridge.Result, error) {
+	t.Helper()
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "rerun"}
+	req := stepRequest(id, "r1", "charge and mail")
+	firstCtx, crash := context.WithCancel(ctx)
+	a.mu.Lock()
+	a.crashAt, a.crash = p, crash
+	a.mu.Unlock()
+	if _, err := newStep(t, c, worker.WithAgentFactory(a.factory())).Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+		t.Fatalf("the first run = %v, want aborted", err)
+	}
+	change()
+	return newStep(t, c, worker.WithAgentFactory(a.factory()), worker.WithRegistry(reg)).Run(ctx, req, store, newRecordingSink())
+}
+
+// A re-run whose input differs from its journal's (here the instruction
+// changed) is counted, and by default goes live from the divergent step;
+// with JournalDivergence "fail" the request fails permanently
+// (dead-lettered by the worker).
+func TestARerunThatDivergesFromItsJournalIsCountedAndGoesLiveOrFails(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{worker.DivergenceLive, worker.DivergenceFail} {
+		t.Run("With policy "+policy+".", func(t *testing.T) {
+			t.Parallel()
+			ctx := testenv.Context(t, 60*time.Second)
+			a := newJournalAgent()
+			a.instruction = "Take orders."
+			c := stepConfig()
+			c.JournalDivergence = policy
+			reg := prometheus.NewRegistry()
+			res, err := crashAndRerun(t, ctx, a, c, reg, beforeMail, func() { a.instruction = "Take orders politely." })
+			if n := counterValue(t, reg, "turnpike_worker_journal_divergences_total"); n != 1 {
+				t.Errorf("divergences counted: %v, want 1", n)
+			}
+			if policy == worker.DivergenceFail {
+				if !errors.Is(err, events.ErrInvalid) {
+					t.Fatalf("the diverged re-run: %+v, %v; want a permanent failure", res, err)
+				}
+				return
+			}
+			if err != nil || res.Status != events.StatusComplete {
+				t.Fatalf("the diverged re-run: %+v, %v", res, err)
+			}
+			// The journal held the first output, the charge and the second
+			// output: all recorded for the old instruction, all done again.
+			if got, want := a.counts(), "models 2 2 1, charge 2, mail 1"; got != want {
+				t.Errorf("executions %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// A step over JournalStepBytes is not recorded: it runs again on a
+// re-run (at least once), and it is counted.
+func TestAStepOverTheSizeLimitIsNotRecordedAndIsCounted(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	a := newJournalAgent()
+	c := stepConfig()
+	c.JournalStepBytes = 8 // "charged" fits; no model output does
+	reg := prometheus.NewRegistry()
+	res, err := crashAndRerun(t, ctx, a, c, reg, beforeMail, func() {})
+	if err != nil || res.Status != events.StatusComplete {
+		t.Fatalf("the re-run: %+v, %v", res, err)
+	}
+	if got, want := a.counts(), "models 2 2 1, charge 1, mail 1"; got != want {
+		t.Errorf("executions %q, want %q: the outputs over the limit again, the charge's result replayed", got, want)
+	}
+	if n := counterValue(t, reg, "turnpike_worker_journal_skipped_total", "kind", "model"); n != 2 {
+		t.Errorf("model steps skipped in the re-run: %v, want 2", n)
+	}
+}
+
+// A journal a crash left behind after the commit (before its delete) is
+// deleted when a redelivery finds the request decided.
+func TestAJournalLeftBehindIsDeletedWhenTheRequestIsFoundDecided(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	a := newJournalAgent()
+	st := newStep(t, stepConfig(), worker.WithAgentFactory(a.factory()))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "left"}
+	req := stepRequest(id, "r1", "charge and mail")
+	if _, err := st.Run(ctx, req, store, newRecordingSink()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.RecordStep(ctx, id, "r1", 1, history.Step{Key: "m/assistant/1", Data: []byte("{}")}, history.JournalLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.Run(ctx, req, store, newRecordingSink())
+	if err != nil || !res.Committed.Duplicate {
+		t.Fatalf("the redelivery: %+v, %v; want a duplicate", res, err)
+	}
+	if _, found, err := store.Steps(ctx, id, "r1"); found || err != nil {
+		t.Fatalf("the journal left behind is still there (%v)", err)
 	}
 }
