@@ -147,6 +147,10 @@ func (c MongoConfig) Validate() error {
 //     (RecordOutcome). Stores written before this protocol also hold one
 //     for every committed turn; they are still honoured.
 //   - requests/<key>#cancel#<partition> holds a conversation's cancels.
+//   - requests/<key>#j#<request id> is the step journal of a running
+//     request (Journal, journal_mongo.go), found by Start's query of the
+//     request's outcome; expire_at carries a TTL index where the server
+//     has them (SweepSteps elsewhere).
 //   - conversations/<key> holds turns, the highest turn number known
 //     committed, messages, the seq of its last message (absent when
 //     written before parts: then 2 × turns), and the times the
