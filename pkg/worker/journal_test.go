@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/adk/prebuilt/supervisor"
 	"github.com/cloudwego/eino/components/model"
 	"github.com/cloudwego/eino/components/tool"
 	"github.com/cloudwego/eino/compose"
@@ -628,5 +629,86 @@ func TestAJournalLeftBehindIsDeletedWhenTheRequestIsFoundDecided(t *testing.T) {
 	}
 	if _, found, err := store.Steps(ctx, id, "r1"); found || err != nil {
 		t.Fatalf("the journal left behind is still there (%v)", err)
+	}
+}
+
+// crashingTool counts its side effects; its first call stops the run (a
+// crash) before the side effect.
+type crashingTool struct {
+	mu      sync.Mutex
+	calls   int
+	effects int
+	crash   func()
+}
+
+func (t *crashingTool) Info(context.Context) (*schema.ToolInfo, error) {
+	return &schema.ToolInfo{Name: "charge", Desc: "charges the order"}, nil
+}
+
+func (t *crashingTool) InvokableRun(ctx context.Context, _ string, _ ...tool.Option) (string, error) {
+	t.mu.Lock()
+	t.calls++
+	first := t.calls == 1
+	if !first {
+		t.effects++
+	}
+	t.mu.Unlock()
+	if first {
+		t.crash()
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	return "charged", nil
+}
+
+// transfer_to_agent always runs: a re-run of a supervisor's request
+// replays the supervisor's output that asked for the transfer, transfers
+// again (the transfer acts on eino's run, a recorded result would not),
+// and replays the sub-agent's steps.
+func TestARerunOfASupervisorTransfersAgainAndReplaysTheSubAgent(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	desk := &scripted{reply: func(in []*schema.Message) *schema.Message {
+		for _, m := range in {
+			if strings.Contains(m.Content, "[orders] said:") {
+				return schema.AssistantMessage("It is on its way.", nil)
+			}
+		}
+		return call("transfer_to_agent", `{"agent_name":"orders"}`)
+	}}
+	orders := &scripted{reply: func(in []*schema.Message) *schema.Message {
+		if lastOf(in).Role == schema.Tool {
+			return schema.AssistantMessage("ORD-7 "+lastOf(in).Content+". ", nil)
+		}
+		return call("charge", `{"order":"ORD-7"}`)
+	}}
+	charge := &crashingTool{}
+	factory := func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		root, err := adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "desk", Description: "Routes.", Instruction: "Route.", Model: desk}))
+		if err != nil {
+			return nil, err
+		}
+		sub, err := adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "orders", Description: "Knows orders.", Instruction: "Answer.", Model: orders,
+			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{charge}}}}))
+		if err != nil {
+			return nil, err
+		}
+		return supervisor.New(ctx, &supervisor.Config{Supervisor: root, SubAgents: []adk.Agent{sub}})
+	}
+	st := newStep(t, stepConfig(), worker.WithAgentFactory(factory))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "desk"}
+	req := stepRequest(id, "r1", "charge ORD-7")
+	firstCtx, crash := context.WithCancel(ctx)
+	charge.crash = crash
+	if _, err := st.Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+		t.Fatalf("the first run = %v, want aborted", err)
+	}
+	res, err := st.Run(ctx, req, store, newRecordingSink())
+	if err != nil || res.Status != events.StatusComplete || len(res.Parts) != 2 || res.Parts[0].Agent != "orders" || res.Parts[1].Text != "It is on its way." {
+		t.Fatalf("the re-run: %+v, %v; want the sub-agent's answer, then the supervisor's", res, err)
+	}
+	if d, o := len(desk.seen()), len(orders.seen()); d != 2 || o != 2 || charge.effects != 1 {
+		t.Errorf("desk's model ran %d times, orders' %d, the charge %d: want each model call once (2 and 2) and one charge", d, o, charge.effects)
 	}
 }
