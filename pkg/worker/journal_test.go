@@ -587,7 +587,8 @@ func TestARerunThatDivergesFromItsJournalIsCountedAndGoesLiveOrFails(t *testing.
 }
 
 // A step over JournalStepBytes is not recorded: it runs again on a
-// re-run (at least once), and it is counted.
+// re-run (at least once), and it is counted; the steps recorded and
+// replayed are counted too.
 func TestAStepOverTheSizeLimitIsNotRecordedAndIsCounted(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 60*time.Second)
@@ -604,6 +605,14 @@ func TestAStepOverTheSizeLimitIsNotRecordedAndIsCounted(t *testing.T) {
 	}
 	if n := counterValue(t, reg, "turnpike_worker_journal_skipped_total", "kind", "model"); n != 2 {
 		t.Errorf("model steps skipped in the re-run: %v, want 2", n)
+	}
+	for _, c := range []struct {
+		result string
+		want   float64
+	}{{"replayed", 1}, {"recorded", 1}} { // the charge's result; the mail's
+		if n := counterValue(t, reg, "turnpike_worker_journal_steps_total", "kind", "tool", "result", c.result); n != c.want {
+			t.Errorf("tool steps %s in the re-run: %v, want %v", c.result, n, c.want)
+		}
 	}
 }
 
