@@ -131,6 +131,12 @@ func newStep(cfg Config, a *agents, m *metrics, log *slog.Logger, now func() tim
 // transient model error before any content: bridge.ErrModelRetry); the
 // caller may run it again with a new run id, as the worker does.
 //
+// With a store that is a history.Journal (MemoryStore and MongoStore are),
+// and Config.JournalOff unset, a durable agent's steps (Durable, and the
+// agent file's agents) are journaled: a later Run of the same request
+// replays what an earlier one recorded and did not finish, and the
+// journal is deleted when the request ends.
+//
 // ctx's values reach the agent, with the Request (RequestFromContext).
 // When ctx ends the run is aborted: nothing more is streamed or
 // persisted, and Run returns an error wrapping bridge.ErrAborted. The
