@@ -450,6 +450,10 @@ func (m *journalModel) Stream(ctx context.Context, in []*schema.Message, opts ..
 				return
 			}
 		}
+		if len(chunks) == 0 {
+			done() // an empty answer: nothing to record
+			return
+		}
 		out, err := schema.ConcatMessages(chunks)
 		if err == nil {
 			err = m.end(ctx, key, hash, done, out)
