@@ -67,7 +67,7 @@ func stepConfig() worker.Config {
 }
 
 // newStep is worker.NewStep, failing the test on an error.
-func newStep(t *testing.T, c worker.Config, opts ...worker.Option) *worker.Step {
+func newStep(t testing.TB, c worker.Config, opts ...worker.Option) *worker.Step {
 	t.Helper()
 	st, err := worker.NewStep(c, append(opts, worker.WithLogger(slog.New(slog.DiscardHandler)))...)
 	if err != nil {
