@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/turnpike-dev/turnpike/internal/server"
+	"github.com/turnpike-dev/turnpike/pkg/auth"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
@@ -25,6 +26,7 @@ const (
 	paramSince       = "since"
 	paramFollow      = "follow"
 	paramAccessToken = "access_token"
+	paramShard       = "shard"
 )
 
 // ServeEvents serves GET /v1/conversations/{conversation}/events as a
@@ -73,8 +75,16 @@ func (g *gateway) ServeEvents(w http.ResponseWriter, r *http.Request) {
 		server.MethodNotAllowed("GET, OPTIONS").ServeHTTP(w, r)
 		return
 	}
-	tok, user, ok := g.admit(w, r)
+	tok, ok := g.authenticate(w, r)
 	if !ok {
+		return
+	}
+	// Before the connect rate: a redirected request is not a connection.
+	if g.redirectToShard(w, r, tok) {
+		return
+	}
+	user := tok.Tenant + "/" + tok.User
+	if !g.allowConnect(w, user) {
 		return
 	}
 	conv, sn, follow, err := parseEventsRequest(r)
@@ -161,6 +171,36 @@ func (g *gateway) ServeEvents(w http.ResponseWriter, r *http.Request) {
 	}()
 }
 
+// redirectToShard answers 307 to the same URL with ?shard=<the
+// conversation's home partition>, computed from the token's identity,
+// unless the request carries exactly that hint; it reports whether it
+// answered. The hint is for the edge, which routes by it: the gateway never
+// reads anything else from it (the subscription's partition is computed
+// again from the token). A request with a bad conversation, or before Run
+// has the partitions, goes on to its refusal.
+func (g *gateway) redirectToShard(w http.ResponseWriter, r *http.Request, tok auth.Token) bool {
+	conv := r.PathValue("conversation")
+	g.mu.Lock()
+	h := g.hub
+	g.mu.Unlock()
+	if h == nil || events.ValidateID("conversation", conv) != nil {
+		return false
+	}
+	shard := strconv.Itoa(h.partitionOf(tok.Principal.Identity(conv).Key()))
+	q := r.URL.Query()
+	if q.Get(paramShard) == shard {
+		return false
+	}
+	q.Set(paramShard, shard)
+	g.metrics.shardRedirects.Inc()
+	// A query-only reference: the same path, whatever prefix a proxy
+	// stripped on the way in. The answer depends on the token: not cached.
+	w.Header().Set("Location", "?"+q.Encode())
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusTemporaryRedirect)
+	return true
+}
+
 // headerBytes returns h in wire format.
 func headerBytes(h http.Header) []byte {
 	var b bytes.Buffer
@@ -178,7 +218,7 @@ func parseEventsRequest(r *http.Request) (conv string, sn since, follow string, 
 	q := r.URL.Query()
 	for k, vs := range q {
 		switch k {
-		case paramSince, paramFollow, paramAccessToken:
+		case paramSince, paramFollow, paramAccessToken, paramShard:
 		default:
 			return "", sn, "", fmt.Errorf("unknown query parameter %q", clip(k, 32))
 		}

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -861,4 +862,70 @@ func TestAnEventsDataIsItsFrameOnOneLine(t *testing.T) {
 			t.Errorf("event of %q = %q (last %v), want %q", value, ev, last, want)
 		}
 	}
+}
+
+// docs/api.md "Shard hints": an event stream requested without its
+// conversation's shard as ?shard= (the home partition of the token's
+// identity), or with another value, is answered 307 to the same URL (a
+// query-only reference, every other parameter kept) with the right one,
+// not cached, and before the connect rate counts it; with the right hint it
+// streams. Following the redirect of a hint naming another user's shard
+// streams the token's own conversation: the hint is trusted for nothing.
+func TestAnEventStreamWithoutItsShardHintIsRedirectedToTheSameURLWithIt(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	f.start(ctx, func(c *Config) { c.ConnectBurst, c.ConnectPerMinute = 1, 1 }, nil)
+	alice, bob := aliceAndBobApart(t)
+	tok := token(t, auth.DefaultTenant, "alice")
+	want := strconv.Itoa(partitionOf(alice))
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tt := range []struct {
+		name string
+		q    url.Values
+	}{
+		{"A request without a hint is redirected.", url.Values{"since": {"earliest"}}},
+		{"A hint naming another user's shard is redirected.", url.Values{"since": {"earliest"}, "shard": {strconv.Itoa(partitionOf(bob))}}},
+		{"A hint that is no number is redirected.", url.Values{"since": {"earliest"}, "shard": {"x"}}},
+	} {
+		s, err := openSSEWith(ctx, t, noFollow, f.eventsURL(alice.Conversation, tt.q), tok, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loc := s.resp.Header.Get("Location")
+		if s.resp.StatusCode != http.StatusTemporaryRedirect || s.resp.Header.Get("Cache-Control") != "no-store" {
+			t.Fatalf("%s Got %d %v, want 307 with Cache-Control no-store", tt.name, s.resp.StatusCode, s.resp.Header)
+		}
+		wantQ := url.Values{"since": {"earliest"}, "shard": {want}}
+		if !strings.HasPrefix(loc, "?") {
+			t.Fatalf("%s Location %q, want a query-only reference", tt.name, loc)
+		}
+		if got, err := url.ParseQuery(loc[1:]); err != nil || got.Encode() != wantQ.Encode() {
+			t.Fatalf("%s Location %q, want ?%s", tt.name, loc, wantQ.Encode())
+		}
+	}
+	// One connect a minute: none of the redirects took it.
+	s := mustOpenSSEWith(ctx, t, noFollow, f.eventsURL(alice.Conversation, url.Values{"shard": {want}}), tok, nil)
+	if fr := s.expect("subscribed").fr; fr.Shard == nil || strconv.Itoa(*fr.Shard) != want {
+		t.Fatalf("the subscribed event names shard %v, want %s", fr.Shard, want)
+	}
+	checkMetric(t, f.reg, "turnpike_pushgw_shard_redirects_total", 3)
+}
+
+// docs/api.md "Shard hints": the hint is never trusted. Alice's stream
+// opened with bob's shard as hint, redirect followed, carries alice's
+// events only, and bob's the same way.
+func TestAShardHintNeverChoosesWhoseEventsAStreamCarries(t *testing.T) {
+	t.Parallel()
+	ctx, f := startedFixture(t)
+	alice, bob := aliceAndBobApart(t)
+	streams := map[string]*sseStream{}
+	for _, tt := range []struct{ id, other events.Identity }{{alice, bob}, {bob, alice}} {
+		q := url.Values{"shard": {strconv.Itoa(partitionOf(tt.other))}}
+		streams[tt.id.User] = mustOpenSSE(ctx, t, f.eventsURL(tt.id.Conversation, q), token(t, auth.DefaultTenant, tt.id.User), nil).subscribed()
+	}
+	f.produce(ctx, bob, "bob", 1, 2)
+	f.produce(ctx, alice, "alice", 1, 2)
+	checkSeqs(t, streams["alice"].events(2), "alice", 1, 2)
+	checkSeqs(t, streams["bob"].events(2), "bob", 1, 2)
 }
