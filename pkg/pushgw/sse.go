@@ -41,8 +41,11 @@ const (
 // earliest). Comments (": heartbeat") go out every SSEHeartbeat.
 //
 // Before the stream starts, as ServeHTTP: an origin not allowed is 403, a
-// missing or bad token 401, a user over the connect or subscribe rate 429;
-// a bad conversation, position, follow or query parameter is 400. A
+// missing or bad token 401; then a request without its conversation's
+// shard hint (?shard=, the home partition of the token's identity) is
+// redirected 307 to the same URL with it (redirectToShard); then a user
+// over the connect or subscribe rate is 429, and a bad conversation,
+// position, follow or query parameter is 400. A
 // gateway that is starting, stopping or behind the cursor answers 200 with
 // one error event of code unavailable and ends the stream, so that an
 // EventSource reconnects by itself (it gives up on any status but 200).
