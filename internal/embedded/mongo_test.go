@@ -307,3 +307,56 @@ func TestUnorderedInsertReportsEachDuplicate(t *testing.T) {
 		t.Fatalf("documents %v, want a … e", got)
 	}
 }
+
+// TestConcurrentUpdatesOfOneDocumentAllLand covers patch 8 (an update
+// statement and a findAndModify hold their collection's update lock from
+// their read to their write): concurrent updates of one document, plain,
+// conditional and findAndModify, each land, as on MongoDB, where an update
+// of one document is atomic. Upstream each read the document, modified it
+// in Go and wrote it back, so two of them could both read the same version
+// and the later write drop the earlier one (4 to 7 of 12 concurrent
+// conditional appends landed).
+func TestConcurrentUpdatesOfOneDocumentAllLand(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	coll := testenv.MongoClient(t, testenv.EmbeddedMongo(t, t.TempDir()).URI()).Database("atomic").Collection("docs")
+	const rounds, writers = 4, 12
+	for round := range rounds {
+		id := fmt.Sprintf("doc-%d", round)
+		if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "n", Value: 0}, {Key: "m", Value: 0}, {Key: "seen", Value: bson.A{}}}); err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2*writers)
+		for w := range writers {
+			go func() {
+				// Conditional: appends w unless it is there already (the
+				// shape of a fenced, once-only append).
+				res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "seen", Value: bson.D{{Key: "$ne", Value: w}}}},
+					bson.D{{Key: "$push", Value: bson.D{{Key: "seen", Value: w}}}, {Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}})
+				if err == nil && res.ModifiedCount != 1 {
+					err = fmt.Errorf("writer %d: modified %d", w, res.ModifiedCount)
+				}
+				errs <- err
+			}()
+			go func() {
+				errs <- coll.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "m", Value: 1}}}}).Err()
+			}()
+		}
+		for range 2 * writers {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		var d struct {
+			N    int   `bson:"n"`
+			M    int   `bson:"m"`
+			Seen []int `bson:"seen"`
+		}
+		if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d); err != nil {
+			t.Fatal(err)
+		}
+		if d.N != writers || d.M != writers || len(d.Seen) != writers {
+			t.Fatalf("round %d: n %d, m %d, %d appended; want %d each: concurrent updates were lost", round, d.N, d.M, len(d.Seen), writers)
+		}
+	}
+}

@@ -464,7 +464,10 @@ func artifactsDir(t *testing.T) string {
 // WebSocket and messages containing one of tolerated.
 func newBrowser(t *testing.T, path string, tolerated ...string) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// One deadline for the browser and every step of a test: only a hang
+	// detector. TestBrowserChat's steps (a stack restart among them) take
+	// about 20 s on 2 quiet cores and ran past 60 s at a load average of 20.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx,
 		chromedp.ExecPath(path),

@@ -20,10 +20,15 @@
 // all bound to the identity. Assistant messages carry the run's token
 // usage and, when interrupted, the question asked (Interrupt).
 //
+// A Journal keeps the step journals of durable runs (pkg/worker's
+// Durable): the steps a running request's agent completed, fenced by the
+// owner token of the run that writes them, so that a re-run replays them;
+// Pending.Start finds a request's journal in the query that decides it.
+//
 // Implementations: MongoStore (MongoDB and FerretDB; its doc comment
 // describes the storage layout and commit protocol) and MemoryStore (for
-// unit tests of other packages). Package historytest is the conformance
-// suite both pass.
+// unit tests of other packages), both Journals too. Package historytest is
+// the conformance suite both pass.
 //
 // Store implementations are safe for concurrent use. A Pending belongs to
 // one request and is not.

@@ -123,7 +123,7 @@ func spanTurns(n int64) int64 { return n/2 + 1 }
 
 // windowMessages flattens the newest turns and keeps the last n messages.
 func windowMessages(turns []numbered, n int) []Message {
-	if len(turns) == 0 || n <= 0 {
+	if len(turns) == 0 || n < 1 {
 		return []Message{}
 	}
 	newest := turns[len(turns)-1].end()
@@ -139,7 +139,7 @@ func clampLimit(limit int) int {
 // whose newest message is newest (lo > hi: an empty page). before <= 0, or
 // beyond the newest message, means "after the newest".
 func listRange(newest, before int64, limit int) (lo, hi int64) {
-	if before <= 0 || before > newest+1 {
+	if before <= 0 || before > newest {
 		before = newest + 1
 	}
 	return max(1, before-int64(clampLimit(limit))), before - 1

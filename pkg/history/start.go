@@ -20,6 +20,11 @@ type Start struct {
 	// Window is set when neither is: the last n stored messages, oldest
 	// first, followed by the pending user message (as Pending.Window).
 	Window []Message
+	// Steps is the request's step journal, when the store is a Journal
+	// and the request has one (an earlier run of it recorded steps and
+	// did not end). A MongoStore reads it in the query of the request's
+	// outcome, at no extra command.
+	Steps *Steps
 }
 
 // tip is the newest turn of a conversation as Start saw it: the turn a
@@ -65,12 +70,22 @@ func (p *Pending) Start(ctx context.Context, n int) (Start, error) {
 		}
 		return st, nil
 	}
+	var steps *Steps
+	if j, ok := p.store.(Journal); ok {
+		js, found, err := j.Steps(ctx, p.id, p.requestID)
+		if err != nil {
+			return Start{}, fmt.Errorf("start: %w", err)
+		}
+		if found {
+			steps = &js
+		}
+	}
 	c, decided, err := p.store.Lookup(ctx, p.id, p.requestID)
 	if err != nil {
 		return Start{}, fmt.Errorf("start: %w", err)
 	}
 	if decided {
-		return Start{Decided: true, Committed: c}, nil
+		return Start{Decided: true, Committed: c, Steps: steps}, nil
 	}
 	if p.source != nil {
 		cancelled, err := p.store.Cancelled(ctx, p.id, p.requestID, *p.source)
@@ -78,12 +93,12 @@ func (p *Pending) Start(ctx context.Context, n int) (Start, error) {
 			return Start{}, fmt.Errorf("start: %w", err)
 		}
 		if cancelled {
-			return Start{Cancelled: true}, nil
+			return Start{Cancelled: true, Steps: steps}, nil
 		}
 	}
 	w, err := p.Window(ctx, n)
 	if err != nil {
 		return Start{}, fmt.Errorf("start: %w", err)
 	}
-	return Start{Window: w}, nil
+	return Start{Window: w, Steps: steps}, nil
 }

@@ -28,6 +28,7 @@ type memConv struct {
 	requests    map[string]int64         // request id -> turn number
 	outcomes    map[string]events.Status // request id -> outcome without a turn
 	cancels     map[int]cancelState      // by partition of the requests topic
+	journals    map[string]*Steps        // request id -> its step journal
 }
 
 // conv returns the conversation of key, creating it. s.mu must be held.
@@ -35,7 +36,8 @@ func (s *MemoryStore) conv(key string) *memConv {
 	c := s.convs[key]
 	if c == nil {
 		c = &memConv{requests: make(map[string]int64), outcomes: make(map[string]events.Status),
-			cancels: make(map[int]cancelState), checkpoints: make(map[string][]byte)}
+			cancels: make(map[int]cancelState), checkpoints: make(map[string][]byte),
+			journals: make(map[string]*Steps)}
 		s.convs[key] = c
 	}
 	return c

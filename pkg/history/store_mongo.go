@@ -147,6 +147,10 @@ func (c MongoConfig) Validate() error {
 //     (RecordOutcome). Stores written before this protocol also hold one
 //     for every committed turn; they are still honoured.
 //   - requests/<key>#cancel#<partition> holds a conversation's cancels.
+//   - requests/<key>#j#<request id> is the step journal of a running
+//     request (Journal, journal_mongo.go), found by Start's query of the
+//     request's outcome; expire_at carries a TTL index where the server
+//     has them (SweepSteps elsewhere).
 //   - conversations/<key> holds turns, the highest turn number known
 //     committed, messages, the seq of its last message (absent when
 //     written before parts: then 2 × turns), and the times the
@@ -245,8 +249,22 @@ func (s *MongoStore) createIndexes(ctx context.Context) error {
 			return fmt.Errorf("create index on %s: %w", ix.coll.Name(), err)
 		}
 	}
+	// Step journals expire at expire_at (the backstop of DeleteSteps).
+	// FerretDB refuses TTL indexes as not implemented: there SweepSteps
+	// deletes them.
+	ttl := mongo.IndexModel{Keys: bson.D{{Key: "expire_at", Value: 1}}, Options: options.Index().SetName("expire_at_ttl").SetExpireAfterSeconds(0)}
+	if _, err := s.reqs.Indexes().CreateOne(ctx, ttl); err != nil {
+		var ce mongo.CommandError
+		if !errors.As(err, &ce) || ce.Code != codeNotImplemented {
+			return fmt.Errorf("create index on %s: %w", s.reqs.Name(), err)
+		}
+	}
 	return nil
 }
+
+// codeNotImplemented is the server error code of a feature FerretDB does
+// not have.
+const codeNotImplemented = 238
 
 // Documents. Field names are part of the stored format.
 
@@ -527,21 +545,23 @@ type decisionDoc struct {
 // by _id) and the newest turns (one range query), issued together.
 func (s *MongoStore) start(ctx context.Context, p *Pending, n int) (Start, *tip, error) {
 	key := p.id.Key()
-	reqID := requestDocID(key, p.requestID)
-	ids := bson.A{reqID}
+	reqID, jid := requestDocID(key, p.requestID), journalDocID(key, p.requestID)
+	// The request's step journal, if it has one, is found by the same
+	// query: a re-run learns what to replay for no extra command.
+	ids := bson.A{reqID, jid}
 	if p.source != nil {
 		ids = append(ids, cancelDocID(key, p.source.Partition))
 	}
 	var (
-		decisions []decisionDoc
-		derr      error
-		done      = make(chan struct{})
+		raws []bson.Raw
+		derr error
+		done = make(chan struct{})
 	)
 	go func() {
 		defer close(done)
 		cur, err := s.reqs.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
 		if err == nil {
-			err = cur.All(ctx, &decisions)
+			err = cur.All(ctx, &raws)
 		}
 		if err != nil {
 			derr = fmt.Errorf("read request and cancels: %w", err)
@@ -553,18 +573,38 @@ func (s *MongoStore) start(ctx context.Context, p *Pending, n int) (Start, *tip,
 		return Start{}, nil, err
 	}
 
-	var cancels *decisionDoc
+	var (
+		decisions []decisionDoc
+		cancels   *decisionDoc
+		steps     *Steps
+	)
+	for _, raw := range raws {
+		if docID, _ := raw.Lookup("_id").StringValueOK(); docID == jid {
+			var j journalDoc
+			if err := bson.Unmarshal(raw, &j); err != nil {
+				return Start{}, nil, fmt.Errorf("read journal: %w", err)
+			}
+			js := j.steps()
+			steps = &js
+			continue
+		}
+		var d decisionDoc
+		if err := bson.Unmarshal(raw, &d); err != nil {
+			return Start{}, nil, fmt.Errorf("read request and cancels: %w", err)
+		}
+		decisions = append(decisions, d)
+	}
 	for i, d := range decisions {
 		switch d.ID {
 		case reqID:
-			return Start{Decided: true, Committed: Committed{N: d.N, Status: d.Status}}, nil, nil
+			return Start{Decided: true, Committed: Committed{N: d.N, Status: d.Status}, Steps: steps}, nil, nil
 		default:
 			cancels = &decisions[i]
 		}
 	}
 	for _, x := range turns {
 		if x.t.RequestID == p.requestID {
-			return Start{Decided: true, Committed: Committed{N: x.n, Status: x.t.Status}}, nil, nil
+			return Start{Decided: true, Committed: Committed{N: x.n, Status: x.t.Status}, Steps: steps}, nil, nil
 		}
 	}
 	t := &tip{v1: true}
@@ -582,15 +622,15 @@ func (s *MongoStore) start(ctx context.Context, p *Pending, n int) (Start, *tip,
 				return Start{}, nil, err
 			}
 			if found {
-				return Start{Decided: true, Committed: Committed{N: have.N, Status: have.Assistant.Status}}, nil, nil
+				return Start{Decided: true, Committed: Committed{N: have.N, Status: have.Assistant.Status}, Steps: steps}, nil, nil
 			}
 		}
 	}
 	if cancels != nil && p.source != nil &&
 		(cancelState{topic: cancels.Topic, before: cancels.Before, requests: cancels.Requests}).covers(p.requestID, *p.source) {
-		return Start{Cancelled: true}, nil, nil
+		return Start{Cancelled: true, Steps: steps}, nil, nil
 	}
-	return Start{Window: windowMessages(turns, n)}, t, nil
+	return Start{Window: windowMessages(turns, n), Steps: steps}, t, nil
 }
 
 // follows reports whether the record src comes after last in the same

@@ -258,6 +258,7 @@ func TestMongoConfigValidate(t *testing.T) {
 		{"The zero config is valid.", history.MongoConfig{}, nil},
 		{"Custom collection names are valid.", history.MongoConfig{Conversations: "a", Turns: "b", Requests: "c"}, nil},
 		{"A collection named twice is invalid.", history.MongoConfig{Turns: "requests"}, []string{"distinct"}},
+		{"The smallest settings are valid.", history.MongoConfig{GroupCommitBatch: 1, GroupCommitFlushes: 1, GroupCommitTimeout: time.Nanosecond, CommitAttempts: 1}, nil},
 		{"Every problem is reported at once.", history.MongoConfig{GroupCommitBatch: -1, CommitAttempts: -2},
 			[]string{"group commit batch -1", "commit attempts -2"}},
 	}

@@ -113,14 +113,16 @@ func buildAgents(ctx context.Context, cfg Config, spec *agentConfig, d deps) (*a
 		if desc == "" && root {
 			desc = rootDescription
 		}
-		ag, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{
+		// Durable: its steps are journaled and replayed on a re-run
+		// (journal.go); ask_user always runs (it reads its resume state).
+		ag, err := adk.NewChatModelAgent(ctx, Durable(&adk.ChatModelAgentConfig{
 			Name:          s.Name,
 			Description:   desc,
 			Instruction:   s.Instruction,
 			Model:         m,
 			ToolsConfig:   adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: tools}},
 			MaxIterations: s.MaxIterations,
-		})
+		}))
 		if err != nil {
 			return nil, fmt.Errorf("agent %s: %w", s.Name, err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/echo"
 	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
 )
 
 // Config is the worker's configuration: the settings of cmd/worker, one
@@ -108,6 +109,32 @@ type Config struct {
 	// false: version 2.
 	HistoryV1 bool
 
+	// JournalOff turns the step journal of durable runs off (-journal-off,
+	// TURNPIKE_JOURNAL_OFF): every run of a request then runs its agent
+	// from the start (at least once). Default false: the agents of the
+	// agent file, and Go agents built with Durable, journal their steps
+	// (DESIGN.md, "Durable runs").
+	JournalOff bool
+	// JournalDivergence is what a re-run does when its inputs differ from
+	// its journal's (the agent's code or instruction changed, the window
+	// differs): "live" drops the journal from the divergent step on and
+	// runs live from there; "fail" fails the request (dead-lettered)
+	// (-journal-divergence, TURNPIKE_JOURNAL_DIVERGENCE). Default "live".
+	JournalDivergence string
+	// JournalStepBytes bounds one journaled step (a model output, a tool
+	// result); a larger one is not recorded and runs again if the request
+	// does (-journal-step-bytes, TURNPIKE_JOURNAL_STEP_BYTES). Default
+	// 262144.
+	JournalStepBytes int
+	// JournalBytes bounds a request's journal; a step that would pass it
+	// is not recorded (-journal-bytes, TURNPIKE_JOURNAL_BYTES). Default
+	// 4194304, at most history.MaxJournalBytes.
+	JournalBytes int
+	// JournalTTL is how long the journal of a request that never reaches a
+	// durable end is kept after its last write (-journal-ttl,
+	// TURNPIKE_JOURNAL_TTL). Default 24h.
+	JournalTTL time.Duration
+
 	// Ordering is "key" (conversations of a partition run concurrently,
 	// each strictly in topic order) or "partition" (one record at a time
 	// per partition) (-ordering, TURNPIKE_ORDERING). Default "key".
@@ -183,6 +210,8 @@ const (
 	defaultLogLevel    = "info"
 	defaultLogFormat   = "json"
 	defaultSampleRatio = 1
+	// defaultJournalStepBytes is JournalStepBytes' default.
+	defaultJournalStepBytes = 256 << 10
 )
 
 // DefaultConfig returns the configuration with every default and no
@@ -221,6 +250,12 @@ func (c *Config) setDefaults() {
 	if c.Ordering == "" {
 		c.Ordering = orderingKey
 	}
+	if c.JournalDivergence == "" {
+		c.JournalDivergence = DivergenceLive
+	}
+	def(&c.JournalStepBytes, defaultJournalStepBytes)
+	def(&c.JournalBytes, history.DefaultJournalBytes)
+	defDur(&c.JournalTTL, history.DefaultJournalTTL)
 	def(&c.Partitions, topic.DefaultPartitions)
 	def(&c.WindowMessages, 20)
 	def(&c.MaxContentBytes, events.DefaultMaxContentBytes)
@@ -323,6 +358,18 @@ func (c Config) validateConsumer() error {
 		if n.v < 1 {
 			errs = append(errs, fmt.Errorf("worker: %s %d < 1", n.name, n.v))
 		}
+	}
+	if c.JournalDivergence != DivergenceLive && c.JournalDivergence != DivergenceFail {
+		errs = append(errs, fmt.Errorf("worker: JournalDivergence %q: want live or fail", c.JournalDivergence))
+	}
+	if c.JournalStepBytes < 1 {
+		errs = append(errs, fmt.Errorf("worker: JournalStepBytes %d < 1", c.JournalStepBytes))
+	}
+	if c.JournalBytes < 1 || c.JournalBytes > history.MaxJournalBytes {
+		errs = append(errs, fmt.Errorf("worker: JournalBytes %d not in 1..%d", c.JournalBytes, history.MaxJournalBytes))
+	}
+	if c.JournalTTL < 0 {
+		errs = append(errs, fmt.Errorf("worker: JournalTTL %v < 0", c.JournalTTL))
 	}
 	if c.CompactTokens < 0 {
 		errs = append(errs, fmt.Errorf("worker: CompactTokens %d < 0", c.CompactTokens))

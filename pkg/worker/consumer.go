@@ -80,6 +80,9 @@ type consumer struct {
 	// countBeforeJoin is the requests topic's partition count as last read
 	// before the consumer group's latest join (home.go).
 	countBeforeJoin atomic.Int64
+	// runSeq counts the runs of records this process started: the low
+	// half of their owner tokens (ownerToken).
+	runSeq atomic.Uint32
 
 	// set by Run
 	control *controlChannel
@@ -219,6 +222,17 @@ func (w *consumer) Run(ctx context.Context) error {
 		}
 	}()
 
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		w.sweepJournals(sweepCtx)
+	}()
+	defer func() {
+		stopSweep()
+		<-sweepDone
+	}()
+
 	if w.ready != nil {
 		w.ready()
 	}
@@ -282,5 +296,50 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// ownerToken is the owner token of a run of a record in generation gen:
+// the generation in the high 32 bits, this process's run counter in the
+// low 32. A partition has one owner per generation, whose runs of a
+// record (retries) are one after the other in this process, so a later
+// run of a request always has a higher token than an earlier one, and
+// the new owner of a partition a higher one than a zombie of an older
+// generation. The step journal's writes are fenced by it.
+func (w *consumer) ownerToken(gen int32) int64 {
+	return int64(gen)<<32 | int64(w.runSeq.Add(1))
+}
+
+// journalSweepInterval is how often a worker deletes expired step journals
+// on a store without a TTL index (FerretDB).
+const journalSweepInterval = time.Hour
+
+// sweepJournals deletes the expired step journals (of requests that never
+// reached a durable end) every journalSweepInterval until ctx ends, when
+// the store can (history.MongoStore.SweepSteps). On MongoDB the TTL index
+// deletes them too; the sweep then finds few.
+func (w *consumer) sweepJournals(ctx context.Context) {
+	sw, ok := w.store.(interface {
+		SweepSteps(ctx context.Context, now time.Time) (int, error)
+	})
+	if !ok || w.cfg.JournalOff {
+		return
+	}
+	t := time.NewTicker(journalSweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := sw.SweepSteps(ctx, w.now())
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("journal sweep", slog.Any("error", err))
+			}
+			continue
+		}
+		w.metrics.journalSwept.Add(float64(n))
 	}
 }

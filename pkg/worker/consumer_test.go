@@ -250,3 +250,23 @@ func TestTwoWorkersOnTheSameRecordsPersistEachTurnOnceAndInOrder(t *testing.T) {
 	s.stream(t).untilCompleted(t, ctx, 2*convs*msgs)
 	checkHistory(t, ctx, store, convs, msgs)
 }
+
+// The step journal's owner tokens order the runs of a request: a later
+// run in one worker is higher, and the first run of a new owner in a later
+// generation is higher than any run of a worker of an earlier one (a
+// zombie), however many runs that worker made.
+func TestAnOwnerTokenOfALaterGenerationIsHigherThanAnyOfAnEarlierOne(t *testing.T) {
+	t.Parallel()
+	zombie, owner := worker.NewOwnerTokens(), worker.NewOwnerTokens()
+	var last int64
+	for range 1000 {
+		next := zombie(5)
+		if next <= last {
+			t.Fatalf("a later run of one worker got token %d after %d", next, last)
+		}
+		last = next
+	}
+	if first := owner(6); first <= last {
+		t.Fatalf("the new owner's first run in generation 6 got %d, not above the zombie's %d of generation 5", first, last)
+	}
+}

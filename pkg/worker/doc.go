@@ -57,13 +57,25 @@
 // Config.MaxAttempts, then the record is dead-lettered; metrics, trace
 // spans and token usage are the same.
 //
-// Agent code runs at least once per request, not exactly once: a
-// re-delivery after a crash, a run aborted when its partition moves, or a
-// retry after a transient error runs it again, with a new run id and the
-// same request id. Only the turn's commit is exactly once. A tool with a
-// side effect (an order placed, a mail sent) must key it on the request id
-// (RequestFromContext in the tool's context, or Request in the factory) so
-// that a second run does not repeat it.
+// A request may run more than once: a re-delivery after a crash, a run
+// aborted when its partition moves, or a retry after a transient error
+// runs it again, with a new run id and the same request id. The turn's
+// commit is exactly once. A durable agent's steps are journaled (durable
+// runs, DESIGN.md): each model output that asks for tools is recorded
+// before any of its tools starts, each tool result before the next model
+// call reads it, and a re-run replays them (the model is not called, the
+// tool does not run) and goes on live from the first step not recorded.
+// The agents of the agent file are durable; a Go agent opts in with
+// Durable on each ChatModelAgentConfig (the supervisor's and every
+// sub-agent's). What stays at least once: agents that do not opt in, and
+// agents that are not ChatModelAgents; streamable tools; a tool killed
+// while it runs, or after its side effect and before its result was
+// recorded; a final answer cut short; a step over the journal's size
+// limits; the steps a worker that lost its partition makes before the new
+// owner claims the journal. A tool with a side effect keys it on its
+// ToolStep (ToolStepFromContext: the same key on every run, and the run's
+// attempt), or on the request id (RequestFromContext), so that its service
+// can deduplicate what the journal cannot.
 //
 // # Concurrency
 //

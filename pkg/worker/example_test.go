@@ -203,3 +203,54 @@ func Example_customModelTools() {
 	// the model sees: [weather]
 	// It is sunny in Paris.
 }
+
+type chargeArgs struct {
+	Order string `json:"order"`
+	Cents int    `json:"cents"`
+}
+
+// A Go agent made durable with one line: Durable on its
+// ChatModelAgentConfig (on the supervisor's and each sub-agent's, in a
+// tree). A re-run of a request then replays the model outputs and tool
+// results its earlier run recorded.
+func ExampleDurable() {
+	model, _ := echo.New(echo.Config{}) // any eino ToolCallingChatModel
+	newAgent := func(ctx context.Context, r worker.Request) (adk.Agent, error) {
+		charge, err := utils.InferTool("charge", "Charges an order.", func(ctx context.Context, a chargeArgs) (string, error) {
+			return "charged " + a.Order, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		return adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{
+			Name: "assistant", Description: "Takes orders.", Model: model,
+			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{charge}}},
+		}))
+	}
+	worker.Main(worker.WithAgentFactory(newAgent))
+}
+
+// paymentService stands for a payment API that deduplicates by an
+// idempotency key.
+type paymentService interface {
+	Charge(ctx context.Context, idempotencyKey, order string, cents int) (string, error)
+}
+
+// A tool of a durable agent keys its side effect on its step: the journal
+// runs it once per request, except when a run stops between the side
+// effect and the record of its result; the next run calls it again with
+// the same Key (and a higher Attempt), and the service answers the first
+// charge's result instead of charging twice.
+func ExampleToolStepFromContext() {
+	var payments paymentService // your client
+	charge, _ := utils.InferTool("charge", "Charges an order.", func(ctx context.Context, a chargeArgs) (string, error) {
+		key := "" // not a durable run: no step (key on the request id instead)
+		if step, ok := worker.ToolStepFromContext(ctx); ok {
+			key = step.Key // "<request id>/t/<agent>/<model call>/<tool call id>"
+		} else if r, ok := worker.RequestFromContext(ctx); ok {
+			key = r.RequestID + "/charge/" + a.Order
+		}
+		return payments.Charge(ctx, key, a.Order, a.Cents)
+	})
+	_ = charge
+}

@@ -51,3 +51,7 @@ const (
 	HeaderSourcePartition = headerSourcePartition
 	HeaderSourceOffset    = headerSourceOffset
 )
+
+// NewOwnerTokens returns the owner tokens of a fresh worker process's runs
+// (ownerToken), by generation.
+func NewOwnerTokens() func(gen int32) int64 { return (&consumer{}).ownerToken }

@@ -10,6 +10,7 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/echo"
 	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
 )
 
 // bind registers every setting of c on set, each with its flag, its
@@ -63,6 +64,16 @@ func (c *Config) bind(set *flagenv.Set, goAgent, noAddr bool) {
 	set.Int(&c.CompactKeep, "compact-keep", "TURNPIKE_COMPACT_KEEP", 6, "newest stored messages compaction keeps verbatim")
 	set.Bool(&c.HistoryV1, "history-v1", "TURNPIKE_HISTORY_V1", false,
 		"start no conversation in history format version 2 (one message per agent): true only while workers of a release before it may still run (docs/deploy.md)")
+	set.Bool(&c.JournalOff, "journal-off", "TURNPIKE_JOURNAL_OFF", false,
+		"turn the step journal off: a request's re-run runs its agent from the start (tools again)")
+	set.String(&c.JournalDivergence, "journal-divergence", "TURNPIKE_JOURNAL_DIVERGENCE", DivergenceLive,
+		"a re-run whose inputs differ from its journal: live (drop the journal from there, run live) or fail (dead-letter the request)")
+	set.Int(&c.JournalStepBytes, "journal-step-bytes", "TURNPIKE_JOURNAL_STEP_BYTES", defaultJournalStepBytes,
+		"largest journaled step (a larger one runs again on a re-run)")
+	set.Int(&c.JournalBytes, "journal-bytes", "TURNPIKE_JOURNAL_BYTES", history.DefaultJournalBytes,
+		"largest journal of one request (a step past it runs again on a re-run)")
+	set.Duration(&c.JournalTTL, "journal-ttl", "TURNPIKE_JOURNAL_TTL", history.DefaultJournalTTL,
+		"how long the journal of a request that never ends is kept after its last write")
 	if !goAgent {
 		set.String(&c.AgentFile, "agent-config", "TURNPIKE_AGENT_CONFIG", "",
 			"agent configuration file (JSON): agents, sub-agents, models, tools, what is streamed and persisted")

@@ -32,6 +32,11 @@ type metrics struct {
 	fetchLag        prometheus.Histogram
 	startDelay      prometheus.Histogram
 	firstTokenWrite prometheus.Histogram
+	// The step journal of durable runs.
+	journalSteps       *prometheus.CounterVec
+	journalSkipped     *prometheus.CounterVec
+	journalDivergences prometheus.Counter
+	journalSwept       prometheus.Counter
 }
 
 // stageBuckets are the buckets of the turn-stage histograms: 0.5 ms to
@@ -117,10 +122,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "turnpike_worker_first_token_write_seconds", Help: "From a run's first token event's emission to the broker's acknowledgement of its stream record.",
 			Buckets: stageBuckets,
 		}),
+		journalSteps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "turnpike_worker_journal_steps_total", Help: "Steps of durable runs, by kind (model, tool) and result (recorded: written to the journal; replayed: answered from it without calling the model or running the tool).",
+		}, []string{"kind", "result"}),
+		journalSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "turnpike_worker_journal_skipped_total", Help: "Steps of durable runs not recorded because they passed the step or journal size limit (they run again if the request does), by kind.",
+		}, []string{"kind"}),
+		journalDivergences: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnpike_worker_journal_divergences_total", Help: "Recorded steps whose run's input differed from the one they were recorded for (handled by -journal-divergence).",
+		}),
+		journalSwept: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnpike_worker_journal_swept_total", Help: "Expired step journals the worker deleted (requests that never reached a durable end), on stores without a TTL index.",
+		}),
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.completionsDropped, m.lag, m.streamWrite, m.cancelled, m.fenced, m.committed, m.running, m.peakInflight, m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds,
-		m.tokens, m.transfers, m.interrupts, m.resumes, m.compactions, m.moved, m.fetchLag, m.startDelay, m.firstTokenWrite} {
+		m.tokens, m.transfers, m.interrupts, m.resumes, m.compactions, m.moved, m.fetchLag, m.startDelay, m.firstTokenWrite,
+		m.journalSteps, m.journalSkipped, m.journalDivergences, m.journalSwept} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

@@ -63,6 +63,9 @@ type entry struct {
 	// fetched is when the record was fetched (turnpike_worker_*_seconds
 	// stage metrics).
 	fetched time.Time
+	// gen is the consumer group generation that fetched it (its runs'
+	// owner tokens start with it).
+	gen int32
 }
 
 func (w *consumer) consumePartition(genCtx context.Context, gen *kafka.Generation, pa kafka.PartitionAssignment, partitions int) {
@@ -171,6 +174,9 @@ func (p *partition) keyOf(m kafka.Message) string {
 // one ahead of it, then queues itself.
 func (p *partition) dispatch(genCtx context.Context, m kafka.Message, runners *sync.WaitGroup) {
 	e := &entry{m: m, fetched: time.Now()}
+	if p.gen != nil {
+		e.gen = p.gen.ID
+	}
 	if !m.Time.IsZero() {
 		p.w.metrics.fetchLag.Observe(max(0, e.fetched.Sub(m.Time).Seconds()))
 	}

@@ -32,7 +32,7 @@ func (w *consumer) handle(genCtx context.Context, e *entry) error {
 	w.metrics.records.Inc()
 	m, req := e.m, e.req
 	if e.err != nil {
-		return w.deadLetter(genCtx, genCtx, m, nil, e.err, 1)
+		return w.deadLetter(genCtx, genCtx, e, nil, e.err, 1)
 	}
 	ctx, span := w.tracing.Start(w.tracing.FromKafka(context.WithoutCancel(genCtx), m.Headers), "worker.request",
 		attribute.String("turnpike.tenant", req.Tenant), attribute.String("turnpike.conversation", req.Conversation),
@@ -49,7 +49,7 @@ func (w *consumer) handle(genCtx context.Context, e *entry) error {
 	}
 	backoff := w.cfg.RetryBackoffMin
 	for attempt, recordAttempts := 1, 1; ; attempt++ {
-		err := w.run(genCtx, ctx, m, req, agentStarted)
+		err := w.run(genCtx, ctx, m, req, w.ownerToken(e.gen), agentStarted)
 		if err == nil {
 			return nil
 		}
@@ -62,10 +62,10 @@ func (w *consumer) handle(genCtx context.Context, e *entry) error {
 				identityAttr(req.Identity()), slog.String("request_id", req.RequestID), slog.Int("partition", m.Partition), slog.Int64("offset", m.Offset))
 			return nil
 		case classPermanent:
-			return w.deadLetter(genCtx, ctx, m, &req, err, recordAttempts)
+			return w.deadLetter(genCtx, ctx, e, &req, err, recordAttempts)
 		case classRetryRecord:
 			if recordAttempts >= w.cfg.MaxAttempts {
-				return w.deadLetter(genCtx, ctx, m, &req, err, recordAttempts)
+				return w.deadLetter(genCtx, ctx, e, &req, err, recordAttempts)
 			}
 			recordAttempts++
 		}
@@ -92,6 +92,8 @@ func (w *consumer) complete(genCtx context.Context, e *entry, status events.Stat
 		if err != nil {
 			return fmt.Errorf("record %s: %w", status, err)
 		}
+		// An earlier run of the request may have left a step journal.
+		w.step.dropJournal(ctx, w.store, id, e.req.RequestID, w.ownerToken(e.gen), &history.Steps{}, log)
 		w.metrics.runs.WithLabelValues(string(c.Status)).Inc()
 		// Its run.completed continues the record's trace.
 		return w.completed(w.tracing.FromKafka(ctx, e.m.Headers), id, e.req.RequestID, c.Status)
@@ -118,7 +120,8 @@ func (w *consumer) completed(ctx context.Context, id events.Identity, requestID 
 // outcome is recorded re-delivers the record, which may then be
 // dead-lettered twice (at least once, never lost). The run.completed
 // continues traced's trace (the request's span).
-func (w *consumer) deadLetter(genCtx, traced context.Context, m kafka.Message, req *events.Request, cause error, attempts int) error {
+func (w *consumer) deadLetter(genCtx, traced context.Context, e *entry, req *events.Request, cause error, attempts int) error {
+	m := e.m
 	w.metrics.deadLettered.Inc()
 	log := w.log
 	if req != nil {
@@ -138,6 +141,8 @@ func (w *consumer) deadLetter(genCtx, traced context.Context, m kafka.Message, r
 		if err != nil {
 			return fmt.Errorf("record outcome: %w", err)
 		}
+		// The request's durable end: its step journal, if any, goes.
+		w.step.dropJournal(ctx, w.store, id, req.RequestID, w.ownerToken(e.gen), &history.Steps{}, log)
 		return w.completed(trace.ContextWithSpanContext(ctx, trace.SpanContextFromContext(traced)), id, req.RequestID, c.Status)
 	})
 }
@@ -191,9 +196,10 @@ func truncateKey(k []byte) string {
 }
 
 // run runs one request once, through the step. genCtx says whether the
-// partition is still ours; ctx (detached from it) carries the work.
-// agentStarted is called when the agent starts.
-func (w *consumer) run(genCtx, ctx context.Context, m kafka.Message, req events.Request, agentStarted func()) error {
+// partition is still ours; ctx (detached from it) carries the work. owner
+// is the run's owner token (ownerToken). agentStarted is called when the
+// agent starts.
+func (w *consumer) run(genCtx, ctx context.Context, m kafka.Message, req events.Request, owner int64, agentStarted func()) error {
 	id := req.Identity()
 	// Register before looking for a durable cancel: ingest records the
 	// cancel before it publishes it, so a cancel is either in the store
@@ -214,6 +220,7 @@ func (w *consumer) run(genCtx, ctx context.Context, m kafka.Message, req events.
 		agentStarted: agentStarted,
 		stop:         genCtx.Done(),
 		drain:        w.cfg.DrainTimeout,
+		owner:        owner,
 	})
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"slices"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudwego/eino/components/model"
+	"github.com/cloudwego/eino/schema"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
@@ -232,5 +235,88 @@ func (s *stack) streamEvents(t *testing.T, ctx context.Context) map[string][]eve
 		if m.Offset >= last-1 {
 			return byReq
 		}
+	}
+}
+
+// timeThenAnswer is a model that asks for current_time, then answers with
+// it; its first answer waits for its run's end (a run aborted at a
+// rebalance). It counts its calls of each kind.
+type timeThenAnswer struct {
+	mu             sync.Mutex
+	calls, answers int
+	answering      chan struct{} // closed when the first answer starts
+}
+
+func (m *timeThenAnswer) Generate(context.Context, []*schema.Message, ...model.Option) (*schema.Message, error) {
+	return nil, errors.New("timeThenAnswer streams only")
+}
+
+func (m *timeThenAnswer) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	return m, nil
+}
+
+func (m *timeThenAnswer) Stream(ctx context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	last := in[len(in)-1]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if last.Role != schema.Tool {
+		m.calls++
+		return schema.StreamReaderFromArray([]*schema.Message{call("current_time", `{}`)}), nil
+	}
+	m.answers++
+	first := m.answers == 1
+	sr, sw := schema.Pipe[*schema.Message](1)
+	go func() {
+		defer sw.Close()
+		sw.Send(schema.AssistantMessage("It is ", nil), nil)
+		if first {
+			close(m.answering)
+			<-ctx.Done() // held until the rebalance aborts the run
+			sw.Send(nil, ctx.Err())
+			return
+		}
+		sw.Send(schema.AssistantMessage(last.Content, nil), nil)
+	}()
+	return sr, nil
+}
+
+// A run of an agent-file agent aborted at a rebalance after its tool round
+// is replayed by the partition's next owner, in a later generation: the
+// model's tool call is not made again, only the answer the abort cut.
+func TestTheNextOwnerOfAPartitionReplaysTheJournalOfARunAbortedAtARebalance(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 90*time.Second)
+	store := history.NewMemoryStore()
+	s := newStack(t, store)
+	s.cfg.Partitions = 1
+	s.cfg.DrainTimeout = 200 * time.Millisecond
+	m := &timeThenAnswer{answering: make(chan struct{})}
+	d := worker.Deps{Model: m, Agent: agentConfig(t, `{"agent": {"name": "assistant", "tools": ["current_time"]}}`)}
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "time"}
+	s.ensureTopics(t, ctx, 1)
+	s.produce(t, ctx, id.Key(), request(id, "req-1", "what time is it?"))
+	d.Registerer = prometheus.NewRegistry()
+	s.start(t, ctx, d)
+	select {
+	case <-m.answering: // the tool round is journaled; the answer is held
+	case <-ctx.Done():
+		t.Fatal("the first run never reached its answer")
+	}
+	reg := prometheus.NewRegistry()
+	d.Registerer = reg
+	s.start(t, ctx, d) // a second member: the group rebalances
+	s.waitCommitted(t, ctx)
+	p, err := store.List(ctx, id, 0, 10)
+	if err != nil || len(p.Messages) != 2 || !strings.HasPrefix(p.Messages[1].Content, "It is 20") {
+		t.Fatalf("history %+v (%v), want the answer with the time", p, err)
+	}
+	m.mu.Lock()
+	calls, answers := m.calls, m.answers
+	m.mu.Unlock()
+	if calls != 1 || answers != 2 {
+		t.Fatalf("the model was asked for the tool call %d times and for the answer %d times: want 1 and 2", calls, answers)
+	}
+	if _, found, err := store.Steps(ctx, id, "req-1"); found || err != nil {
+		t.Errorf("the journal of the committed request is still there (%v)", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudwego/eino/adk"
@@ -51,6 +52,9 @@ type Step struct {
 	mu          sync.Mutex // guards running and peakRunning
 	running     int
 	peakRunning int
+
+	// lastOwner is the last owner token Run gave a run (see nextOwner).
+	lastOwner atomic.Int64
 }
 
 // NewStep returns the step of cfg's agent settings (the model, the agent
@@ -127,6 +131,12 @@ func newStep(cfg Config, a *agents, m *metrics, log *slog.Logger, now func() tim
 // transient model error before any content: bridge.ErrModelRetry); the
 // caller may run it again with a new run id, as the worker does.
 //
+// With a store that is a history.Journal (MemoryStore and MongoStore are),
+// and Config.JournalOff unset, a durable agent's steps (Durable, and the
+// agent file's agents) are journaled: a later Run of the same request
+// replays what an earlier one recorded and did not finish, and the
+// journal is deleted when the request ends.
+//
 // ctx's values reach the agent, with the Request (RequestFromContext).
 // When ctx ends the run is aborted: nothing more is streamed or
 // persisted, and Run returns an error wrapping bridge.ErrAborted. The
@@ -167,6 +177,30 @@ type stepRun struct {
 	// it is aborted.
 	stop  <-chan struct{}
 	drain time.Duration
+	// owner is the run's owner token in the request's step journal: a
+	// later run of the request has a higher one (the worker's: the group
+	// generation, then its run counter). 0: nextOwner's.
+	owner int64
+}
+
+// ownerOf is sr's owner token, or a new one of nextOwner's.
+func (s *Step) ownerOf(sr stepRun) int64 {
+	if sr.owner != 0 {
+		return sr.owner
+	}
+	return s.nextOwner()
+}
+
+// nextOwner is an owner token for a run of Run: the clock's nanoseconds,
+// and above every token this step gave before.
+func (s *Step) nextOwner() int64 {
+	for {
+		last := s.lastOwner.Load()
+		next := max(last+1, s.now().UnixNano())
+		if s.lastOwner.CompareAndSwap(last, next) {
+			return next
+		}
+	}
 }
 
 // run is Run with the consumer's additions. ctx carries the work (it is
@@ -195,6 +229,8 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		return bridge.Result{}, fmt.Errorf("start request: %w", err)
 	}
 	if st.Decided {
+		// A crash between the end and the journal's delete left it.
+		s.dropJournal(ctx, store, id, req.RequestID, s.ownerOf(sr), st.Steps, log)
 		log.Info("duplicate request", slog.Int64("turn", st.Committed.N), slog.String("status", string(st.Committed.Status)))
 		s.metrics.duplicates.Inc()
 		c := st.Committed
@@ -213,7 +249,19 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 			return bridge.Result{}, fmt.Errorf("record cancelled: %w", err)
 		}
 		s.metrics.runs.WithLabelValues(string(c.Status)).Inc()
+		s.dropJournal(ctx, store, id, req.RequestID, s.ownerOf(sr), st.Steps, log)
 		return s.ended(ctx, sink, id, req.RequestID, c, "")
+	}
+
+	// The step journal: what an earlier run of the request recorded is
+	// replayed, and this run records its own steps (journal.go).
+	owner := s.ownerOf(sr)
+	jr, err := s.openJournal(ctx, store, id, req.RequestID, owner, st.Steps, log)
+	if err != nil {
+		return bridge.Result{}, err
+	}
+	if jr != nil {
+		ctx = withJournal(ctx, jr)
 	}
 
 	runID := newRunID()
@@ -228,6 +276,9 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		var err error
 		if iter, err = s.resume(runCtx, ctx, store, id, req); errors.Is(err, errNothingToResume) || errors.As(err, new(badAnswer)) {
 			log.Info("resume rejected", slog.String("resume_of", req.ResumeOf), slog.Any("reason", err))
+			if jr != nil && jr.exists() {
+				s.dropJournal(ctx, store, id, req.RequestID, owner, &history.Steps{}, log)
+			}
 			return s.rejectResume(ctx, store, sink, id, req.RequestID, err)
 		} else if err != nil {
 			return bridge.Result{}, fmt.Errorf("resume %s: %w", req.ResumeOf, err)
@@ -258,6 +309,9 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		StopGeneration: stopGeneration,
 		Sink:           sink,
 	}, iter)
+	if jr != nil {
+		jr.setAbort(h.Abort)
+	}
 	if sr.started != nil {
 		sr.started(h)
 	}
@@ -276,6 +330,13 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		t.Stop()
 	}
 	res, err := h.Wait()
+	if jr != nil {
+		if jerr := jr.err(); jerr != nil {
+			// A journal write failed and aborted the run: fenced (a newer
+			// run owns the journal), raced, diverged or a store failure.
+			err = jerr
+		}
+	}
 	// Every event of the run must be in the sink before the request is
 	// done: a failed write makes the whole request run again (the turn,
 	// if committed, is then recognised as a duplicate).
@@ -284,6 +345,10 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 	}
 	if err != nil {
 		return res, fmt.Errorf("run %s: %w", runID, err)
+	}
+	if jr != nil && jr.exists() {
+		// The request reached its durable end: its journal goes.
+		s.dropJournal(ctx, store, id, req.RequestID, owner, &history.Steps{}, log)
 	}
 	if res.Committed.N == 0 && !res.Committed.Duplicate {
 		// Nothing persisted (discarded, or cancelled before any content):
@@ -395,4 +460,54 @@ func newRunID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return "run-" + hex.EncodeToString(b[:])
+}
+
+// openJournal is the step journal of a run of request requestID with
+// owner token owner, given the journal Start found (found: nil when
+// none): nil when the store keeps no journals or Config.JournalOff. A
+// run that found a journal claims it at once, so that every write of an
+// older run (a zombie) is refused from here on, and counts its run; a
+// journal owned by a newer run fences this one.
+func (s *Step) openJournal(ctx context.Context, store history.Store, id events.Identity, requestID string, owner int64, found *history.Steps, log *slog.Logger) (*journalRun, error) {
+	j, ok := store.(history.Journal)
+	if !ok || s.cfg.JournalOff {
+		return nil, nil
+	}
+	jr := &journalRun{
+		j: j, id: id, requestID: requestID, owner: owner,
+		limits:    history.JournalLimits{MaxBytes: s.cfg.JournalBytes, TTL: s.cfg.JournalTTL},
+		stepBytes: s.cfg.JournalStepBytes, fail: s.cfg.JournalDivergence == DivergenceFail,
+		metrics: s.metrics, log: log.With(slog.Int64("owner", owner)),
+		recorded: map[string]history.Step{}, models: map[string]int{}, runs: 1,
+	}
+	if found == nil {
+		return jr, nil
+	}
+	if found.Owner > owner {
+		return nil, fmt.Errorf("journal: owned by a newer run: %w", history.ErrFenced)
+	}
+	runs, err := j.ClaimSteps(ctx, id, requestID, owner)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	if runs > 0 { // else it was deleted meanwhile: nothing to replay
+		jr.load(*found)
+		jr.runs = runs
+	}
+	log.Info("journal found: replaying recorded steps", slog.Int("steps", len(found.Steps)), slog.Int("run", jr.runs))
+	return jr, nil
+}
+
+// dropJournal deletes request requestID's journal when there is one
+// (found not nil): the request reached its durable end. A failure is only
+// logged: the journal expires (Config.JournalTTL), and a redelivery finds
+// the request decided and deletes it then.
+func (s *Step) dropJournal(ctx context.Context, store history.Store, id events.Identity, requestID string, owner int64, found *history.Steps, log *slog.Logger) {
+	j, ok := store.(history.Journal)
+	if !ok || found == nil {
+		return
+	}
+	if err := j.DeleteSteps(ctx, id, requestID, owner); err != nil {
+		log.Warn("journal: delete", slog.Any("error", err))
+	}
 }

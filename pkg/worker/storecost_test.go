@@ -176,3 +176,45 @@ func TestOrdinaryTurnStaysWithinTheStoreCommandBound(t *testing.T) {
 			len(names), waves, strings.Join(names, " "), maxCommandsPerTurn, maxWavesPerTurn)
 	}
 }
+
+// A turn of a durable agent with r tool rounds and c tool calls costs the
+// ordinary turn's four commands, plus one journal write per model output
+// with tool calls and per tool result (r + c), plus the journal's delete:
+// here r = 2 and c = 2, in a first run (nothing to replay, no claim).
+func TestATurnWithToolsCostsOneJournalWritePerStepAndACleanup(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	dbName := testenv.Name(t, "tp")
+	log := newCommandLog(dbName)
+	client, err := mongo.Connect(options.Client().ApplyURI(testenv.MongoURI(t)).SetTimeout(30 * time.Second).SetMonitor(log.monitor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := client.Database(dbName)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = db.Drop(ctx)
+		_ = client.Disconnect(ctx)
+	})
+	store, err := history.NewMongoStore(ctx, db, history.MongoConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newJournalAgent()
+	st := newStep(t, stepConfig(), worker.WithAgentFactory(a.factory()))
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "tools"}
+	log.partnerWait = 0 // counting commands only, not waves
+	log.arm()
+	res, err := st.Run(ctx, stepRequest(id, "r1", "charge and mail"), store, newRecordingSink())
+	names, _ := log.disarm()
+	if err != nil || res.Status != events.StatusComplete {
+		t.Fatalf("run: %+v, %v", res, err)
+	}
+	t.Logf("a turn with 2 tool rounds and 2 tool calls: %d commands: %s", len(names), strings.Join(names, " "))
+	const r, c = 2, 2
+	if want := maxCommandsPerTurn + r + c + 1; len(names) != want {
+		t.Fatalf("the turn issued %d store commands (%s), want %d: 4, one journal write per step, one delete",
+			len(names), strings.Join(names, " "), want)
+	}
+}

@@ -21,7 +21,8 @@ import (
 const timeout = 60 * time.Second
 
 // Run runs the conformance suite. newStore is called once per subtest,
-// from that subtest's goroutine; subtests run in parallel.
+// from that subtest's goroutine; subtests run in parallel. For a store that
+// is also a history.Journal it runs the journal's tests too.
 func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 	tests := []struct {
 		name string
@@ -87,6 +88,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 			tc.run(t, ctx, newStore(t))
 		})
 	}
+	runJournal(t, newStore)
 }
 
 // Fixtures.

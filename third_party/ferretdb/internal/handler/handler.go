@@ -75,6 +75,25 @@ type Handler struct {
 	cappedCleanupStop             chan struct{}
 	cleanupCappedCollectionsDocs  *prometheus.CounterVec
 	cleanupCappedCollectionsBytes *prometheus.CounterVec
+
+	// Turnpike patch 8: updateLocks holds one *sync.Mutex per collection
+	// ("db.collection"), held by each update statement and findAndModify
+	// from its read to its write (lockForUpdate).
+	updateLocks sync.Map
+}
+
+// lockForUpdate locks collection db.coll against other update statements
+// and findAndModify commands, and returns the unlock. Turnpike patch 8:
+// upstream, an update reads the matching documents, modifies them in Go and
+// writes them back, so two conditional updates of one document could both
+// match and the later write lose the earlier one. Inserts and deletes are
+// not serialised: an insert's unique _id index and a write back of a
+// deleted document (which updates nothing) keep them correct.
+func (h *Handler) lockForUpdate(db, coll string) func() {
+	m, _ := h.updateLocks.LoadOrStore(db+"."+coll, new(sync.Mutex))
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
 }
 
 // NewOpts represents handler configuration.

@@ -132,6 +132,11 @@ func (h *Handler) findAndModifyDocument(ctx context.Context, params *common.Find
 		qp.Filter = params.Query
 	}
 
+	// Turnpike patch 8: the read, the modification and the write back are
+	// atomic with respect to other updates of the collection (see
+	// lockForUpdate).
+	defer h.lockForUpdate(params.DB, params.Collection)()
+
 	queryRes, err := c.Query(ctx, &qp)
 	if err != nil {
 		return nil, lazyerrors.Error(err)

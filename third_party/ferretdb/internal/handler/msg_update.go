@@ -112,8 +112,15 @@ func (h *Handler) updateDocument(ctx context.Context, params *common.UpdateParam
 			qp.Filter = u.Filter
 		}
 
+		// Turnpike patch 8: a statement reads, modifies in Go and writes
+		// back; without this lock two statements on one document could both
+		// match its filter and the second write lose the first (a
+		// conditional update would not be atomic, as MongoDB's is).
+		unlock := h.lockForUpdate(params.DB, params.Collection)
+
 		res, err := c.Query(ctx, &qp)
 		if err != nil {
+			unlock()
 			return 0, 0, nil, lazyerrors.Error(err)
 		}
 
@@ -135,6 +142,7 @@ func (h *Handler) updateDocument(ctx context.Context, params *common.UpdateParam
 		// statement; two such commands could hold all 100 of the pool while
 		// each waited for one more: a deadlock.
 		closer.Close()
+		unlock()
 
 		if err != nil {
 			return 0, 0, nil, lazyerrors.Error(err)

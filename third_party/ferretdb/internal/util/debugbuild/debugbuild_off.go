@@ -12,7 +12,9 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-//go:build !(ferretdb_debug || race)
+// Turnpike patch 9: not "race" (TURNPIKE_PATCHES.md).
+
+//go:build !ferretdb_debug
 
 package debugbuild
 

@@ -1,0 +1,723 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/adk/prebuilt/supervisor"
+	"github.com/cloudwego/eino/components/model"
+	"github.com/cloudwego/eino/components/tool"
+	"github.com/cloudwego/eino/compose"
+	"github.com/cloudwego/eino/schema"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
+)
+
+// The journal's test agent: a model whose answer is a function of how many
+// tool results its input holds (0: call charge, 1: call mail, 2: the final
+// answer), and the two tools, each counting its side effects.
+
+// Where a run can be stopped (a crash: the run is aborted, nothing more is
+// written, and the request runs again).
+type crashPoint int
+
+const (
+	noCrash           crashPoint = iota
+	firstModel                   // as the first model call starts
+	beforeCharge                 // as the charge tool starts: the model's first output is recorded
+	beforeSecondModel            // as the second model call starts: charge's result is recorded
+	beforeMail                   // as the mail tool starts: the second output is recorded
+	beforeFinalModel             // as the final model call starts: mail's result is recorded
+	afterChargeEffect            // between charge's side effect and its result's record
+	midFinalAnswer               // after the final answer's first chunk
+)
+
+// journalAgent is the test agent and its counts.
+type journalAgent struct {
+	mu      sync.Mutex
+	crashAt crashPoint
+	crash   func() // stops the run (cancels Step.Run's context)
+	models  [3]int // model calls that generated output, by step
+	effects map[string]int
+	steps   map[string][]worker.ToolStep
+	// onStart, if set, is called at each point a run passes.
+	onStart func(ctx context.Context, p crashPoint)
+	// block, if set, is called at each point a run passes, after onStart
+	// (it may wait).
+	block func(ctx context.Context, p crashPoint)
+	// instruction is the agent's (a change makes a re-run diverge).
+	instruction string
+}
+
+func newJournalAgent() *journalAgent {
+	return &journalAgent{effects: map[string]int{}, steps: map[string][]worker.ToolStep{}}
+}
+
+// at stops the run if p is where it crashes: it waits until the abort
+// reached ctx and returns ctx's error.
+func (a *journalAgent) at(ctx context.Context, p crashPoint) error {
+	if a.onStart != nil {
+		a.onStart(ctx, p)
+	}
+	if a.block != nil {
+		a.block(ctx, p)
+	}
+	a.mu.Lock()
+	crash := p != noCrash && a.crashAt == p && a.crash != nil
+	if crash {
+		a.crashAt = noCrash
+	}
+	a.mu.Unlock()
+	if !crash {
+		return nil
+	}
+	a.crash()
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (a *journalAgent) counts() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return fmt.Sprintf("models %d %d %d, charge %d, mail %d", a.models[0], a.models[1], a.models[2], a.effects["charge"], a.effects["mail"])
+}
+
+func (a *journalAgent) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	return a, nil
+}
+
+func (a *journalAgent) Generate(ctx context.Context, in []*schema.Message, opts ...model.Option) (*schema.Message, error) {
+	s, err := a.Stream(ctx, in, opts...)
+	if err != nil {
+		return nil, err
+	}
+	var chunks []*schema.Message
+	for {
+		c, err := s.Recv()
+		if err != nil {
+			if strings.Contains(err.Error(), "EOF") {
+				return schema.ConcatMessages(chunks)
+			}
+			return nil, err
+		}
+		chunks = append(chunks, c)
+	}
+}
+
+func (a *journalAgent) Stream(ctx context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	step := 0
+	for _, m := range in {
+		if m.Role == schema.Tool {
+			step++
+		}
+	}
+	if err := a.at(ctx, [...]crashPoint{firstModel, beforeSecondModel, beforeFinalModel}[step]); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	a.models[step]++
+	a.mu.Unlock()
+	usage := &schema.ResponseMeta{FinishReason: "stop", Usage: &schema.TokenUsage{PromptTokens: 10, CompletionTokens: 2, TotalTokens: 12}}
+	callOf := func(text, name string) []*schema.Message {
+		c := schema.AssistantMessage("", []schema.ToolCall{{ID: "call-" + name, Type: "function", Function: schema.FunctionCall{Name: name, Arguments: `{"order":"o-1"}`}}})
+		c.ResponseMeta = usage
+		return []*schema.Message{schema.AssistantMessage(text, nil), c}
+	}
+	switch step {
+	case 0:
+		return schema.StreamReaderFromArray(callOf("Charging. ", "charge")), nil
+	case 1:
+		return schema.StreamReaderFromArray(callOf("Mailing. ", "mail")), nil
+	}
+	var results []string
+	for _, m := range in {
+		if m.Role == schema.Tool {
+			results = append(results, m.Content)
+		}
+	}
+	r, w := schema.Pipe[*schema.Message](1)
+	go func() {
+		defer w.Close()
+		w.Send(schema.AssistantMessage("done: ", nil), nil)
+		if err := a.at(ctx, midFinalAnswer); err != nil {
+			w.Send(nil, err)
+			return
+		}
+		last := schema.AssistantMessage(strings.Join(results, ", "), nil)
+		last.ResponseMeta = usage
+		w.Send(last, nil)
+	}()
+	return r, nil
+}
+
+// sideEffect is a tool that counts its side effects.
+type sideEffect struct {
+	a      *journalAgent
+	name   string
+	before crashPoint // stop as it starts
+	after  crashPoint // stop after the side effect, before it returns
+}
+
+func (t sideEffect) Info(context.Context) (*schema.ToolInfo, error) {
+	return &schema.ToolInfo{Name: t.name, Desc: t.name + " the order"}, nil
+}
+
+func (t sideEffect) InvokableRun(ctx context.Context, _ string, _ ...tool.Option) (string, error) {
+	if err := t.a.at(ctx, t.before); err != nil {
+		return "", err
+	}
+	t.a.mu.Lock()
+	t.a.effects[t.name]++
+	if s, ok := worker.ToolStepFromContext(ctx); ok {
+		t.a.steps[t.name] = append(t.a.steps[t.name], s)
+	}
+	t.a.mu.Unlock()
+	if err := t.a.at(ctx, t.after); err != nil {
+		return t.name + "d", nil // done, but the process dies before anyone records it
+	}
+	return t.name + "d", nil
+}
+
+// durableFactory builds the durable agent of a (a ChatModelAgent with
+// tools: one per run).
+func (a *journalAgent) factory() worker.AgentFactory {
+	return func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		return adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{
+			Name: "assistant", Description: "orders", Model: a, Instruction: a.instruction,
+			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{
+				sideEffect{a: a, name: "charge", before: beforeCharge, after: afterChargeEffect},
+				sideEffect{a: a, name: "mail", before: beforeMail},
+			}}},
+		}))
+	}
+}
+
+// The crash-point table: a run is stopped at each point of a turn with two
+// tool rounds, then the request runs again on the same store. With the
+// journal, every model call and tool ran once but for the step cut by the
+// crash (a tool between its side effect and its record, a final answer);
+// without it, the re-run repeats everything before the crash.
+func TestARequestRunAgainReplaysItsJournalAndRunsEachStepOnce(t *testing.T) {
+	t.Parallel()
+	rows := []struct {
+		name          string
+		at            crashPoint
+		want, wantOff string
+	}{
+		{"Stopped as its first tool starts, the model's output that asked for it is replayed.", beforeCharge,
+			"models 1 1 1, charge 1, mail 1", "models 2 1 1, charge 1, mail 1"},
+		{"Stopped as the second model call starts, the first tool's result is replayed.", beforeSecondModel,
+			"models 1 1 1, charge 1, mail 1", "models 2 1 1, charge 2, mail 1"},
+		{"Stopped as the second tool starts, both outputs and the first result are replayed.", beforeMail,
+			"models 1 1 1, charge 1, mail 1", "models 2 2 1, charge 2, mail 1"},
+		{"Stopped as the final model call starts, every tool round is replayed.", beforeFinalModel,
+			"models 1 1 1, charge 1, mail 1", "models 2 2 1, charge 2, mail 2"},
+		{"Stopped between a tool's side effect and its record, that tool runs again, and only it.", afterChargeEffect,
+			"models 1 1 1, charge 2, mail 1", "models 2 1 1, charge 2, mail 1"},
+		{"Stopped in the middle of the final answer, only the final answer is generated again.", midFinalAnswer,
+			"models 1 1 2, charge 1, mail 1", "models 2 2 2, charge 2, mail 2"},
+	}
+	for _, row := range rows {
+		for _, off := range []bool{false, true} {
+			name := row.name
+			want := row.want
+			if off {
+				name, want = "Without the journal: "+row.name, row.wantOff
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				ctx := testenv.Context(t, 60*time.Second)
+				a := newJournalAgent()
+				c := stepConfig()
+				c.JournalOff = off
+				st := newStep(t, c, worker.WithAgentFactory(a.factory()))
+				store := history.NewMemoryStore()
+				id := events.Identity{Tenant: "acme", User: "ann", Conversation: "orders"}
+				req := stepRequest(id, "r1", "charge and mail order o-1")
+
+				firstCtx, crash := context.WithCancel(ctx)
+				a.mu.Lock()
+				a.crashAt, a.crash = row.at, crash
+				a.mu.Unlock()
+				if _, err := st.Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+					t.Fatalf("the first run = %v, want aborted by the crash", err)
+				}
+				sink := newRecordingSink()
+				res, err := st.Run(ctx, req, store, sink)
+				if err != nil || res.Status != events.StatusComplete || res.Answer != "done: charged, maild" {
+					t.Fatalf("the re-run: %+v, %v; want complete with both results", res, err)
+				}
+				if got := a.counts(); got != want {
+					t.Errorf("executions %q, want %q", got, want)
+				}
+				if off {
+					return
+				}
+				// Usage counts each model call the answer is built from
+				// once: a replayed output brings its recorded usage.
+				if res.Usage == nil || res.Usage.TotalTokens != 3*12 {
+					t.Errorf("the turn's usage %+v, want 3 model calls of 12 tokens", res.Usage)
+				}
+				if _, found, err := store.Steps(ctx, id, "r1"); found || err != nil {
+					t.Errorf("the journal of a committed request is still there (%v)", err)
+				}
+			})
+		}
+	}
+}
+
+// A tool cut between its side effect and its record runs again with the
+// same key and a higher attempt, so it can deduplicate at its service.
+func TestAToolThatRunsAgainGetsTheSameKeyAndTheNextAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	a := newJournalAgent()
+	st := newStep(t, stepConfig(), worker.WithAgentFactory(a.factory()))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "keys"}
+	req := stepRequest(id, "r1", "charge and mail")
+	firstCtx, crash := context.WithCancel(ctx)
+	a.crashAt, a.crash = afterChargeEffect, crash
+	if _, err := st.Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+		t.Fatalf("the first run = %v, want aborted", err)
+	}
+	if _, err := st.Run(ctx, req, store, newRecordingSink()); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	charges, mails := a.steps["charge"], a.steps["mail"]
+	if len(charges) != 2 || charges[0].Key != charges[1].Key || charges[0].Key != "r1/t/assistant/1/call-charge" ||
+		charges[0].Attempt != 1 || charges[1].Attempt != 2 {
+		t.Fatalf("the charge's steps %+v, want one key, attempts 1 then 2", charges)
+	}
+	if len(mails) != 1 || mails[0].Key != "r1/t/assistant/2/call-mail" || mails[0].Attempt != 2 {
+		t.Fatalf("the mail's steps %+v, want its key in the second run", mails)
+	}
+}
+
+// slowJournal is a MemoryStore whose journal writes wait until the run
+// takes its next step (or a moment has passed): a step that uses an
+// output or a result before it is recorded goes ahead of the write and is
+// caught. The wait only makes a correct run slower, it decides nothing.
+type slowJournal struct {
+	*history.MemoryStore
+
+	mu   sync.Mutex    // guards next
+	next chan struct{} // closed (and replaced) when the run takes a step
+}
+
+// acted says the run took a step.
+func (s *slowJournal) acted() {
+	s.mu.Lock()
+	close(s.next)
+	s.next = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *slowJournal) RecordStep(ctx context.Context, id events.Identity, rid string, owner int64, st history.Step, l history.JournalLimits) (history.Step, error) {
+	s.mu.Lock()
+	next := s.next
+	s.mu.Unlock()
+	t := time.NewTimer(200 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-next:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return s.MemoryStore.RecordStep(ctx, id, rid, owner, st, l)
+}
+
+// No tool starts before the model output that asked for it is durable,
+// and no model call starts before the tool results it reads are durable.
+func TestEveryStepIsRecordedBeforeTheNextStepUsesIt(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	store := &slowJournal{MemoryStore: history.NewMemoryStore(), next: make(chan struct{})}
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "order"}
+	needs := map[crashPoint]string{
+		beforeCharge:      "m/assistant/1",
+		beforeSecondModel: "t/assistant/1/call-charge",
+		beforeMail:        "m/assistant/2",
+		beforeFinalModel:  "t/assistant/2/call-mail",
+	}
+	a := newJournalAgent()
+	var mu sync.Mutex
+	var missing []string
+	a.onStart = func(ctx context.Context, p crashPoint) {
+		key, ok := needs[p]
+		if !ok {
+			return
+		}
+		js, _, err := store.Steps(ctx, id, "r1")
+		recorded := err == nil && slices.ContainsFunc(js.Steps, func(s history.Step) bool { return s.Key == key })
+		if !recorded {
+			mu.Lock()
+			missing = append(missing, key)
+			mu.Unlock()
+		}
+		store.acted()
+	}
+	st := newStep(t, stepConfig(), worker.WithAgentFactory(a.factory()))
+	res, err := st.Run(ctx, stepRequest(id, "r1", "charge and mail"), store, newRecordingSink())
+	if err != nil || res.Status != events.StatusComplete {
+		t.Fatalf("run: %+v, %v", res, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(missing) > 0 {
+		t.Fatalf("steps used before they were recorded: %v", missing)
+	}
+}
+
+// A zombie (an older run of the request, still running) cannot add to the
+// journal once a newer run claimed it: its late write is refused, it stops
+// (fenced: the worker drops it), and the newer run completes the request.
+func TestAZombiesLateJournalWriteIsRefusedAndItStops(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	a := newJournalAgent()
+	st := newStep(t, stepConfig(), worker.WithAgentFactory(a.factory()))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "zombie"}
+	req := stepRequest(id, "r1", "charge and mail")
+
+	zombieAtCharge, releaseZombie := make(chan struct{}), make(chan struct{})
+	ownerAtCharge, releaseOwner := make(chan struct{}), make(chan struct{})
+	var chargeCalls int
+	a.block = func(ctx context.Context, p crashPoint) {
+		if p != beforeCharge {
+			return
+		}
+		a.mu.Lock()
+		var wait, signal chan struct{}
+		switch chargeCalls++; chargeCalls {
+		case 1: // the zombie's
+			signal, wait = zombieAtCharge, releaseZombie
+		case 2: // the new owner's, which has written nothing yet
+			signal, wait = ownerAtCharge, releaseOwner
+		}
+		a.mu.Unlock()
+		if wait != nil {
+			close(signal)
+			select {
+			case <-wait:
+			case <-ctx.Done():
+			}
+		}
+	}
+	zombie := make(chan error, 1)
+	go func() {
+		_, err := st.Run(ctx, req, store, newRecordingSink())
+		zombie <- err
+	}()
+	<-zombieAtCharge // the zombie recorded the model's first output
+	owner := make(chan bridge.Result, 1)
+	ownerErr := make(chan error, 1)
+	go func() {
+		res, err := st.Run(ctx, req, store, newRecordingSink())
+		owner <- res
+		ownerErr <- err
+	}()
+	<-ownerAtCharge // the new owner found the journal and replayed its first step
+	close(releaseZombie)
+	if err := <-zombie; !errors.Is(err, history.ErrFenced) {
+		t.Fatalf("the zombie's run = %v, want fenced", err)
+	}
+	js, _, err := store.Steps(ctx, id, "r1")
+	if err != nil || len(js.Steps) != 1 || js.Steps[0].Key != "m/assistant/1" || js.Runs != 2 {
+		t.Fatalf("journal %+v (%v): want the first step alone, claimed by the second run, without the zombie's charge", js, err)
+	}
+	close(releaseOwner)
+	res, err := <-owner, <-ownerErr
+	if err != nil || res.Status != events.StatusComplete || res.Answer != "done: charged, maild" {
+		t.Fatalf("the new owner's run: %+v, %v", res, err)
+	}
+	if got := a.counts(); got != "models 1 1 1, charge 2, mail 1" {
+		t.Errorf("executions %q: want the first output replayed, the charge of both runs (the zombie's window), the rest once", got)
+	}
+	if w, err := store.Window(ctx, id, 10); err != nil || len(w) != 2 {
+		t.Errorf("the conversation holds %d messages (%v), want one turn", len(w), err)
+	}
+}
+
+// A step two runs race to record is recorded once: the first write wins,
+// and a run whose own output lost the race stops (with an error the worker
+// retries: its next attempt replays the recorded step).
+func TestAStepTwoRunsRaceToRecordIsRecordedOnceAndTheLoserStops(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	a := newJournalAgent()
+	st := newStep(t, stepConfig(), worker.WithAgentFactory(a.factory()))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "race"}
+	req := stepRequest(id, "r1", "charge and mail")
+
+	started := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	release := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	firstAtCharge, releaseCharge := make(chan struct{}), make(chan struct{})
+	var models, charges int
+	a.block = func(ctx context.Context, p crashPoint) {
+		a.mu.Lock()
+		var signal, wait chan struct{}
+		switch p {
+		case firstModel:
+			if models < 2 {
+				signal, wait = started[models], release[models]
+			}
+			models++
+		case beforeCharge:
+			if charges++; charges == 1 {
+				signal, wait = firstAtCharge, releaseCharge
+			}
+		}
+		a.mu.Unlock()
+		if wait != nil {
+			close(signal)
+			select {
+			case <-wait:
+			case <-ctx.Done():
+			}
+		}
+	}
+	type result struct {
+		res bridge.Result
+		err error
+	}
+	older, newer := make(chan result, 1), make(chan result, 1)
+	go func() {
+		res, err := st.Run(ctx, req, store, newRecordingSink())
+		older <- result{res, err}
+	}()
+	<-started[0]
+	go func() {
+		res, err := st.Run(ctx, req, store, newRecordingSink())
+		newer <- result{res, err}
+	}()
+	<-started[1] // both runs are in their first model call; neither recorded it
+	close(release[0])
+	<-firstAtCharge // the older run recorded its output and runs its tool
+	close(release[1])
+	lost := <-newer
+	if lost.err == nil || errors.Is(lost.err, history.ErrFenced) || !strings.Contains(lost.err.Error(), "recorded first by another run") {
+		t.Fatalf("the run that lost the race: %+v, %v; want it stopped by the recorded step, retryable", lost.res, lost.err)
+	}
+	js, _, err := store.Steps(ctx, id, "r1")
+	if err != nil || len(js.Steps) != 1 || js.Steps[0].Key != "m/assistant/1" || js.Steps[0].Owner != js.Owner {
+		t.Fatalf("journal %+v (%v): want the first run's step, once", js, err)
+	}
+	close(releaseCharge)
+	won := <-older
+	if won.err != nil || won.res.Status != events.StatusComplete {
+		t.Fatalf("the run that won: %+v, %v", won.res, won.err)
+	}
+	again, err := st.Run(ctx, req, store, newRecordingSink())
+	if err != nil || !again.Committed.Duplicate {
+		t.Fatalf("the loser's next attempt: %+v, %v; want the request found decided", again, err)
+	}
+}
+
+// crashAndRerun runs req on a fresh step of c until it crashes at p, then
+// changes what change changes and runs it again on the same store and a
+// step with registry reg; it returns the second run's result.
+func crashAndRerun(t *testing.T, ctx context.Context, a *journalAgent, c worker.Config, reg *prometheus.Registry, p crashPoint, change func()) (bridge.Result, error) {
+	t.Helper()
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "rerun"}
+	req := stepRequest(id, "r1", "charge and mail")
+	firstCtx, crash := context.WithCancel(ctx)
+	a.mu.Lock()
+	a.crashAt, a.crash = p, crash
+	a.mu.Unlock()
+	if _, err := newStep(t, c, worker.WithAgentFactory(a.factory())).Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+		t.Fatalf("the first run = %v, want aborted", err)
+	}
+	change()
+	return newStep(t, c, worker.WithAgentFactory(a.factory()), worker.WithRegistry(reg)).Run(ctx, req, store, newRecordingSink())
+}
+
+// A re-run whose input differs from its journal's (here the instruction
+// changed) is counted, and by default goes live from the divergent step;
+// with JournalDivergence "fail" the request fails permanently
+// (dead-lettered by the worker).
+func TestARerunThatDivergesFromItsJournalIsCountedAndGoesLiveOrFails(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{worker.DivergenceLive, worker.DivergenceFail} {
+		t.Run("With policy "+policy+".", func(t *testing.T) {
+			t.Parallel()
+			ctx := testenv.Context(t, 60*time.Second)
+			a := newJournalAgent()
+			a.instruction = "Take orders."
+			c := stepConfig()
+			c.JournalDivergence = policy
+			reg := prometheus.NewRegistry()
+			res, err := crashAndRerun(t, ctx, a, c, reg, beforeMail, func() { a.instruction = "Take orders politely." })
+			if n := counterValue(t, reg, "turnpike_worker_journal_divergences_total"); n != 1 {
+				t.Errorf("divergences counted: %v, want 1", n)
+			}
+			if policy == worker.DivergenceFail {
+				if !errors.Is(err, events.ErrInvalid) {
+					t.Fatalf("the diverged re-run: %+v, %v; want a permanent failure", res, err)
+				}
+				return
+			}
+			if err != nil || res.Status != events.StatusComplete {
+				t.Fatalf("the diverged re-run: %+v, %v", res, err)
+			}
+			// The journal held the first output, the charge and the second
+			// output: all recorded for the old instruction, all done again.
+			if got, want := a.counts(), "models 2 2 1, charge 2, mail 1"; got != want {
+				t.Errorf("executions %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// A step over JournalStepBytes is not recorded: it runs again on a
+// re-run (at least once), and it is counted; the steps recorded and
+// replayed are counted too.
+func TestAStepOverTheSizeLimitIsNotRecordedAndIsCounted(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	a := newJournalAgent()
+	c := stepConfig()
+	c.JournalStepBytes = 8 // "charged" fits; no model output does
+	reg := prometheus.NewRegistry()
+	res, err := crashAndRerun(t, ctx, a, c, reg, beforeMail, func() {})
+	if err != nil || res.Status != events.StatusComplete {
+		t.Fatalf("the re-run: %+v, %v", res, err)
+	}
+	if got, want := a.counts(), "models 2 2 1, charge 1, mail 1"; got != want {
+		t.Errorf("executions %q, want %q: the outputs over the limit again, the charge's result replayed", got, want)
+	}
+	if n := counterValue(t, reg, "turnpike_worker_journal_skipped_total", "kind", "model"); n != 2 {
+		t.Errorf("model steps skipped in the re-run: %v, want 2", n)
+	}
+	for _, c := range []struct {
+		result string
+		want   float64
+	}{{"replayed", 1}, {"recorded", 1}} { // the charge's result; the mail's
+		if n := counterValue(t, reg, "turnpike_worker_journal_steps_total", "kind", "tool", "result", c.result); n != c.want {
+			t.Errorf("tool steps %s in the re-run: %v, want %v", c.result, n, c.want)
+		}
+	}
+}
+
+// A journal a crash left behind after the commit (before its delete) is
+// deleted when a redelivery finds the request decided.
+func TestAJournalLeftBehindIsDeletedWhenTheRequestIsFoundDecided(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	a := newJournalAgent()
+	st := newStep(t, stepConfig(), worker.WithAgentFactory(a.factory()))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "left"}
+	req := stepRequest(id, "r1", "charge and mail")
+	if _, err := st.Run(ctx, req, store, newRecordingSink()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.RecordStep(ctx, id, "r1", 1, history.Step{Key: "m/assistant/1", Data: []byte("{}")}, history.JournalLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.Run(ctx, req, store, newRecordingSink())
+	if err != nil || !res.Committed.Duplicate {
+		t.Fatalf("the redelivery: %+v, %v; want a duplicate", res, err)
+	}
+	if _, found, err := store.Steps(ctx, id, "r1"); found || err != nil {
+		t.Fatalf("the journal left behind is still there (%v)", err)
+	}
+}
+
+// crashingTool counts its side effects; its first call stops the run (a
+// crash) before the side effect.
+type crashingTool struct {
+	mu      sync.Mutex
+	calls   int
+	effects int
+	crash   func()
+}
+
+func (t *crashingTool) Info(context.Context) (*schema.ToolInfo, error) {
+	return &schema.ToolInfo{Name: "charge", Desc: "charges the order"}, nil
+}
+
+func (t *crashingTool) InvokableRun(ctx context.Context, _ string, _ ...tool.Option) (string, error) {
+	t.mu.Lock()
+	t.calls++
+	first := t.calls == 1
+	if !first {
+		t.effects++
+	}
+	t.mu.Unlock()
+	if first {
+		t.crash()
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	return "charged", nil
+}
+
+// transfer_to_agent always runs: a re-run of a supervisor's request
+// replays the supervisor's output that asked for the transfer, transfers
+// again (the transfer acts on eino's run, a recorded result would not),
+// and replays the sub-agent's steps.
+func TestARerunOfASupervisorTransfersAgainAndReplaysTheSubAgent(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	desk := &scripted{reply: func(in []*schema.Message) *schema.Message {
+		for _, m := range in {
+			if strings.Contains(m.Content, "[orders] said:") {
+				return schema.AssistantMessage("It is on its way.", nil)
+			}
+		}
+		return call("transfer_to_agent", `{"agent_name":"orders"}`)
+	}}
+	orders := &scripted{reply: func(in []*schema.Message) *schema.Message {
+		if lastOf(in).Role == schema.Tool {
+			return schema.AssistantMessage("ORD-7 "+lastOf(in).Content+". ", nil)
+		}
+		return call("charge", `{"order":"ORD-7"}`)
+	}}
+	charge := &crashingTool{}
+	factory := func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		root, err := adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "desk", Description: "Routes.", Instruction: "Route.", Model: desk}))
+		if err != nil {
+			return nil, err
+		}
+		sub, err := adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "orders", Description: "Knows orders.", Instruction: "Answer.", Model: orders,
+			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{charge}}}}))
+		if err != nil {
+			return nil, err
+		}
+		return supervisor.New(ctx, &supervisor.Config{Supervisor: root, SubAgents: []adk.Agent{sub}})
+	}
+	st := newStep(t, stepConfig(), worker.WithAgentFactory(factory))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "desk"}
+	req := stepRequest(id, "r1", "charge ORD-7")
+	firstCtx, crash := context.WithCancel(ctx)
+	charge.crash = crash
+	if _, err := st.Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+		t.Fatalf("the first run = %v, want aborted", err)
+	}
+	res, err := st.Run(ctx, req, store, newRecordingSink())
+	if err != nil || res.Status != events.StatusComplete || len(res.Parts) != 2 || res.Parts[0].Agent != "orders" || res.Parts[1].Text != "It is on its way." {
+		t.Fatalf("the re-run: %+v, %v; want the sub-agent's answer, then the supervisor's", res, err)
+	}
+	if d, o := len(desk.seen()), len(orders.seen()); d != 2 || o != 2 || charge.effects != 1 {
+		t.Errorf("desk's model ran %d times, orders' %d, the charge %d: want each model call once (2 and 2) and one charge", d, o, charge.effects)
+	}
+}

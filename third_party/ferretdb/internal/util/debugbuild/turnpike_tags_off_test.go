@@ -1,0 +1,5 @@
+//go:build !ferretdb_debug
+
+package debugbuild
+
+const tagged = false
