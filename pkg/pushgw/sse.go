@@ -41,9 +41,10 @@ const (
 // earliest). Comments (": heartbeat") go out every SSEHeartbeat.
 //
 // Before the stream starts, as ServeHTTP: an origin not allowed is 403, a
-// missing or bad token 401; then a request without its conversation's
-// shard hint (?shard=, the home partition of the token's identity) is
-// redirected 307 to the same URL with it (redirectToShard); then a user
+// missing or bad token 401; then a request without a shard hint (?shard=,
+// the home partition of the token's identity) is redirected 307 to the same
+// URL with it, once: a request with a hint is never redirected
+// (redirectToShard); then a user
 // over the connect or subscribe rate is 429, and a bad conversation,
 // position, follow or query parameter is 400. A
 // gateway that is starting, stopping or behind the cursor answers 200 with
@@ -176,11 +177,17 @@ func (g *gateway) ServeEvents(w http.ResponseWriter, r *http.Request) {
 
 // redirectToShard answers 307 to the same URL with ?shard=<the
 // conversation's home partition>, computed from the token's identity,
-// unless the request carries exactly that hint; it reports whether it
-// answered. The hint is for the edge, which routes by it: the gateway never
-// reads anything else from it (the subscription's partition is computed
-// again from the token). A request with a bad conversation, or before Run
-// has the partitions, goes on to its refusal.
+// unless the request carries a hint already, whatever its value; it reports
+// whether it answered. A request is therefore redirected at most once:
+// replicas that disagree on the partition count (while partitions are
+// added, before every replica has read the new count) would otherwise send
+// it back and forth, each to its own shard. A hint other than this
+// replica's costs a less local replica, nothing else. The hint is for the
+// edge, which routes by it: the gateway never reads anything else from it
+// (the subscription's partition is computed again from the token). The
+// Location repeats every parameter, ?access_token= too: it is the URL the
+// client sent, to the same origin. A request with a bad conversation, or
+// before Run has the partitions, goes on to its refusal.
 func (g *gateway) redirectToShard(w http.ResponseWriter, r *http.Request, tok auth.Token) bool {
 	conv := r.PathValue("conversation")
 	g.mu.Lock()
@@ -189,12 +196,11 @@ func (g *gateway) redirectToShard(w http.ResponseWriter, r *http.Request, tok au
 	if h == nil || events.ValidateID("conversation", conv) != nil {
 		return false
 	}
-	shard := strconv.Itoa(h.partitionOf(tok.Principal.Identity(conv).Key()))
 	q := r.URL.Query()
-	if q.Get(paramShard) == shard {
+	if q.Has(paramShard) {
 		return false
 	}
-	q.Set(paramShard, shard)
+	q.Set(paramShard, strconv.Itoa(h.partitionOf(tok.Principal.Identity(conv).Key())))
 	g.metrics.shardRedirects.Inc()
 	// A query-only reference: the same path, whatever prefix a proxy
 	// stripped on the way in. The answer depends on the token: not cached.
