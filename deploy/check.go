@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -42,6 +43,7 @@ func Check(objs []Object, opts Options) error {
 	m.checkNamespaces(report)
 	m.checkWorkloads(report)
 	m.checkServices(report)
+	m.checkIngresses(report)
 	m.checkDisruptionBudgets(report)
 	m.checkAutoscalers(report)
 	m.checkNetworkPolicies(report)
@@ -554,6 +556,46 @@ func (m *model) checkServices(report reporter) {
 				if !hasPort(p.ports, target) {
 					report(o, "port %s: targetPort %s is not a port of %v", sp.Name, target.String(), p.owner)
 				}
+			}
+		}
+	}
+}
+
+// checkIngresses reports an Ingress backend that names no Service of the
+// build, or a port the Service does not have.
+func (m *model) checkIngresses(report reporter) {
+	for _, o := range m.objs {
+		ing, ok := o.Value.(*networkingv1.Ingress)
+		if !ok {
+			continue
+		}
+		var backends []*networkingv1.IngressBackend
+		if ing.Spec.DefaultBackend != nil {
+			backends = append(backends, ing.Spec.DefaultBackend)
+		}
+		for _, r := range ing.Spec.Rules {
+			if r.HTTP == nil {
+				continue
+			}
+			for i := range r.HTTP.Paths {
+				backends = append(backends, &r.HTTP.Paths[i].Backend)
+			}
+		}
+		for _, b := range backends {
+			if b.Service == nil {
+				report(o, "a backend without a Service")
+				continue
+			}
+			so, found := m.find("Service", ing.Namespace, b.Service.Name)
+			if !found {
+				report(o, "backend: no Service %q", b.Service.Name)
+				continue
+			}
+			svc := so.Value.(*corev1.Service)
+			if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool {
+				return (b.Service.Port.Name != "" && p.Name == b.Service.Port.Name) || (b.Service.Port.Name == "" && p.Port == b.Service.Port.Number)
+			}) {
+				report(o, "backend: Service %q has no port %s", b.Service.Name, cmp.Or(b.Service.Port.Name, strconv.Itoa(int(b.Service.Port.Number))))
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -134,7 +135,7 @@ func TestEveryManifestFileDecodesStrictly(t *testing.T) {
 	want := map[string]int{
 		"Deployment": 3, "Service": 4, "PodDisruptionBudget": 4, "HorizontalPodAutoscaler": 2, "ScaledObject": 1,
 		"ConfigMap": 1, "Secret": 2, "Job": 2, "StatefulSet": 1, "Kafka": 1, "KafkaNodePool": 1, "KafkaTopic": 4,
-		"ExternalSecret": 2, "Namespace": 1, "ServiceAccount": 1,
+		"ExternalSecret": 2, "Namespace": 1, "ServiceAccount": 1, "Ingress": 2,
 	}
 	for k, n := range want {
 		if kinds[k] != n {
@@ -288,6 +289,72 @@ func TestTheProdOverlayPinsScalesAndTakesSecretsFromOutside(t *testing.T) {
 		if p.Cmp(b) <= 0 {
 			t.Errorf("prod %s requests %s CPU, no more than the base's %s", name, p.String(), b.String())
 		}
+	}
+}
+
+// docs/pushgw.md "Routing by shard": in every build the edge sends the push
+// gateway's WebSocket and event-stream paths, and only those, to the pushgw
+// Service, hashed consistently on the ?shard= hint, with idle timeouts
+// longer than the gateway's heartbeats and no response buffering; ingest's
+// traffic is not hashed.
+func TestTheEdgeRoutesEachPushConnectionByItsShard(t *testing.T) {
+	t.Parallel()
+	const ann = "nginx.ingress.kubernetes.io/"
+	for _, dir := range []string{baseDir, devDir, prodDir} {
+		t.Run(dir, func(t *testing.T) {
+			t.Parallel()
+			objs := build(t, dir)
+			push := get[*networkingv1.Ingress](t, objs, "pushgw")
+			if got := push.Annotations[ann+"upstream-hash-by"]; got != "$arg_shard" {
+				t.Errorf("pushgw Ingress hashes by %q, want $arg_shard", got)
+			}
+			for _, k := range []string{"proxy-read-timeout", "proxy-send-timeout"} {
+				// Longer than the WebSocket ping (25 s) and the event
+				// streams' heartbeat (15 s), with room to spare.
+				if s, err := strconv.Atoi(push.Annotations[ann+k]); err != nil || s < 300 {
+					t.Errorf("pushgw Ingress %s %q, want at least 300 s", k, push.Annotations[ann+k])
+				}
+			}
+			if got := push.Annotations[ann+"proxy-buffering"]; got != "off" {
+				t.Errorf("pushgw Ingress proxy-buffering %q, want off", got)
+			}
+			// Every request path of the gateway reaches pushgw; ingest's do not.
+			route := func(path string) (ingress, service string) {
+				best := -1
+				for _, ing := range Of[*networkingv1.Ingress](objs) {
+					for _, p := range ing.Spec.Rules[0].HTTP.Paths {
+						var match bool
+						switch *p.PathType {
+						case networkingv1.PathTypeExact:
+							match = path == p.Path
+						case networkingv1.PathTypePrefix:
+							match = strings.HasPrefix(path, p.Path)
+						default:
+							match = regexp.MustCompile("^" + p.Path).MatchString(path)
+						}
+						if match && len(p.Path) > best {
+							best, ingress, service = len(p.Path), ing.Name, p.Backend.Service.Name
+						}
+					}
+				}
+				return ingress, service
+			}
+			for path, want := range map[string]string{
+				"/v1/stream":                     "pushgw",
+				"/v1/conversations/c-1/events":   "pushgw",
+				"/v1/conversations/c-1/messages": "ingest",
+				"/v1/conversations/c-1/turns":    "ingest",
+				"/v1/conversations":              "ingest",
+				"/v1/dev/token":                  "ingest",
+			} {
+				if ing, svc := route(path); svc != want || ing != want {
+					t.Errorf("%s goes to Service %q by Ingress %q, want %s", path, svc, ing, want)
+				}
+			}
+			if k := get[*networkingv1.Ingress](t, objs, "ingest").Annotations[ann+"upstream-hash-by"]; k != "" {
+				t.Errorf("ingest Ingress hashes by %q: any replica serves any request", k)
+			}
+		})
 	}
 }
 
@@ -544,6 +611,14 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 			get[*corev1.Secret](t, objs, "turnpike").StringData["TURNPIKE_AUTH_SECRET"] = "short-secret"
 			return objs
 		}, "TURNPIKE_AUTH_SECRET is shorter than 32 bytes"},
+		{"An Ingress backend on a port its Service lacks is reported.", func(t *testing.T, objs []Object) []Object {
+			get[*networkingv1.Ingress](t, objs, "pushgw").Spec.Rules[0].HTTP.Paths[1].Backend.Service.Port.Name = "ws"
+			return objs
+		}, `backend: Service "pushgw" has no port ws`},
+		{"An Ingress backend naming no Service is reported.", func(t *testing.T, objs []Object) []Object {
+			get[*networkingv1.Ingress](t, objs, "ingest").Spec.Rules[0].HTTP.Paths[0].Backend.Service.Name = "api"
+			return objs
+		}, `backend: no Service "api"`},
 		{"A missing ingest HPA is reported.", func(t *testing.T, objs []Object) []Object {
 			return remove(objs, "HorizontalPodAutoscaler", "ingest")
 		}, "ingest needs a HorizontalPodAutoscaler"},

@@ -66,6 +66,8 @@ func newTyped(apiVersion, kind string) (metav1.Object, bool) {
 		return &autoscalingv2.HorizontalPodAutoscaler{}, true
 	case "networking.k8s.io/v1 NetworkPolicy":
 		return &networkingv1.NetworkPolicy{}, true
+	case "networking.k8s.io/v1 Ingress":
+		return &networkingv1.Ingress{}, true
 	case "kafka.strimzi.io/v1beta2 Kafka":
 		return &Kafka{}, true
 	case "kafka.strimzi.io/v1beta2 KafkaNodePool":

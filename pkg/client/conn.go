@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -30,14 +31,24 @@ type Conn struct {
 }
 
 // Dial opens a WebSocket to the push gateway.
-func (c *Client) Dial(ctx context.Context) (*Conn, error) {
+func (c *Client) Dial(ctx context.Context) (*Conn, error) { return c.dial(ctx, -1) }
+
+// dial is Dial with the shard hint ?shard=<shard> on the upgrade URL
+// (shard >= 0), for an edge that routes connections by shard.
+func (c *Client) dial(ctx context.Context, shard int) (*Conn, error) {
 	tok, err := c.token(ctx)
 	if err != nil {
 		return nil, err
 	}
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+tok)
-	ws, resp, err := websocket.DefaultDialer.DialContext(ctx, c.StreamURL, h)
+	u := c.StreamURL
+	if shard >= 0 {
+		if u, err = withShard(u, shard); err != nil {
+			return nil, err
+		}
+	}
+	ws, resp, err := websocket.DefaultDialer.DialContext(ctx, u, h)
 	if err != nil {
 		if resp != nil {
 			// The gateway answered the upgrade with an error (a bad token:
@@ -90,6 +101,11 @@ type Frame struct {
 	// Conversation is set on subscribed frames, and on error frames that
 	// answer a subscribe or unsubscribe or end a subscription.
 	Conversation string
+	// Shard is the conversation's shard (its home partition) on a
+	// subscribed frame: a routing hint for an edge that sends each
+	// conversation's connections to the same replica (docs/api.md "Shard
+	// hints"). -1 on other frames, and from a gateway that names none.
+	Shard int
 	// Code and Message are set on error frames.
 	Code, Message string
 	// Raw is the frame as received.
@@ -117,18 +133,22 @@ func decodeFrame(b []byte) (Frame, error) {
 	if err := json.Unmarshal(b, &head); err != nil {
 		return Frame{}, fmt.Errorf("turnpike: bad frame: %w", err)
 	}
-	f := Frame{Type: head.Type, Raw: b}
+	f := Frame{Type: head.Type, Raw: b, Shard: -1}
 	switch head.Type {
 	case "subscribed", "pong", "error":
 		var c struct {
 			Conversation string `json:"conversation"`
 			Code         string `json:"code"`
 			Message      string `json:"message"`
+			Shard        *int   `json:"shard"`
 		}
 		if err := json.Unmarshal(b, &c); err != nil {
 			return Frame{}, fmt.Errorf("turnpike: bad frame: %w", err)
 		}
 		f.Conversation = c.Conversation
+		if head.Type == "subscribed" && c.Shard != nil && *c.Shard >= 0 {
+			f.Shard = *c.Shard
+		}
 		if head.Type == "error" {
 			f.Code, f.Message = c.Code, c.Message
 		}
@@ -296,4 +316,16 @@ func readAPIError(resp *http.Response) *APIError {
 		ae.Message = resp.Status
 	}
 	return ae
+}
+
+// withShard returns the URL u with the query parameter shard set.
+func withShard(u string, shard int) (string, error) {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return "", fmt.Errorf("turnpike: %q is not a URL: %w", u, err)
+	}
+	q := pu.Query()
+	q.Set("shard", strconv.Itoa(shard))
+	pu.RawQuery = q.Encode()
+	return pu.String(), nil
 }

@@ -3,10 +3,12 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,9 +161,9 @@ func TestNextIgnoresMembersItDoesNotKnow(t *testing.T) {
 		}
 	}
 	for _, want := range []Frame{
-		{Type: "subscribed", Conversation: "c1"},
-		{Type: "pong"},
-		{Type: "error", Code: "cursor_expired", Message: "gone", Conversation: "c1"},
+		{Type: "subscribed", Conversation: "c1", Shard: -1},
+		{Type: "pong", Shard: -1},
+		{Type: "error", Code: "cursor_expired", Message: "gone", Conversation: "c1", Shard: -1},
 	} {
 		f, err := conn.Next(ctx)
 		if err != nil {
@@ -247,5 +249,56 @@ func TestAnErrorFrameKeepsTheConversationItNames(t *testing.T) {
 	f, err := decodeFrame([]byte(`{"type":"error","code":"cursor_expired","message":"gone","conversation":"c1"}`))
 	if err != nil || f.Type != "error" || f.Code != "cursor_expired" || f.Message != "gone" || f.Conversation != "c1" {
 		t.Errorf("decodeFrame: %+v, %v", f, err)
+	}
+}
+
+// docs/api.md "Shard hints": a WebSocket Subscription reconnects with the
+// shard its subscribed frame named as ?shard= on the upgrade URL; a frame
+// without one (an older gateway) is -1.
+func TestAWebSocketSubscriptionReconnectsWithItsConversationsShardHint(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var hints []string
+	up := websocket.Upgrader{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hints = append(hints, r.URL.Query().Get("shard"))
+		n := len(hints)
+		mu.Unlock()
+		ws, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.Close()
+		if _, _, err := ws.ReadMessage(); err != nil { // the subscribe
+			return
+		}
+		_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"subscribed","conversation":"c1","shard":2}`))
+		e := events.AppendEvent(nil, &events.TokenEvent{Meta: events.Meta{Conversation: "c1", RequestID: "r", RunID: "u", Seq: int64(n), TS: 1,
+			Cursor: fmt.Sprintf("1-2-%d", n)}, Delta: "w", Agent: "echo", Role: "assistant"})
+		_ = ws.WriteMessage(websocket.TextMessage, e)
+	}))
+	t.Cleanup(srv.Close)
+	c := &Client{StreamURL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/stream", Token: "t"}
+	sub, err := c.Subscribe(ctx, "c1", SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for n := 1; n <= 2; n++ {
+		if e, err := sub.Next(ctx); err != nil || e.Header().Seq != int64(n) {
+			t.Fatalf("event %d: %v, %v", n, e, err)
+		}
+	}
+	mu.Lock()
+	got := strings.Join(hints, ",")
+	mu.Unlock()
+	if got != ",2" || sub.Shard() != 2 {
+		t.Fatalf("shard hints of the upgrades %q and Shard() %d; want none then 2, and 2", got, sub.Shard())
+	}
+	if f, err := decodeFrame([]byte(`{"type":"subscribed","conversation":"c1"}`)); err != nil || f.Shard != -1 {
+		t.Fatalf("a subscribed frame without shard: %+v, %v; want Shard -1", f, err)
 	}
 }

@@ -49,11 +49,20 @@ type EventStream struct {
 // position 400, over the rate 429) is an *APIError. Client.HTTP's
 // transport is used, but not its timeout, which would cut the stream.
 func (c *Client) Events(ctx context.Context, conversation string, o EventsOptions) (*EventStream, error) {
+	return c.events(ctx, conversation, o, -1)
+}
+
+// events is Events with the shard hint ?shard=<shard> (shard >= 0), which
+// saves the gateway's redirect to it.
+func (c *Client) events(ctx context.Context, conversation string, o EventsOptions, shard int) (*EventStream, error) {
 	u, err := c.eventsURL(conversation)
 	if err != nil {
 		return nil, err
 	}
 	q := url.Values{}
+	if shard >= 0 {
+		q.Set("shard", strconv.Itoa(shard))
+	}
 	if o.Since == "earliest" {
 		q.Set("since", "earliest")
 	}

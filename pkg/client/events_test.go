@@ -302,3 +302,45 @@ func TestEventStreamIgnoresMembersItDoesNotKnow(t *testing.T) {
 		t.Fatalf("after the last event: %v, want io.EOF", err)
 	}
 }
+
+// docs/api.md "Shard hints": a Subscription over event streams keeps the
+// shard the gateway's subscribed frame named (Subscription.Shard) and
+// reconnects with it as ?shard=, so an edge routing by shard sends it to
+// the replica reading its partition and the gateway need not redirect.
+func TestASubscriptionOverSSEReconnectsWithItsConversationsShardHint(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var hints []string
+	c := sseServer(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hints = append(hints, r.URL.Query().Get("shard"))
+		mu.Unlock()
+		n := 1
+		if r.Header.Get("Last-Event-ID") != "" {
+			n = 2
+		}
+		streamHead(w)
+		fmt.Fprint(w, "event: subscribed\ndata: {\"type\":\"subscribed\",\"conversation\":\"c1\",\"shard\":3}\n\n")
+		fmt.Fprintf(w, "id: 1-0-%d\nevent: token\ndata: %s\n\n", n, sseFrame(n))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sub, err := c.Subscribe(ctx, "c1", SubscribeOptions{SSE: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if sub.Shard() != 3 {
+		t.Fatalf("Shard() = %d once subscribed, want 3", sub.Shard())
+	}
+	for n := 1; n <= 2; n++ {
+		if e, err := sub.Next(ctx); err != nil || e.Header().Seq != int64(n) {
+			t.Fatalf("event %d: %v, %v", n, e, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(hints, ",") != ",3" {
+		t.Fatalf("shard hints of the requests %q, want none on the first and 3 on the reconnection", hints)
+	}
+}

@@ -51,6 +51,7 @@ type Subscription struct {
 	opts   SubscribeOptions
 	conn   frameSource
 	cursor string
+	shard  int // the conversation's shard, from the last subscribed frame; -1: none yet
 }
 
 // Subscribe opens a subscription to conversation.
@@ -58,7 +59,7 @@ func (c *Client) Subscribe(ctx context.Context, conversation string, o Subscribe
 	if o.MaxBackoff <= 0 {
 		o.MaxBackoff = 5 * time.Second
 	}
-	s := &Subscription{c: c, conv: conversation, opts: o, cursor: o.Since}
+	s := &Subscription{c: c, conv: conversation, opts: o, cursor: o.Since, shard: -1}
 	if err := s.connect(ctx); err != nil {
 		return nil, err
 	}
@@ -80,6 +81,9 @@ func (s *Subscription) connect(ctx context.Context) error {
 		switch f.Type {
 		case FrameSubscribed:
 			s.conn = conn
+			if f.Shard >= 0 {
+				s.shard = f.Shard
+			}
 			return nil
 		case FrameError:
 			conn.Close()
@@ -91,12 +95,15 @@ func (s *Subscription) connect(ctx context.Context) error {
 	}
 }
 
-// open opens a connection subscribed since the last cursor.
+// open opens a connection subscribed since the last cursor, with the
+// conversation's shard hint once the gateway has named it, so that an edge
+// routing by shard sends the reconnection to the replica that reads the
+// conversation's partition (and an event stream needs no redirect).
 func (s *Subscription) open(ctx context.Context) (frameSource, error) {
 	if s.opts.SSE {
-		return s.c.Events(ctx, s.conv, EventsOptions{Since: s.cursor})
+		return s.c.events(ctx, s.conv, EventsOptions{Since: s.cursor}, s.shard)
 	}
-	conn, err := s.c.Dial(ctx)
+	conn, err := s.c.dial(ctx, s.shard)
 	if err != nil {
 		return nil, err
 	}
@@ -106,6 +113,13 @@ func (s *Subscription) open(ctx context.Context) (frameSource, error) {
 	}
 	return conn, nil
 }
+
+// Shard is the conversation's shard (its home partition), as the gateway
+// named it in its last subscribed frame; -1 before it named one. The
+// Subscription sends it as the ?shard= hint when it reconnects. One
+// Subscription is one connection, so a client following conversations of
+// several shards already holds one connection per shard.
+func (s *Subscription) Shard() int { return s.shard }
 
 // Cursor is the cursor of the last event delivered ("" before the first).
 func (s *Subscription) Cursor() string { return s.cursor }

@@ -23,6 +23,7 @@ const (
 	DefaultReplayBufferBytes  = 4 << 20
 	DefaultRingBytes          = 64 << 20
 	DefaultCursorWait         = 2 * time.Second
+	DefaultReaderIdle         = 30 * time.Second
 	DefaultConnectPerMinute   = 600
 	DefaultConnectBurst       = 100
 	DefaultSubscribePerMinute = 6000
@@ -115,6 +116,20 @@ type Config struct {
 	// with invalid_argument. Default 2s.
 	CursorWait time.Duration
 
+	// ReaderIdle is how long a partition's live reader stays open after
+	// its last subscriber on this replica left (-reader-idle,
+	// TURNPIKE_PUSHGW_READER_IDLE). A replica opens a partition's reader
+	// at its first subscriber and reads nothing of the partitions nobody
+	// subscribes to; a subscriber that comes back within ReaderIdle finds
+	// the reader and its ring (a resume from memory, no Kafka replay), one
+	// that comes later resumes from Kafka. Default 30s: several times the
+	// clients' reconnection backoff (pkg/client's 5 s at most, the event
+	// streams' 2 s retry), so a page reload, a dropped connection or a
+	// token renewal does not close and reopen the reader, while a
+	// partition nobody reads any more stops being fetched within half a
+	// minute.
+	ReaderIdle time.Duration
+
 	// AllowedOrigins lists the browser origins allowed to connect:
 	// "https://app.example.com" (scheme, host and optional port, exactly),
 	// "https://*.example.com" (any subdomain, any port unless the entry
@@ -159,6 +174,8 @@ func (c *Config) bindGateway(set *flagenv.Set) {
 		"memory for recent stream records, split between partitions: resumes within it do not read Kafka")
 	set.Duration(&c.CursorWait, "cursor-wait", "TURNPIKE_PUSHGW_CURSOR_WAIT", DefaultCursorWait,
 		"how long a subscribe waits for this replica to reach a cursor from a replica further ahead")
+	set.Duration(&c.ReaderIdle, "reader-idle", "TURNPIKE_PUSHGW_READER_IDLE", DefaultReaderIdle,
+		"how long a partition's live reader stays open after its last subscriber left")
 	set.List(&c.AllowedOrigins, "allowed-origins", "TURNPIKE_PUSHGW_ALLOWED_ORIGINS", nil,
 		"browser origins allowed to connect (others get 403): https://app.example.com, https://*.example.com, or *")
 	set.Int(&c.ConnectPerMinute, "connect-per-minute", "TURNPIKE_PUSHGW_CONNECT_PER_MINUTE", DefaultConnectPerMinute,
@@ -193,6 +210,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.ReplayBuffer, DefaultReplayBuffer)
 	setDefault(&c.ReplayBufferBytes, DefaultReplayBufferBytes)
 	setDefault(&c.CursorWait, DefaultCursorWait)
+	setDefault(&c.ReaderIdle, DefaultReaderIdle)
 	setDefault(&c.ConnectPerMinute, DefaultConnectPerMinute)
 	setDefault(&c.ConnectBurst, DefaultConnectBurst)
 	setDefault(&c.SubscribePerMinute, DefaultSubscribePerMinute)
@@ -237,7 +255,7 @@ func (c Config) validateGateway() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"ping interval", c.PingInterval}, {"pong wait", c.PongWait}, {"write timeout", c.WriteTimeout}, {"cursor wait", c.CursorWait},
+	}{{"ping interval", c.PingInterval}, {"pong wait", c.PongWait}, {"write timeout", c.WriteTimeout}, {"cursor wait", c.CursorWait}, {"reader idle", c.ReaderIdle},
 		{"sse heartbeat", c.SSEHeartbeat}, {"sse retry", c.SSERetry}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: %v, want > 0", d.name, d.v))

@@ -60,7 +60,8 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Topic != "turnpike.stream" || c.QueueSize != 1024 || c.QueueBytes != 1<<20 || c.MaxSubscriptions != 100 || c.PingInterval != 25*time.Second ||
 		c.PongWait != time.Minute || c.WriteTimeout != 10*time.Second || c.ReplayConcurrency != 64 || c.ReplayBuffer != 4096 ||
 		c.ReplayBufferBytes != 4<<20 || c.RingBytes != 64<<20 || c.CursorWait != 2*time.Second || len(c.AllowedOrigins) != 0 ||
-		c.ConnectPerMinute != 600 || c.ConnectBurst != 100 || c.SubscribePerMinute != 6000 || c.SubscribeBurst != 1000 {
+		c.ConnectPerMinute != 600 || c.ConnectBurst != 100 || c.SubscribePerMinute != 6000 || c.SubscribeBurst != 1000 ||
+		c.ReaderIdle != 30*time.Second {
 		t.Fatalf("defaults = %+v", c)
 	}
 }
@@ -92,5 +93,32 @@ func TestTheEventStreamTimingDefaultsAreTheDocumentedOnes(t *testing.T) {
 	}
 	if got := retryField(c.SSERetry); got != "retry: 2000\n\n" {
 		t.Errorf("the retry field of the default: %q, want %q", got, "retry: 2000\n\n")
+	}
+}
+
+// docs/pushgw.md "Replicas": a live reader stays open 30 s after its last
+// subscriber left by default, set by -reader-idle and
+// TURNPIKE_PUSHGW_READER_IDLE.
+func TestTheReaderIdleTimeIsThirtySecondsByDefaultAndSetByFlagOrEnvironment(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want time.Duration
+	}{
+		{"Nothing set is the default.", nil, nil, 30 * time.Second},
+		{"The flag sets it.", []string{"-reader-idle=2m"}, nil, 2 * time.Minute},
+		{"The environment sets it.", nil, map[string]string{"TURNPIKE_PUSHGW_READER_IDLE": "5s"}, 5 * time.Second},
+	} {
+		var c Config
+		set := flagenv.New(flag.NewFlagSet("pushgw", flag.ContinueOnError), func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok })
+		c.bindGateway(set)
+		if err := set.Parse(tt.args); err != nil {
+			t.Fatalf("%s %v", tt.name, err)
+		}
+		if c.ReaderIdle != tt.want {
+			t.Errorf("%s Got %v, want %v", tt.name, c.ReaderIdle, tt.want)
+		}
 	}
 }

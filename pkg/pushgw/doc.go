@@ -7,11 +7,13 @@
 // Pieces, one file each:
 //   - gateway.go: Gateway, New, Run, ServeHTTP (admission, then the
 //     upgrade), Ready.
-//   - hub.go: the per-partition index of subscriptions, the fan-out, and the
-//     replay-to-live hand-over (its comment is the correctness argument).
+//   - hub.go: the per-partition index of subscriptions, the fan-out, the
+//     replay-to-live hand-over and the opening and idle close of each
+//     partition's live reader (its comment is the correctness argument).
 //   - ring.go: each partition's in-memory ring of recent records, bounded
 //     by bytes, that serves recent resumes without Kafka.
-//   - live.go: one kafka.Reader per partition feeding the hub.
+//   - live.go: one kafka.Reader per open partition feeding the hub, and
+//     the stream topic's partition list.
 //   - replay.go: a subscription's catch-up, from the ring or from Kafka
 //     with a reader of its own.
 //   - session.go: what every connection has whatever its transport: the
@@ -27,11 +29,16 @@
 //     every transport) and per-user token buckets.
 //   - frames.go: client and server frames; cursor.go: the cursor format.
 //
-// Every replica reads the whole stream topic (no consumer group) and serves
-// its own clients; a cursor is a partition offset, so it resumes on any
-// replica.
+// A replica reads the partitions of the stream topic its clients subscribe
+// to (no consumer group; a partition's reader opens at its first subscriber
+// and closes ReaderIdle after its last) and serves its own clients; a
+// cursor is a partition offset, so it resumes on any replica. Event streams
+// are redirected to carry their conversation's shard hint (sse.go), which
+// an edge may route by; it is never trusted.
 //
-// Goroutines: Run owns the live readers and waits for every client; each
+// Goroutines: Run owns the live readers (started by the hub when a
+// partition opens, stopped when it closes or Run ends) and waits for every
+// client; each
 // client owns its reader goroutine and its replays; the writer goroutine of
 // a client tears it down. An event stream's writer is ServeEvents's
 // goroutine (HTTP/2) or, once it has taken its HTTP/1 connection over, a
@@ -43,8 +50,11 @@
 // 4401, an event stream with an error event of code unauthenticated.
 //
 // Locks, in order: a shard's mutex (hub.go) may be held while a client's
-// outbox mutex is taken (outbox.mu is a leaf) and while its close state is
-// set (client.fail); client.mu is never held while taking a shard lock.
+// outbox mutex is taken (outbox.mu is a leaf), while its close state is
+// set (client.fail) and while Gateway.mu is taken (a partition's reader
+// starts under its shard lock); client.mu is never held while taking a
+// shard lock. An idle close runs on a timer's goroutine and only takes a
+// shard lock.
 // Gateway.mu, a limiter's mutex and a wire's mutex are leaves.
 //
 // Gateway's methods are safe for concurrent use; Run is called once.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
@@ -155,10 +156,12 @@ func parseSince(r request) (since, error) {
 // pongFrame answers {"op":"ping"}.
 const pongFrame = `{"type":"pong"}`
 
-// subscribedFrame returns {"type":"subscribed","conversation":…}. The
-// conversation passed the ID rule, so it needs no escaping.
-func subscribedFrame(conversation string) []byte {
-	return []byte(`{"type":"subscribed","conversation":"` + conversation + `"}`)
+// subscribedFrame returns {"type":"subscribed","conversation":…,"shard":…}:
+// shard is the conversation's home partition, a routing hint for the edge
+// (docs/api.md "Shard hints"). The conversation passed the ID rule, so it
+// needs no escaping.
+func subscribedFrame(conversation string, shard int) []byte {
+	return []byte(`{"type":"subscribed","conversation":"` + conversation + `","shard":` + strconv.Itoa(shard) + `}`)
 }
 
 type errorFrameBody struct {

@@ -60,10 +60,13 @@ type gateway struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	hub     *hub            // nil until the live readers have their start positions
-	ctx     context.Context // Run's context for clients; set with hub
-	closing bool            // Run is shutting down: no new clients
-	clients sync.WaitGroup  // Add only under mu while hub != nil && !closing
+	hub        *hub               // nil until Run has the stream topic's partitions
+	ctx        context.Context    // Run's context for clients and live readers; set with hub
+	stopRun    context.CancelFunc // ends ctx; set with hub
+	closing    bool               // Run is shutting down: no new clients, no new live readers
+	clients    sync.WaitGroup     // Add only under mu while hub != nil && !closing
+	readers    sync.WaitGroup     // live readers; Add only under mu while hub != nil && !closing
+	readerErrs []error            // live readers that stopped for good
 }
 
 // New returns a gateway for cfg. Tokens are checked by v; metrics are
@@ -121,13 +124,14 @@ func newGateway(cfg Config, v *auth.Verifier, reg prometheus.Registerer, log *sl
 	return g, nil
 }
 
-// Run starts one live reader per partition of the stream topic, each at the
-// partition's end offset as Run found it, and dispatches their records to
-// subscribers until ctx ends. It then closes every client with 1001 and
-// returns nil once all its goroutines (readers, clients, replays) are done.
-// Run retries while Kafka or the topic is unreachable at start, and live
-// readers retry failed fetches; Run returns an error only if a live reader
-// cannot be created or stops for good. Run may be called once.
+// Run reads the stream topic's partition list (retrying while Kafka or the
+// topic is unreachable), serves clients, and dispatches the stream topic's
+// events to their subscribers until ctx ends. A partition's live reader
+// opens at the partition's end offset when its first subscriber comes, and
+// closes ReaderIdle after its last one left (hub.go). When ctx ends Run
+// closes every client with 1001 and returns nil once all its goroutines
+// (readers, clients, replays) are done. Live readers retry failed fetches;
+// Run returns an error only if one stops for good. Run may be called once.
 func (g *gateway) Run(ctx context.Context) error {
 	if !g.running.CompareAndSwap(false, true) {
 		return errors.New("push gateway: Run called twice")
@@ -138,63 +142,40 @@ func (g *gateway) Run(ctx context.Context) error {
 		g.closing = true
 		g.mu.Unlock()
 	}()
-	starts, err := g.awaitStartPositions(ctx)
+	parts, err := g.awaitPartitions(ctx)
 	if err != nil { // only when ctx ended
 		return nil
 	}
-	type live struct {
-		r *kafka.Reader
-		h *liveHealth
-	}
-	readers := make(map[int]live, len(starts))
-	for p, off := range starts {
-		r, h, err := g.newLiveReader(p, off)
-		if err != nil {
-			for _, l := range readers {
-				l.h.close()
-				l.r.Close()
-			}
-			return fmt.Errorf("push gateway: %w", err)
-		}
-		readers[p] = live{r, h}
-	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	h := newHub(starts, hubConfig{replayBuffer: g.cfg.ReplayBuffer, replayBufferBytes: g.cfg.ReplayBufferBytes, ringBytes: g.cfg.RingBytes}, g.metrics, g.log)
+	h := newHub(parts, hubConfig{replayBuffer: g.cfg.ReplayBuffer, replayBufferBytes: g.cfg.ReplayBufferBytes, ringBytes: g.cfg.RingBytes,
+		readers: g, readerIdle: g.cfg.ReaderIdle}, g.metrics, g.log)
 	g.mu.Lock()
-	g.hub, g.ctx = h, runCtx
+	g.hub, g.ctx, g.stopRun = h, runCtx, stop
 	g.mu.Unlock()
-	g.log.Info("push gateway ready", "topic", g.cfg.Topic, "partitions", len(starts))
+	g.log.Info("push gateway ready", "topic", g.cfg.Topic, "partitions", len(parts))
 
-	var running sync.WaitGroup
-	errc := make(chan error, len(readers))
-	for p, l := range readers {
-		running.Go(func() {
-			if err := g.readLive(runCtx, h, p, l.r, l.h); err != nil {
-				errc <- err
-				stop()
-			}
-		})
-	}
 	<-runCtx.Done()
 	g.mu.Lock()
-	g.closing = true
+	g.closing = true // no live reader starts from now on
 	g.mu.Unlock()
-	running.Wait()
+	h.shutdown()
 	g.clients.Wait()
-	close(errc)
-	var errs []error
-	for err := range errc {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
+	g.readers.Wait()
+	g.mu.Lock()
+	err = errors.Join(g.readerErrs...)
+	g.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("push gateway: %w", err)
 	}
 	return nil
 }
 
-// Ready reports whether the gateway serves: its live readers have their
-// start positions and Kafka answers. For /readyz.
+// Ready reports whether the gateway serves: Run has the stream topic's
+// partition list (from a metadata request), no open live reader is
+// failing, and a broker answers now. It needs no partition to be open, nor
+// any partition's offsets: a subscribe whose partition cannot be opened is
+// answered unavailable on its own. For /readyz.
 func (g *gateway) Ready(ctx context.Context) error {
 	g.mu.Lock()
 	ready := g.hub != nil && !g.closing
@@ -212,8 +193,8 @@ func (g *gateway) Ready(ctx context.Context) error {
 // not allow is answered 403; without a valid bearer token (header or
 // ?access_token=), 401 (a connection lives until its token expires, then
 // is closed with CloseTokenExpired); a user over the connect rate limit, 429 with
-// Retry-After; before Run has the live start positions, or while it shuts
-// down, 503. None of them upgrades.
+// Retry-After; before Run has the stream topic's partitions, or while it
+// shuts down, 503. None of them upgrades.
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tok, user, ok := g.admit(w, r)
 	if !ok {

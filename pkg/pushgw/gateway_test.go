@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -262,6 +263,7 @@ type frame struct {
 	RunID        string `json:"run_id"`
 	Seq          int    `json:"seq"`
 	Cursor       string `json:"cursor"`
+	Shard        *int   `json:"shard"`
 }
 
 func (f *fixture) dial(ctx context.Context, tok string) *wsClient {
@@ -1256,4 +1258,48 @@ func TestUnsubscribeStopsEventsAndAResubscriptionResumesCleanly(t *testing.T) {
 	checkSeqs(t, c.events(ctx, 5), "r", 6, 10)
 	f.produce(ctx, id, "r", 11, 11)
 	checkSeqs(t, c.events(ctx, 1), "r", 11, 11)
+}
+
+// aliceAndBobApart is a conversation name whose alice and bob keys land in
+// different partitions.
+func aliceAndBobApart(t testing.TB) (alice, bob events.Identity) {
+	t.Helper()
+	base := testenv.Name(t, "c")
+	for i := 0; ; i++ {
+		conv := fmt.Sprintf("%s-%d", base, i)
+		alice = events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: conv}
+		bob = events.Identity{Tenant: auth.DefaultTenant, User: "bob", Conversation: conv}
+		if partitionOf(alice) != partitionOf(bob) {
+			return alice, bob
+		}
+	}
+}
+
+// docs/api.md "Shard hints": the subscribed frame carries the
+// conversation's shard, its home partition computed from the token's
+// identity: the same conversation name is another shard for another user,
+// and a replaying subscribe names it as a live one does. The WebSocket's
+// own ?shard= (for the edge) changes nothing.
+func TestTheSubscribedFrameNamesTheShardOfTheTokensConversation(t *testing.T) {
+	t.Parallel()
+	ctx, f := startedFixture(t)
+	alice, bob := aliceAndBobApart(t)
+	for _, tt := range []struct {
+		name  string
+		id    events.Identity
+		url   string
+		since string
+	}{
+		{"Alice's live subscribe names her conversation's partition.", alice, f.url, ""},
+		{"Bob's subscribe to the same name names his, another partition.", bob, f.url, ""},
+		{"A replaying subscribe names it too.", alice, f.url, "earliest"},
+		{"Bob's upgrade with alice's shard as hint still gets his own.", bob, f.url + "?shard=" + strconv.Itoa(partitionOf(alice)), ""},
+	} {
+		c := f.dialURL(ctx, tt.url, token(t, auth.DefaultTenant, tt.id.User))
+		c.subscribe(tt.id.Conversation, tt.since)
+		fr := c.expect(ctx, "subscribed")
+		if fr.Shard == nil || *fr.Shard != partitionOf(tt.id) {
+			t.Errorf("%s Got shard %v, want %d", tt.name, fr.Shard, partitionOf(tt.id))
+		}
+	}
 }

@@ -3,6 +3,7 @@ package pushgw
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -55,6 +56,23 @@ import (
 // Only records of the subscription's partition can reach it: subscriptions
 // live in the shard of the partition their key hashes to, and each shard
 // sees only its own partition's records.
+//
+// Readers on demand. A shard is closed until a subscribe acquires it: the
+// first acquire lists the partition's end offset E, starts a live reader at
+// E and sets shard.next = E and an empty ring from E, all under the shard
+// lock before the reader can dispatch, so the split above holds from the
+// first record on: nothing below E will be dispatched, everything from E
+// on will. A resume on a partition just opened therefore has liveStart = E
+// and ring.from = E, and replays [start, E) from Kafka: no gap, no
+// duplicate, whatever the partition carried while it was closed. Every
+// subscription (and every subscribe in progress) holds its shard; when the
+// last hold is released the shard arms an idle timer (ReaderIdle), and a
+// hold taken before it fires disarms it (the hysteresis: a reconnecting
+// client finds the reader and its ring). When it fires on a shard still
+// without holds, the reader is stopped and the ring dropped (memory stays
+// bounded by the open partitions). A stopped reader may still be about to
+// dispatch a record it fetched: each opening counts a generation, and
+// dispatch drops records of any generation but the shard's current one.
 
 // errCursorAhead refuses a cursor this gateway has not dispatched yet.
 var errCursorAhead = errors.New("since: cursor is ahead of the stream")
@@ -89,7 +107,9 @@ type subscription struct {
 	ringFrom  int64    // the ring holds every record of [ringFrom, liveStart)
 	ring      ringView // those records; the replay drops it once read
 
-	// Guarded by the mutex of the subscription's shard.
+	// Guarded by the mutex of the subscription's shard (held is set by the
+	// subscribing client before the subscription is shared).
+	held         bool     // holds its shard open (acquire); remove releases it
 	indexed      bool     // in the shard's index
 	removed      bool     // ended: never (again) in the index
 	live         bool     // frames go straight to the sink
@@ -98,22 +118,57 @@ type subscription struct {
 	pendingBytes int
 }
 
+// liveReaders open partitions' live readers for a hub (the gateway's, in
+// live.go).
+type liveReaders interface {
+	// endOffset returns the partition's end offset: where a live reader
+	// opened now starts.
+	endOffset(ctx context.Context, partition int) (int64, error)
+	// startLive starts a live reader of partition at offset, which
+	// dispatches as generation gen until stop is called. It is called with
+	// the shard's lock held and must not block.
+	startLive(partition int, offset int64, gen uint64) (stop func(), err error)
+}
+
+// stopper is a timer that can be stopped (time.AfterFunc's).
+type stopper interface{ Stop() bool }
+
 // hub routes the records of the stream topic to subscriptions. Its methods
 // are safe for concurrent use; dispatch must be called by one goroutine per
-// partition, in offset order.
+// partition and generation, in offset order.
 type hub struct {
 	partitions        []int          // sorted partition ids, as the producers' balancer sees them
 	shards            map[int]*shard // one per partition; the map itself is read-only
 	replayBuffer      int
 	replayBufferBytes int
+	ringBytes         int // per partition
+	readers           liveReaders
+	readerIdle        time.Duration
+	afterFunc         func(time.Duration, func()) stopper // time.AfterFunc; tests fire it by hand
 	metrics           *metrics
 	log               *slog.Logger
 }
+
+// shardState is the life of a shard's live reader.
+type shardState int
+
+const (
+	shardClosed  shardState = iota // no reader; next and ring mean nothing
+	shardOpening                   // an acquire is listing the end offset
+	shardOpen                      // a reader dispatches as generation gen
+	shardShut                      // the hub is shut down: never opens again
+)
 
 // shard holds one partition's subscriptions and recent records.
 type shard struct {
 	mu sync.Mutex
 	// Guarded by mu.
+	state    shardState
+	opening  chan struct{}              // while shardOpening: closed when the opening ends, either way
+	gen      uint64                     // the generation of the current (or last) live reader
+	stop     func()                     // stops the live reader of gen while shardOpen
+	holds    int                        // subscriptions and subscribes in progress
+	idle     stopper                    // the idle close, armed while shardOpen without holds
 	next     int64                      // the next offset the live dispatcher delivers
 	subs     map[string][]*subscription // by identity key
 	ring     ring
@@ -122,31 +177,152 @@ type shard struct {
 
 // hubConfig sizes a hub.
 type hubConfig struct {
-	replayBuffer      int // frames held back per replaying subscription
-	replayBufferBytes int // bytes of those
-	ringBytes         int // ring bytes, split between the partitions
+	replayBuffer      int           // frames held back per replaying subscription
+	replayBufferBytes int           // bytes of those
+	ringBytes         int           // ring bytes, split between the partitions
+	readers           liveReaders   // opens the live readers
+	readerIdle        time.Duration // how long a shard without holds stays open
 }
 
-// newHub returns a hub whose dispatchers start at starts (partition → first
-// offset they will deliver).
-func newHub(starts map[int]int64, cfg hubConfig, m *metrics, log *slog.Logger) *hub {
+// newHub returns a hub of partitions, every shard closed until acquired.
+func newHub(partitions []int, cfg hubConfig, m *metrics, log *slog.Logger) *hub {
 	h := &hub{
-		shards:            make(map[int]*shard, len(starts)),
+		partitions:        slices.Sorted(slices.Values(partitions)),
+		shards:            make(map[int]*shard, len(partitions)),
 		replayBuffer:      cfg.replayBuffer,
 		replayBufferBytes: cfg.replayBufferBytes,
+		readers:           cfg.readers,
+		readerIdle:        cfg.readerIdle,
+		afterFunc:         func(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) },
 		metrics:           m,
 		log:               log,
 	}
-	perPartition := 0
-	if len(starts) > 0 {
-		perPartition = cfg.ringBytes / len(starts)
+	if len(partitions) > 0 {
+		h.ringBytes = cfg.ringBytes / len(partitions)
 	}
-	for p, off := range starts {
-		h.partitions = append(h.partitions, p)
-		h.shards[p] = &shard{next: off, subs: make(map[string][]*subscription), ring: newRing(perPartition, off)}
+	for _, p := range partitions {
+		h.shards[p] = &shard{subs: make(map[string][]*subscription)}
 	}
-	slices.Sort(h.partitions)
 	return h
+}
+
+// acquire holds partition's shard open for a subscription, opening it (its
+// live reader at the partition's end offset) if it is closed. Every
+// successful acquire is paired with one release. It fails when the end
+// offset cannot be listed or the reader started, and with errStopped when
+// ctx ends first or the hub is shut down.
+func (h *hub) acquire(ctx context.Context, partition int) error {
+	s := h.shards[partition]
+	for {
+		s.mu.Lock()
+		switch s.state {
+		case shardOpen:
+			s.holds++
+			if s.idle != nil {
+				s.idle.Stop() // if it fires anyway, it finds a hold and leaves
+				s.idle = nil
+			}
+			s.mu.Unlock()
+			return nil
+		case shardShut:
+			s.mu.Unlock()
+			return errStopped
+		case shardOpening:
+			wait := s.opening
+			s.mu.Unlock()
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return errStopped
+			}
+		default:
+			s.state, s.opening = shardOpening, make(chan struct{})
+			s.mu.Unlock()
+			return h.open(ctx, partition, s)
+		}
+	}
+}
+
+// open opens s (shardOpening) and takes the first hold.
+func (h *hub) open(ctx context.Context, partition int, s *shard) error {
+	start, err := h.readers.endOffset(ctx, partition)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.opening)
+	s.opening = nil
+	if s.state == shardShut {
+		return errStopped
+	}
+	if err == nil {
+		s.gen++
+		s.stop, err = h.readers.startLive(partition, start, s.gen)
+	}
+	if err != nil {
+		s.state = shardClosed
+		return fmt.Errorf("open partition %d: %w", partition, err)
+	}
+	s.state, s.next, s.ring, s.holds = shardOpen, start, newRing(h.ringBytes, start), 1
+	h.metrics.liveReaders.Inc()
+	h.log.Debug("live reader opened", "partition", partition, "offset", start)
+	return nil
+}
+
+// release drops a hold of acquire. The last one arms the idle close.
+func (h *hub) release(partition int) {
+	s := h.shards[partition]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h.releaseLocked(partition, s)
+}
+
+// releaseLocked is release with s.mu held.
+func (h *hub) releaseLocked(partition int, s *shard) {
+	s.holds--
+	if s.holds > 0 || s.state != shardOpen {
+		return
+	}
+	gen := s.gen
+	s.idle = h.afterFunc(h.readerIdle, func() { h.closeIdle(partition, gen) })
+}
+
+// closeIdle closes partition's shard if it is still open as generation gen
+// with no hold: the reader stops and the ring is dropped.
+func (h *hub) closeIdle(partition int, gen uint64) {
+	s := h.shards[partition]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state != shardOpen || s.gen != gen || s.holds > 0 {
+		return
+	}
+	s.closeLocked(shardClosed)
+	h.metrics.liveReaders.Dec()
+	h.log.Debug("live reader closed: no subscriber", "partition", partition, "next", s.next)
+}
+
+// closeLocked stops the live reader and drops the ring; s.mu is held.
+func (s *shard) closeLocked(state shardState) {
+	if s.stop != nil {
+		s.stop()
+		s.stop = nil
+	}
+	if s.idle != nil {
+		s.idle.Stop()
+		s.idle = nil
+	}
+	s.state = state
+	s.ring = ring{}
+}
+
+// shutdown stops every live reader and idle timer; no shard opens again.
+func (h *hub) shutdown() {
+	for _, s := range h.shards {
+		s.mu.Lock()
+		if s.state == shardOpen {
+			h.metrics.liveReaders.Dec()
+		}
+		s.closeLocked(shardShut)
+		s.mu.Unlock()
+	}
 }
 
 // partitionOf returns the partition the producers' Murmur2 balancer writes key to.
@@ -159,7 +335,7 @@ func (h *hub) dispatched(partition int, offset int64) bool {
 	s := h.shards[partition]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return offset < s.next
+	return s.state == shardOpen && offset < s.next
 }
 
 // awaitDispatched waits until partition's dispatcher has delivered offset,
@@ -202,7 +378,7 @@ func (h *hub) register(sub *subscription, hello []byte) error {
 	s := h.shards[sub.partition]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if sub.removed {
+	if sub.removed || s.state != shardOpen {
 		return errStopped
 	}
 	sub.liveStart = s.next
@@ -223,13 +399,18 @@ func (h *hub) register(sub *subscription, hello []byte) error {
 }
 
 // remove ends sub: no frame reaches its sink once remove returns, and a
-// later register fails. Removing twice, or before registering, is harmless.
+// later register fails; sub's hold on its shard (acquire) is released.
+// Removing twice, or before registering, is harmless.
 func (h *hub) remove(sub *subscription) {
 	s := h.shards[sub.partition]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub.removed = true
 	sub.pending, sub.pendingBytes = nil, 0
+	if sub.held {
+		sub.held = false
+		h.releaseLocked(sub.partition, s)
+	}
 	if !sub.indexed {
 		return
 	}
@@ -266,11 +447,14 @@ func (h *hub) takePending(sub *subscription, spare [][]byte) (frames [][]byte, l
 	return frames, false, true
 }
 
-// dispatch routes the record at offset of partition to the subscriptions of
-// its key and keeps it in the partition's ring. The frame is built once and
-// shared by every recipient and the ring; nothing here blocks on a client.
-// recorded is the record's Kafka timestamp, for the delivery lag metric.
-func (h *hub) dispatch(partition int, offset int64, key, value []byte, recorded time.Time) {
+// dispatch routes the record at offset of partition, read by the live
+// reader of generation gen, to the subscriptions of its key and keeps it in
+// the partition's ring. The frame is built once and shared by every
+// recipient and the ring; nothing here blocks on a client. recorded is the
+// record's Kafka timestamp, for the delivery lag metric. A record of a
+// reader that was stopped (another generation, or the shard closed) is
+// dropped.
+func (h *hub) dispatch(partition int, gen uint64, offset int64, key, value []byte, recorded time.Time) {
 	s := h.shards[partition]
 	if s == nil {
 		return
@@ -292,6 +476,9 @@ func (h *hub) dispatch(partition int, offset int64, key, value []byte, recorded 
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.state != shardOpen || s.gen != gen {
+		return // a stopped reader's: the shard's next means another reader
+	}
 	if offset < s.next {
 		return // already dispatched; delivering it again would duplicate it
 	}

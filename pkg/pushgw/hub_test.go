@@ -1,15 +1,19 @@
 package pushgw
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
@@ -43,7 +47,25 @@ func newTestHubWith(t testing.TB, starts map[int]int64, cfg hubConfig) *hub {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newHub(starts, cfg, m, slog.New(slog.DiscardHandler))
+	parts := slices.Collect(maps.Keys(starts))
+	h := newHub(parts, cfg, m, slog.New(slog.DiscardHandler))
+	for p, off := range starts { // open, as by a reader of generation gen0
+		s := h.shards[p]
+		s.state, s.gen, s.next, s.ring = shardOpen, gen0, off, newRing(h.ringBytes, off)
+	}
+	return h
+}
+
+// gen0 is the generation of the shards newTestHubWith opens.
+const gen0 = 1
+
+// dispatchNow dispatches a record as the partition's current live reader.
+func (h *hub) dispatchNow(partition int, offset int64, key, value []byte, recorded time.Time) {
+	s := h.shards[partition]
+	s.mu.Lock()
+	gen := s.gen
+	s.mu.Unlock()
+	h.dispatch(partition, gen, offset, key, value, recorded)
 }
 
 func testValue(seq int) []byte {
@@ -79,9 +101,9 @@ func TestHubHandsOverFromReplayToLiveWithoutGapOrDuplicate(t *testing.T) {
 		t.Fatalf("liveStart = %d, want the dispatcher's next offset 10", sub.liveStart)
 	}
 	// Live records arrive while the replay runs: they are held back.
-	h.dispatch(0, 10, []byte(key), testValue(11), time.Time{})
-	h.dispatch(0, 11, []byte("t/u/other"), testValue(99), time.Time{})
-	h.dispatch(0, 12, []byte(key), testValue(13), time.Time{})
+	h.dispatchNow(0, 10, []byte(key), testValue(11), time.Time{})
+	h.dispatchNow(0, 11, []byte("t/u/other"), testValue(99), time.Time{})
+	h.dispatchNow(0, 12, []byte(key), testValue(13), time.Time{})
 	if len(sink.frames) != 0 {
 		t.Fatalf("frames reached a replaying subscription: %q", seqs(t, sink.frames))
 	}
@@ -92,7 +114,7 @@ func TestHubHandsOverFromReplayToLiveWithoutGapOrDuplicate(t *testing.T) {
 		t.Fatalf("takePending = %d frames, live %v, ok %v; want the 2 held frames", len(frames), live, ok)
 	}
 	sink.frames = append(sink.frames, frames...)
-	h.dispatch(0, 13, []byte(key), testValue(14), time.Time{}) // arrives during the flush
+	h.dispatchNow(0, 13, []byte(key), testValue(14), time.Time{}) // arrives during the flush
 	frames, live, ok = h.takePending(sub, frames[:0])
 	if !ok || live || len(frames) != 1 {
 		t.Fatalf("second takePending = %d frames, live %v, ok %v; want 1 held frame", len(frames), live, ok)
@@ -101,8 +123,8 @@ func TestHubHandsOverFromReplayToLiveWithoutGapOrDuplicate(t *testing.T) {
 	if _, live, ok = h.takePending(sub, nil); !ok || !live {
 		t.Fatalf("third takePending: live %v ok %v, want the switch to live", live, ok)
 	}
-	h.dispatch(0, 14, []byte(key), testValue(15), time.Time{})
-	h.dispatch(0, 14, []byte(key), testValue(15), time.Time{}) // a redelivered offset is not sent twice
+	h.dispatchNow(0, 14, []byte(key), testValue(15), time.Time{})
+	h.dispatchNow(0, 14, []byte(key), testValue(15), time.Time{}) // a redelivered offset is not sent twice
 	want := []string{"9", "10", "11", "13", "14", "15"}
 	if got := seqs(t, sink.frames); !slices.Equal(got, want) {
 		t.Fatalf("frames = %q, want %q", got, want)
@@ -120,12 +142,12 @@ func TestHubLiveSubscriptionGetsHelloFirstThenOnlyItsKey(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h.dispatch(0, 0, []byte("t/alice/c"), testValue(1), time.Time{})
-	h.dispatch(0, 1, []byte("t/bob/c"), testValue(2), time.Time{})
-	h.dispatch(0, 2, []byte("t/alice/c/x"), testValue(3), time.Time{}) // bad key
-	h.dispatch(0, 3, []byte("t/alice/c"), []byte(`{}`), time.Time{})   // bad value
-	h.dispatch(1, 0, []byte("t/alice/c"), testValue(4), time.Time{})   // another partition's shard
-	h.dispatch(0, 4, []byte("T/alice/c"), testValue(5), time.Time{})   // another tenant
+	h.dispatchNow(0, 0, []byte("t/alice/c"), testValue(1), time.Time{})
+	h.dispatchNow(0, 1, []byte("t/bob/c"), testValue(2), time.Time{})
+	h.dispatchNow(0, 2, []byte("t/alice/c/x"), testValue(3), time.Time{}) // bad key
+	h.dispatchNow(0, 3, []byte("t/alice/c"), []byte(`{}`), time.Time{})   // bad value
+	h.dispatchNow(1, 0, []byte("t/alice/c"), testValue(4), time.Time{})   // another partition's shard
+	h.dispatchNow(0, 4, []byte("T/alice/c"), testValue(5), time.Time{})   // another tenant
 	if got, want := seqs(t, a.frames), []string{"hello", "1"}; !slices.Equal(got, want) {
 		t.Fatalf("alice got %q, want %q", got, want)
 	}
@@ -134,7 +156,7 @@ func TestHubLiveSubscriptionGetsHelloFirstThenOnlyItsKey(t *testing.T) {
 	}
 	h.remove(subA)
 	h.remove(subA)
-	h.dispatch(0, 5, []byte("t/alice/c"), testValue(6), time.Time{})
+	h.dispatchNow(0, 5, []byte("t/alice/c"), testValue(6), time.Time{})
 	if len(a.frames) != 2 {
 		t.Fatalf("a removed subscription still got frames: %q", seqs(t, a.frames))
 	}
@@ -149,7 +171,7 @@ func TestHubRefusesToRegisterARemovedSubscription(t *testing.T) {
 	if err := h.register(sub, []byte("hello")); err == nil {
 		t.Fatal("register after remove succeeded")
 	}
-	h.dispatch(0, 0, []byte("t/u/c"), testValue(1), time.Time{})
+	h.dispatchNow(0, 0, []byte("t/u/c"), testValue(1), time.Time{})
 	if len(sink.frames) != 0 || len(h.shards[0].subs) != 0 {
 		t.Fatalf("a removed subscription is indexed or got frames: %q", seqs(t, sink.frames))
 	}
@@ -179,12 +201,12 @@ func TestHubShedsAClientWhoseReplayBufferOverflows(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		h.dispatch(0, int64(i), []byte("t/u/c"), testValue(i+1), time.Time{})
+		h.dispatchNow(0, int64(i), []byte("t/u/c"), testValue(i+1), time.Time{})
 	}
 	if sink.overflew {
 		t.Fatal("shed at exactly ReplayBuffer frames")
 	}
-	h.dispatch(0, 3, []byte("t/u/c"), testValue(4), time.Time{})
+	h.dispatchNow(0, 3, []byte("t/u/c"), testValue(4), time.Time{})
 	if !sink.overflew {
 		t.Fatal("not shed beyond ReplayBuffer frames")
 	}
@@ -220,13 +242,13 @@ func TestHubShedsAClientWhoseReplayBufferOverflowsItsBytes(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := range tt.fit {
-				h.dispatch(0, int64(i), []byte("t/u/c"), testValue(i+1), time.Time{})
+				h.dispatchNow(0, int64(i), []byte("t/u/c"), testValue(i+1), time.Time{})
 			}
 			if sink.overflew {
 				t.Fatalf("shed after %d frames of %d bytes in a buffer of %d bytes", tt.fit, frameLen, tt.bytes)
 			}
 			if tt.shedding {
-				h.dispatch(0, int64(tt.fit), []byte("t/u/c"), testValue(tt.fit+1), time.Time{})
+				h.dispatchNow(0, int64(tt.fit), []byte("t/u/c"), testValue(tt.fit+1), time.Time{})
 				if !sink.overflew {
 					t.Fatalf("frame %d of %d bytes held in a buffer of %d bytes", tt.fit+1, frameLen, tt.bytes)
 				}
@@ -245,7 +267,7 @@ func TestHubShedsOnlyTheClientWithAFullQueue(t *testing.T) {
 		}
 	}
 	for i := range 5 {
-		h.dispatch(0, int64(i), []byte("t/u/c"), testValue(i+1), time.Time{})
+		h.dispatchNow(0, int64(i), []byte("t/u/c"), testValue(i+1), time.Time{})
 	}
 	if !slow.shed || fast.shed {
 		t.Fatalf("slow shed %v, fast shed %v; want only the slow one", slow.shed, fast.shed)
@@ -279,7 +301,7 @@ func TestHubTimesOnlyTheRecordsItDeliveredToAClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	recorded := time.Now()
-	h.dispatch(0, 10, []byte(key), testValue(1), recorded) // held for the replay
+	h.dispatchNow(0, 10, []byte(key), testValue(1), recorded) // held for the replay
 	if got := count(); got != [2]uint64{} {
 		t.Fatalf("fan-out and delivery-lag samples %v after a record held for a replay, want none", got)
 	}
@@ -287,7 +309,7 @@ func TestHubTimesOnlyTheRecordsItDeliveredToAClient(t *testing.T) {
 	if err := h.register(&subscription{sink: full, key: key, partition: 0}, []byte("hello")); err != nil {
 		t.Fatal(err)
 	}
-	h.dispatch(0, 11, []byte(key), testValue(2), recorded) // shed by its one live recipient
+	h.dispatchNow(0, 11, []byte(key), testValue(2), recorded) // shed by its one live recipient
 	if got := count(); !full.shed || got != [2]uint64{} {
 		t.Fatalf("fan-out and delivery-lag samples %v after a record every recipient shed (shed %v), want none", got, full.shed)
 	}
@@ -295,7 +317,7 @@ func TestHubTimesOnlyTheRecordsItDeliveredToAClient(t *testing.T) {
 	if err := h.register(&subscription{sink: live, key: key, partition: 0}, []byte("hello")); err != nil {
 		t.Fatal(err)
 	}
-	h.dispatch(0, 12, []byte(key), testValue(3), recorded)
+	h.dispatchNow(0, 12, []byte(key), testValue(3), recorded)
 	if got := count(); got != [2]uint64{1, 1} {
 		t.Fatalf("fan-out and delivery-lag samples %v after a delivered record, want one each", got)
 	}
@@ -339,7 +361,7 @@ func BenchmarkFanout(b *testing.B) {
 					drain()
 					b.StartTimer()
 				}
-				h.dispatch(0, int64(i), key, value, time.Time{})
+				h.dispatchNow(0, int64(i), key, value, time.Time{})
 			}
 			b.StopTimer()
 			for _, c := range clients {
@@ -379,5 +401,203 @@ func TestHubSplitsTheRingBytesBetweenThePartitions(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// fakeReaders is a hub's liveReaders: the end offset of each partition is
+// ends[p]; started and stopped record the readers' generations.
+type fakeReaders struct {
+	mu sync.Mutex
+	// Guarded by mu.
+	ends    map[int]int64
+	started []string // "p@offset#gen"
+	stopped []string // "p#gen"
+}
+
+func (r *fakeReaders) endOffset(_ context.Context, p int) (int64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ends[p], nil
+}
+
+func (r *fakeReaders) startLive(p int, offset int64, gen uint64) (func(), error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.started = append(r.started, fmt.Sprintf("%d@%d#%d", p, offset, gen))
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.stopped = append(r.stopped, fmt.Sprintf("%d#%d", p, gen))
+	}, nil
+}
+
+func (r *fakeReaders) log() (started, stopped []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.started), slices.Clone(r.stopped)
+}
+
+// manualTimers replaces a hub's afterFunc: timers fire when the test says.
+type manualTimers struct {
+	armed []*manualTimer
+}
+
+type manualTimer struct {
+	f       func()
+	stopped bool
+}
+
+func (t *manualTimer) Stop() bool { was := !t.stopped; t.stopped = true; return was }
+
+func (m *manualTimers) after(_ time.Duration, f func()) stopper {
+	t := &manualTimer{f: f}
+	m.armed = append(m.armed, t)
+	return t
+}
+
+// fire runs the last timer armed, even a stopped one (a timer that fired as
+// it was stopped).
+func (m *manualTimers) fire(t *testing.T) {
+	t.Helper()
+	if len(m.armed) == 0 {
+		t.Fatal("no idle timer was armed")
+	}
+	m.armed[len(m.armed)-1].f()
+}
+
+func newLifecycleHub(t *testing.T, ends map[int]int64) (*hub, *fakeReaders, *manualTimers) {
+	t.Helper()
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &fakeReaders{ends: ends}
+	h := newHub(slices.Collect(maps.Keys(ends)), hubConfig{replayBuffer: 10, replayBufferBytes: 1 << 20, ringBytes: 1 << 20,
+		readers: r, readerIdle: time.Minute}, m, slog.New(slog.DiscardHandler))
+	timers := &manualTimers{}
+	h.afterFunc = timers.after
+	return h, r, timers
+}
+
+func gaugeValue(t *testing.T, g interface{ Write(*dto.Metric) error }) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
+}
+
+// docs/pushgw.md "Replicas": a partition's live reader opens at its first
+// subscriber, at the partition's end offset, and closes only once no
+// subscriber has held it for the idle time; one that comes back before
+// keeps it open.
+func TestHubOpensAPartitionAtItsFirstSubscriberAndClosesItOnlyAfterItsLastLeftForTheIdleTime(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 10*time.Second)
+	h, r, timers := newLifecycleHub(t, map[int]int64{0: 40, 1: 7})
+	check := func(what string, started, stopped []string, open float64) {
+		t.Helper()
+		gotStarted, gotStopped := r.log()
+		if !slices.Equal(gotStarted, started) || !slices.Equal(gotStopped, stopped) {
+			t.Fatalf("%s: started %v, stopped %v; want %v and %v", what, gotStarted, gotStopped, started, stopped)
+		}
+		if n := gaugeValue(t, h.metrics.liveReaders); n != open {
+			t.Fatalf("%s: live_readers = %v, want %v", what, n, open)
+		}
+	}
+	check("Before any subscriber no reader is open.", nil, nil, 0)
+	for range 2 {
+		if err := h.acquire(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("Two subscribers of partition 0 open one reader, at its end offset.", []string{"0@40#1"}, nil, 1)
+	if s := h.shards[0]; s.next != 40 || s.ring.from != 40 {
+		t.Fatalf("an opened shard: next %d, ring from %d; want 40 and 40", s.next, s.ring.from)
+	}
+	h.release(0)
+	if len(timers.armed) != 0 {
+		t.Fatal("the idle close was armed while a subscriber is left")
+	}
+	h.release(0)
+	check("The last subscriber left: the reader stays open for the idle time.", []string{"0@40#1"}, nil, 1)
+	if len(timers.armed) != 1 {
+		t.Fatalf("the last subscriber's leaving armed %d idle closes, want 1", len(timers.armed))
+	}
+	if err := h.acquire(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !timers.armed[0].stopped {
+		t.Fatal("a subscriber within the idle time did not disarm the idle close")
+	}
+	timers.fire(t) // the timer fired as it was stopped
+	check("A subscriber within the idle time keeps the reader.", []string{"0@40#1"}, nil, 1)
+	h.release(0)
+	timers.fire(t)
+	check("The idle time passed without a subscriber: the reader is stopped.", []string{"0@40#1"}, []string{"0#1"}, 0)
+	if s := h.shards[0]; s.ring.max != 0 || s.ring.view() != nil {
+		t.Fatalf("a closed shard keeps a ring of %d bytes", s.ring.max)
+	}
+	r.mu.Lock()
+	r.ends[0] = 55
+	r.mu.Unlock()
+	if err := h.acquire(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	check("A subscriber after the close opens a new reader at the new end.", []string{"0@40#1", "0@55#2"}, []string{"0#1"}, 1)
+	h.shutdown()
+	check("Shutdown stops the open reader.", []string{"0@40#1", "0@55#2"}, []string{"0#1", "0#2"}, 0)
+	if err := h.acquire(ctx, 1); err != errStopped {
+		t.Fatalf("acquire after shutdown = %v, want errStopped", err)
+	}
+}
+
+// hub.go "Readers on demand": a partition reopened after an idle close
+// starts at the end offset of the reopening; a resume from a cursor before
+// it reads [cursor+1, end) from Kafka (its ring starts at the end), and a
+// record the stopped reader dispatches late is dropped, so nothing is
+// delivered twice or skipped.
+func TestHubReopenedPartitionHandsAResumeToKafkaAndDropsTheStoppedReadersRecords(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 10*time.Second)
+	h, r, timers := newLifecycleHub(t, map[int]int64{0: 0})
+	if err := h.acquire(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	for o := range int64(5) {
+		h.dispatch(0, 1, o, []byte("t/u/c"), testValue(int(o)), time.Time{})
+	}
+	h.release(0)
+	timers.fire(t)
+	r.mu.Lock()
+	r.ends[0] = 9 // offsets 5..8 were produced while the partition was closed
+	r.mu.Unlock()
+	sink := &fakeSink{}
+	sub := &subscription{sink: sink, key: "t/u/c", partition: 0, since: since{kind: sinceAfter, partition: 0, offset: 3}}
+	if err := h.acquire(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	sub.held = true
+	if !h.dispatched(0, 3) {
+		t.Fatal("the reopened partition does not count the cursor's record as dispatched")
+	}
+	if err := h.register(sub, nil); err != nil {
+		t.Fatal(err)
+	}
+	if sub.liveStart != 9 || sub.ringFrom != 9 || sub.ring != nil {
+		t.Fatalf("a resume on the reopened partition: liveStart %d, ring from %d, %d ring chunks; want 9, 9 and none (a Kafka replay of 4..8)",
+			sub.liveStart, sub.ringFrom, len(sub.ring))
+	}
+	h.dispatch(0, 1, 5, []byte("t/u/c"), testValue(5), time.Time{})   // the stopped reader, late
+	h.dispatch(0, 1, 10, []byte("t/u/c"), testValue(10), time.Time{}) // and even beyond the new start
+	h.dispatch(0, 2, 9, []byte("t/u/c"), testValue(9), time.Time{})
+	frames, live, ok := h.takePending(sub, nil)
+	if !ok || live || !slices.Equal(seqs(t, frames), []string{"9"}) {
+		t.Fatalf("pending after the reopening: %v (live %v, ok %v); want only offset 9's record", seqs(t, frames), live, ok)
+	}
+	h.remove(sub)
+	if s := h.shards[0]; s.holds != 0 || len(timers.armed) != 2 {
+		t.Fatalf("removing the subscription left %d holds and %d timers armed; want 0 and 2", s.holds, len(timers.armed))
 	}
 }

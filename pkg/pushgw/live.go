@@ -103,12 +103,46 @@ func (h *liveHealth) fetchFailed() { h.update(func() { h.fetchFailing = true }) 
 // close takes the reader out of readiness for good.
 func (h *liveHealth) close() { h.update(func() { h.closed = true }) }
 
-// readLive feeds hub with the records of r (partition's live reader) until
-// ctx ends (then it returns nil). It closes r. Fetch errors are retried (the
-// reader backs off and resumes at its offset, so nothing is skipped); while
-// they last, and while the reader's broker connections fail, Ready reports
-// the gateway unready (liveHealth).
-func (g *gateway) readLive(ctx context.Context, hb *hub, partition int, r *kafka.Reader, h *liveHealth) error {
+// startLive implements liveReaders: it starts partition's live reader at
+// offset, as a goroutine Run waits for, dispatching to the hub as
+// generation gen until stop. It refuses (errStopped) once Run is shutting
+// down. It does not block (the hub calls it under a shard lock).
+func (g *gateway) startLive(partition int, offset int64, gen uint64) (func(), error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.hub == nil || g.closing {
+		return nil, errStopped
+	}
+	r, h, err := g.newLiveReader(partition, offset)
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(g.ctx)
+	hb := g.hub
+	g.readers.Add(1)
+	go func() { // owned: Run waits on g.readers
+		defer g.readers.Done()
+		if err := g.readLive(ctx, hb, partition, gen, r, h); err != nil {
+			g.readerFailed(err)
+		}
+	}()
+	return stop, nil
+}
+
+// readerFailed records a live reader that stopped for good and stops Run.
+func (g *gateway) readerFailed(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.readerErrs = append(g.readerErrs, err)
+	g.stopRun()
+}
+
+// readLive feeds hub with the records of r (partition's live reader of
+// generation gen) until ctx ends (then it returns nil). It closes r. Fetch
+// errors are retried (the reader backs off and resumes at its offset, so
+// nothing is skipped); while they last, and while the reader's broker
+// connections fail, Ready reports the gateway unready (liveHealth).
+func (g *gateway) readLive(ctx context.Context, hb *hub, partition int, gen uint64, r *kafka.Reader, h *liveHealth) error {
 	defer func() {
 		h.close()
 		r.Close()
@@ -127,22 +161,23 @@ func (g *gateway) readLive(ctx context.Context, hb *hub, partition int, r *kafka
 			continue
 		}
 		h.fetched()
+		g.metrics.liveRecords.Inc()
+		g.metrics.liveBytes.Add(float64(len(m.Key) + len(m.Value)))
 		if g.beforeDispatch != nil {
 			g.beforeDispatch(partition, m.Offset)
 		}
-		hb.dispatch(partition, m.Offset, m.Key, m.Value, m.Time)
+		hb.dispatch(partition, gen, m.Offset, m.Key, m.Value, m.Time)
 	}
 }
 
-// awaitStartPositions returns the live start offset of every partition of
-// the stream topic, retrying while Kafka or the topic is not there yet. It
-// fails only when ctx ends.
-func (g *gateway) awaitStartPositions(ctx context.Context) (map[int]int64, error) {
+// awaitPartitions returns the partitions of the stream topic, retrying
+// while Kafka or the topic is not there yet. It fails only when ctx ends.
+func (g *gateway) awaitPartitions(ctx context.Context) ([]int, error) {
 	delay := startRetryMin
 	for {
-		starts, err := g.startPositions(ctx)
+		parts, err := g.topicPartitions(ctx)
 		if err == nil {
-			return starts, nil
+			return parts, nil
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -159,14 +194,15 @@ func (g *gateway) awaitStartPositions(ctx context.Context) (map[int]int64, error
 	}
 }
 
-// startPositions returns the end offset of every partition of the topic:
-// where its live reader starts.
-func (g *gateway) startPositions(ctx context.Context) (map[int]int64, error) {
+// topicPartitions asks the brokers for the stream topic's metadata and
+// returns its partition ids: what the gateway needs to place keys (and
+// what readiness checks). It needs no partition leader to answer.
+func (g *gateway) topicPartitions(ctx context.Context) ([]int, error) {
 	md, err := g.kafka.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{g.cfg.Topic}})
 	if err != nil {
 		return nil, fmt.Errorf("metadata %s: %w", g.cfg.Topic, err)
 	}
-	var reqs []kafka.OffsetRequest
+	var parts []int
 	for _, t := range md.Topics {
 		if t.Name != g.cfg.Topic {
 			continue
@@ -175,26 +211,13 @@ func (g *gateway) startPositions(ctx context.Context) (map[int]int64, error) {
 			return nil, fmt.Errorf("metadata %s: %w", g.cfg.Topic, t.Error)
 		}
 		for _, p := range t.Partitions {
-			reqs = append(reqs, kafka.LastOffsetOf(p.ID))
+			parts = append(parts, p.ID)
 		}
 	}
-	if len(reqs) == 0 {
+	if len(parts) == 0 {
 		return nil, fmt.Errorf("metadata %s: no partitions", g.cfg.Topic)
 	}
-	offs, err := g.listOffsets(ctx, reqs)
-	if err != nil {
-		return nil, err
-	}
-	starts := make(map[int]int64, len(offs))
-	for _, po := range offs {
-		starts[po.Partition] = po.LastOffset
-	}
-	for _, r := range reqs {
-		if _, ok := starts[r.Partition]; !ok {
-			return nil, fmt.Errorf("list offsets %s: no answer for partition %d", g.cfg.Topic, r.Partition)
-		}
-	}
-	return starts, nil
+	return parts, nil
 }
 
 // firstOffset returns the first retained offset of partition.

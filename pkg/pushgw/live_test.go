@@ -10,12 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/pkg/auth"
+	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
 // cutter opens broker connections that cutAll closes; until restore, new
@@ -87,12 +90,13 @@ func readersFailing(err error) bool {
 }
 
 // TestAReplicaIsUnreadyWhileItsLiveReadersCannotReachTheBrokerAndReadyOnceTheyCanWithoutARecord:
-// docs/pushgw.md "Replicas": a replica stays unready while its live readers
-// cannot read, and is ready again once they can. The readers' connections
-// are cut (in flight: kafka-go retries such a failure by itself and does
-// not tell FetchMessage) and new ones hang while Kafka still answers the
-// gateway's ping; then they are allowed again and the replica
-// is ready with no record produced (an idle poll is a successful fetch).
+// docs/pushgw.md "Replicas": a replica stays unready while its open live
+// readers cannot read, and is ready again once they can. A subscriber opens
+// one; its connections are cut (in flight: kafka-go retries such a failure
+// by itself and does not tell FetchMessage) and new ones hang while Kafka
+// still answers the gateway's metadata requests; then they are allowed
+// again and the replica is ready with no record produced (an idle poll is a
+// successful fetch).
 func TestAReplicaIsUnreadyWhileItsLiveReadersCannotReachTheBrokerAndReadyOnceTheyCanWithoutARecord(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
@@ -101,6 +105,8 @@ func TestAReplicaIsUnreadyWhileItsLiveReadersCannotReachTheBrokerAndReadyOnceThe
 	c := &cutter{}
 	f.dialKafka = c.dial
 	f.start(ctx, nil, nil)
+	conv, _ := aliceConv(t)
+	f.dial(ctx, token(t, auth.DefaultTenant, "alice")).subscribed(ctx, conv, "")
 
 	c.cutAll()
 	awaitReady(ctx, t, f.gw, "while the live readers' connections are cut", readersFailing)
@@ -109,7 +115,7 @@ func TestAReplicaIsUnreadyWhileItsLiveReadersCannotReachTheBrokerAndReadyOnceThe
 }
 
 // TestAReplicaIsReadyAgainAfterFailedFetchesOnceAFetchSucceedsWithoutARecord:
-// docs/pushgw.md "Replicas": after a live reader's fetches failed (the
+// docs/pushgw.md "Replicas": after an open live reader's fetches failed (the
 // broker answered them with an error), the replica is ready again once a
 // fetch succeeds, though the partition stays idle (no record fetched).
 func TestAReplicaIsReadyAgainAfterFailedFetchesOnceAFetchSucceedsWithoutARecord(t *testing.T) {
@@ -120,8 +126,9 @@ func TestAReplicaIsReadyAgainAfterFailedFetchesOnceAFetchSucceedsWithoutARecord(
 	var logs syncBuffer
 	f.launchLogged = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	f.start(ctx, nil, nil)
-	_, id := aliceConv(t)
+	conv, id := aliceConv(t)
 	p := partitionOf(id)
+	f.dial(ctx, token(t, auth.DefaultTenant, "alice")).subscribed(ctx, conv, "") // opens p's live reader
 
 	fault := k.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: f.topic, Partitions: []int32{int32(p)},
 		Err: kerr.KafkaStorageError, Count: -1})
@@ -129,4 +136,140 @@ func TestAReplicaIsReadyAgainAfterFailedFetchesOnceAFetchSucceedsWithoutARecord(
 	awaitReady(ctx, t, f.gw, "while the fetches fail", readersFailing)
 	fault.Remove()
 	awaitReady(ctx, t, f.gw, "once a fetch succeeds, with no record", func(err error) bool { return err == nil })
+}
+
+// aliceConvIn is a fresh conversation of alice whose key lands in partition p.
+func aliceConvIn(t testing.TB, p int) (string, events.Identity) {
+	t.Helper()
+	base := testenv.Name(t, "c")
+	for i := 0; ; i++ {
+		id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: fmt.Sprintf("%s-%d", base, i)}
+		if partitionOf(id) == p {
+			return id.Conversation, id
+		}
+	}
+}
+
+// awaitMetric waits until the gauge or counter name of reg has the value
+// want, and fails t if ctx ends first.
+func awaitMetric(ctx context.Context, t *testing.T, reg *prometheus.Registry, name string, want float64) {
+	t.Helper()
+	for {
+		v := testenv.MetricValue(t, reg, name)
+		if v == want {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s = %v, want %v", name, v, want)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// docs/pushgw.md "Replicas": a replica opens a partition's live reader at
+// its first subscriber and fetches nothing of the partitions nobody
+// subscribes to. The broker counts the fetches of each partition: records
+// go to every partition, the subscriber's last, and once the subscriber
+// has its records only its partition was ever fetched.
+func TestAReplicaFetchesOnlyThePartitionsItsClientsSubscribeTo(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	k := testenv.EmbeddedKafka(t, embedded.KafkaConfig{})
+	f := newFixtureOn(t, ctx, []string{k.Addr()})
+	fetches := make([]*kfake.FaultHandle, testPartitions)
+	for q := range fetches {
+		fetches[q] = k.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: f.topic, Partitions: []int32{int32(q)}, Observe: true, Count: -1})
+		t.Cleanup(fetches[q].Remove)
+	}
+	f.start(ctx, nil, nil)
+	checkMetric(t, f.reg, "turnpike_pushgw_live_readers", 0)
+	conv, id := aliceConv(t)
+	p := partitionOf(id)
+	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice")).subscribed(ctx, conv, "")
+	checkMetric(t, f.reg, "turnpike_pushgw_live_readers", 1)
+
+	for q := range testPartitions {
+		if q != p {
+			_, other := aliceConvIn(t, q)
+			f.produce(ctx, other, "x", 1, 5)
+		}
+	}
+	f.produce(ctx, id, "r", 1, 5)
+	checkSeqs(t, c.events(ctx, 5), "r", 1, 5)
+	checkMetric(t, f.reg, "turnpike_pushgw_live_records_total", 5)
+	for q, h := range fetches {
+		switch n := h.Hits(); {
+		case q == p && n == 0:
+			t.Errorf("partition %d (subscribed) was never fetched", q)
+		case q != p && n > 0:
+			t.Errorf("partition %d (no subscriber) was fetched %d times", q, n)
+		}
+	}
+}
+
+// docs/pushgw.md "Replicas": a partition's live reader closes once its
+// last subscriber has been gone for the reader idle time, and a subscriber
+// that resumes from its cursor later gets every event produced meanwhile
+// (read back from Kafka: the closed partition's ring was dropped), then the
+// live ones, without gap or duplicate.
+func TestAResumeLosesNothingProducedWhileItsPartitionsReaderWasClosed(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	f.start(ctx, func(c *Config) { c.ReaderIdle = time.Millisecond }, nil)
+	conv, id := aliceConv(t)
+	c := f.dial(ctx, token(t, auth.DefaultTenant, "alice")).subscribed(ctx, conv, "")
+	f.produce(ctx, id, "r", 1, 5)
+	got := c.events(ctx, 5)
+	checkSeqs(t, got, "r", 1, 5)
+
+	c.send(`{"op":"unsubscribe","conversation":"` + conv + `"}`)
+	c.ping(ctx) // the unsubscribe is done
+	awaitMetric(ctx, t, f.reg, "turnpike_pushgw_live_readers", 0)
+	f.produce(ctx, id, "r", 6, 10) // while no reader is open here
+
+	c.subscribed(ctx, conv, got[4].Cursor)
+	checkMetric(t, f.reg, "turnpike_pushgw_live_readers", 1)
+	f.produce(ctx, id, "r", 11, 11)  // live after the reopening
+	for seq := 6; seq <= 11; seq++ { // one by one: a gap fails at once
+		checkSeqs(t, c.events(ctx, 1), "r", seq, seq)
+	}
+	checkMetric(t, f.reg, "turnpike_pushgw_replays_total", 1)
+	checkMetric(t, f.reg, "turnpike_pushgw_ring_replays_total", 0)
+	c.ping(ctx) // and nothing more
+}
+
+// docs/pushgw.md "Replicas": readiness needs the stream topic's metadata
+// only, not every partition. With one partition's offsets unlistable (its
+// leader unable to answer), a replica starts and is ready; subscribers of
+// the other partitions are served, and one of that partition gets
+// unavailable until the partition answers again.
+func TestAReplicaIsReadyAndServesWhileOnePartitionCannotBeOpened(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	k := testenv.EmbeddedKafka(t, embedded.KafkaConfig{})
+	f := newFixtureOn(t, ctx, []string{k.Addr()})
+	conv, id := aliceConv(t)
+	p := partitionOf(id)
+	down := (p + 1) % testPartitions
+	downConv, _ := aliceConvIn(t, down)
+	fault := k.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ListOffsets}, Topic: f.topic, Partitions: []int32{int32(down)},
+		Err: kerr.LeaderNotAvailable, Count: -1})
+	f.start(ctx, nil, nil) // returns once Ready
+
+	tok := token(t, auth.DefaultTenant, "alice")
+	c := f.dial(ctx, tok).subscribed(ctx, conv, "")
+	c.subscribe(downConv, "")
+	if fr := c.expect(ctx, "error"); fr.Code != codeUnavailable || fr.Conversation != downConv {
+		t.Fatalf("a subscribe whose partition cannot be opened: %+v, want unavailable for %s", fr, downConv)
+	}
+	f.produce(ctx, id, "r", 1, 3)
+	checkSeqs(t, c.events(ctx, 3), "r", 1, 3)
+	if err := f.gw.Ready(ctx); err != nil {
+		t.Fatalf("Ready while one partition cannot be opened = %v, want nil", err)
+	}
+	fault.Remove()
+	c.subscribed(ctx, downConv, "")
+	checkMetric(t, f.reg, "turnpike_pushgw_live_readers", 2)
 }

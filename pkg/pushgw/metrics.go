@@ -30,6 +30,10 @@ type metrics struct {
 	slowDisconnects prometheus.Counter
 	badRecords      prometheus.Counter
 	skippedRecords  prometheus.Counter
+	liveReaders     prometheus.Gauge
+	liveRecords     prometheus.Counter
+	liveBytes       prometheus.Counter
+	shardRedirects  prometheus.Counter
 	replays         prometheus.Counter
 	ringReplays     prometheus.Counter
 	rejected        *prometheus.CounterVec
@@ -58,6 +62,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		slowDisconnects: counter("slow_disconnects_total", "Clients closed with 4008 because their queue or replay buffer was full."),
 		badRecords:      counter("bad_records_total", "Stream records skipped for a bad key or value."),
 		skippedRecords:  counter("skipped_records_total", "Stream offsets the live readers never saw (deleted by retention before they were read)."),
+		liveReaders:     gauge("live_readers", "Partitions whose live reader is open: those with subscribers here, and those whose last one left less than the reader idle time ago."),
+		liveRecords:     counter("live_records_total", "Stream records fetched by the live readers."),
+		liveBytes:       counter("live_bytes_total", "Key and value bytes of the stream records fetched by the live readers."),
+		shardRedirects:  counter("shard_redirects_total", "Event stream requests redirected (307) to carry their conversation's shard hint: clients or an edge not routing by shard."),
 		replays:         counter("replays_total", "Replays that read the stream topic from Kafka."),
 		ringReplays:     counter("ring_replays_total", "Replays served from the in-memory ring without reading Kafka."),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "turnpike", Subsystem: "pushgw", Name: "rejected_total",
@@ -80,7 +88,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.connections, m.sseConnections, m.subscriptions, m.eventsOut, m.framesDropped, m.slowDisconnects, m.badRecords,
-		m.skippedRecords, m.replays, m.ringReplays, m.rejected, m.fanout, m.deliveryLag, m.clientWriteLag} {
+		m.skippedRecords, m.liveReaders, m.liveRecords, m.liveBytes, m.shardRedirects, m.replays, m.ringReplays, m.rejected, m.fanout, m.deliveryLag, m.clientWriteLag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}

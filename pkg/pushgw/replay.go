@@ -50,7 +50,7 @@ func (g *gateway) replay(ctx context.Context, c *session, sub *subscription) err
 			return errCursorExpired
 		}
 	}
-	if !c.send(ctx, subscribedFrame(sub.conversation)) {
+	if !c.send(ctx, subscribedFrame(sub.conversation, sub.partition)) {
 		return errStopped
 	}
 	switch {

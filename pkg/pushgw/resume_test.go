@@ -184,7 +184,11 @@ func TestAReplicaBehindACursorWaitsForItsLiveReader(t *testing.T) {
 	var replicas []behind
 	for range 2 {
 		hook, release := holdBack(t)
-		replicas = append(replicas, behind{f.launch(ctx, func(c *Config) { c.CursorWait = time.Hour }, nil, hook), release})
+		in := f.launch(ctx, func(c *Config) { c.CursorWait = time.Hour }, nil, hook)
+		// A subscriber opens the partition here before the records come,
+		// so that its live reader is behind them, not opened after them.
+		f.dialURL(ctx, in.url, tok).subscribed(ctx, conv, "")
+		replicas = append(replicas, behind{in, release})
 	}
 	f.produce(ctx, id, "r", 1, 10) // offsets 0..9: the replicas' next offset is 0
 	seen := wa.events(ctx, 10)
@@ -225,6 +229,7 @@ func TestAReplicaThatDoesNotCatchUpInTimeAnswersUnavailable(t *testing.T) {
 	hook, _ := holdBack(t)
 	b := f.launch(ctx, func(c *Config) { c.CursorWait = 100 * time.Millisecond }, nil, hook)
 	wa := f.dialURL(ctx, a.url, tok).subscribed(ctx, conv, "")
+	f.dialURL(ctx, b.url, tok).subscribed(ctx, conv, "") // b's reader is open before the records, and held back
 	f.produce(ctx, id, "r", 1, 3)
 	seen := wa.events(ctx, 3)
 

@@ -152,13 +152,13 @@ func TestHubRegisterTakesTheRingViewWithLiveStart(t *testing.T) {
 	t.Parallel()
 	h := newTestHubWith(t, map[int]int64{0: 100}, hubConfig{replayBuffer: 10, replayBufferBytes: 1 << 20, ringBytes: 1 << 20})
 	for o := int64(100); o < 110; o++ {
-		h.dispatch(0, o, []byte("t/u/c"), testValue(int(o)), time.Time{})
+		h.dispatchNow(0, o, []byte("t/u/c"), testValue(int(o)), time.Time{})
 	}
 	sub := &subscription{sink: &fakeSink{}, key: "t/u/c", partition: 0, since: since{kind: sinceAfter, offset: 104}}
 	if err := h.register(sub, nil); err != nil {
 		t.Fatal(err)
 	}
-	h.dispatch(0, 110, []byte("t/u/c"), testValue(110), time.Time{}) // after registration: live, not in the view
+	h.dispatchNow(0, 110, []byte("t/u/c"), testValue(110), time.Time{}) // after registration: live, not in the view
 	if sub.ringFrom != 100 || sub.liveStart != 110 {
 		t.Fatalf("ringFrom %d, liveStart %d; want 100 and 110", sub.ringFrom, sub.liveStart)
 	}
@@ -171,9 +171,9 @@ func TestHubForgetsTheRingWhenTheLiveReaderSkipsOffsets(t *testing.T) {
 	t.Parallel()
 	h := newTestHub(t, map[int]int64{0: 0}, 10)
 	for o := range int64(5) {
-		h.dispatch(0, o, []byte("t/u/c"), testValue(int(o)), time.Time{})
+		h.dispatchNow(0, o, []byte("t/u/c"), testValue(int(o)), time.Time{})
 	}
-	h.dispatch(0, 9, []byte("t/u/c"), testValue(9), time.Time{}) // 5..8 were deleted before the reader got them
+	h.dispatchNow(0, 9, []byte("t/u/c"), testValue(9), time.Time{}) // 5..8 were deleted before the reader got them
 	s := h.shards[0]
 	if s.ring.from != 9 || s.next != 10 {
 		t.Fatalf("after a skip: ring from %d, next %d; want 9 and 10", s.ring.from, s.next)
@@ -198,7 +198,7 @@ func TestHubAwaitDispatchedWaitsForTheDispatcher(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- h.awaitDispatched(ctx, nil, 0, 2, time.Minute) }()
 	for o := range int64(3) {
-		h.dispatch(0, o, []byte("t/u/c"), testValue(int(o)), time.Time{})
+		h.dispatchNow(0, o, []byte("t/u/c"), testValue(int(o)), time.Time{})
 	}
 	select {
 	case err := <-done:

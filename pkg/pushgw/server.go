@@ -51,7 +51,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 func WithRegistry(reg *prometheus.Registry) Option { return func(o *options) { o.registry = reg } }
 
 // WithReady sets a hook Run calls once, from its own goroutine, when the
-// gateway serves (its live readers have their start positions).
+// gateway serves (it has the stream topic's partitions: Ready).
 func WithReady(f func()) Option { return func(o *options) { o.ready = f } }
 
 // WithListener serves on ln instead of listening on Config.Addr; Run

@@ -156,16 +156,27 @@ type frameError struct {
 func (e *frameError) Error() string { return e.msg }
 
 // subscribe registers a subscription of the principal's identity for
-// conversation from sn and, unless it is live, starts its replay. The error
-// is for the client: a *frameError, or invalid_argument.
+// conversation from sn and, unless it is live, starts its replay. It holds
+// the conversation's partition open (hub.acquire: the first subscriber of a
+// partition opens its live reader) for as long as the subscription lives.
+// The error is for the client: a *frameError, or invalid_argument.
 func (s *session) subscribe(ctx context.Context, conversation string, sn since) error {
 	key := s.principal.Identity(conversation).Key()
 	sub := &subscription{sink: s, key: key, conversation: conversation, partition: s.hub.partitionOf(key), since: sn}
-	if sn.kind == sinceAfter {
-		if sn.partition != sub.partition {
-			return errors.New("since: cursor is not from this conversation")
+	if sn.kind == sinceAfter && sn.partition != sub.partition {
+		return errors.New("since: cursor is not from this conversation")
+	}
+	if err := s.hub.acquire(ctx, sub.partition); err != nil {
+		if errors.Is(err, errStopped) {
+			return &frameError{codeUnavailable, "connection is closing"}
 		}
+		s.logger().Warn("cannot open the live reader", "partition", sub.partition, "err", err)
+		return &frameError{codeUnavailable, "cannot read the stream now; subscribe again"}
+	}
+	sub.held = true // released by the hub's remove, on every path below
+	if sn.kind == sinceAfter {
 		if err := s.awaitCursor(ctx, sn); err != nil {
+			s.hub.remove(sub)
 			return err
 		}
 	}
@@ -176,10 +187,11 @@ func (s *session) subscribe(ctx context.Context, conversation string, sn since) 
 		sub.cancel, sub.stopped = cancel, make(chan struct{})
 	}
 	if err := s.add(sub); err != nil {
+		s.hub.remove(sub)
 		s.abandon(sub)
 		return err
 	}
-	if err := s.hub.register(sub, subscribedFrame(conversation)); err != nil {
+	if err := s.hub.register(sub, subscribedFrame(conversation, sub.partition)); err != nil {
 		s.forget(sub)
 		s.abandon(sub)
 		return err
@@ -340,8 +352,8 @@ func (s *session) logClosed() {
 	}
 }
 
-// errNotRunning answers a connection before Run has the live start
-// positions, or while it shuts down.
+// errNotRunning answers a connection before Run has the stream topic's
+// partitions, or while it shuts down.
 var errNotRunning = errors.New("push gateway is not running")
 
 // admit applies the rules every connection passes, whatever its transport:
@@ -349,22 +361,37 @@ var errNotRunning = errors.New("push gateway is not running")
 // or ?access_token= (401), and the user's connect rate (429 with
 // Retry-After). On refusal it has answered w and returns ok false.
 func (g *gateway) admit(w http.ResponseWriter, r *http.Request) (tok auth.Token, user string, ok bool) {
-	if !g.originAllowed(w, r) {
+	if tok, ok = g.authenticate(w, r); !ok {
 		return tok, "", false
+	}
+	user = tok.Tenant + "/" + tok.User
+	return tok, user, g.allowConnect(w, user)
+}
+
+// authenticate is admit's first two rules: the origin policy (403) and the
+// bearer token (401).
+func (g *gateway) authenticate(w http.ResponseWriter, r *http.Request) (auth.Token, bool) {
+	if !g.originAllowed(w, r) {
+		return auth.Token{}, false
 	}
 	tok, err := g.verifier.VerifyToken(auth.BearerToken(r, true))
 	if err != nil {
 		w.Header().Set("WWW-Authenticate", "Bearer")
 		server.WriteError(w, http.StatusUnauthorized, server.CodeUnauthenticated, "missing, invalid or expired bearer token", 0)
-		return tok, "", false
+		return tok, false
 	}
-	user = tok.Tenant + "/" + tok.User
+	return tok, true
+}
+
+// allowConnect is admit's last rule: the user's connect rate (429 with
+// Retry-After).
+func (g *gateway) allowConnect(w http.ResponseWriter, user string) bool {
 	if ok, wait := g.connectLimit.allow(user); !ok {
 		g.metrics.rejected.WithLabelValues(rejectConnectRate).Inc()
 		server.WriteError(w, http.StatusTooManyRequests, server.CodeRateLimited, "too many connections for this user; retry later", wait)
-		return tok, "", false
+		return false
 	}
-	return tok, user, true
+	return true
 }
 
 // join returns the hub and Run's context for a new connection and counts

@@ -82,7 +82,8 @@ func TestACursorIsValidUpToThePartitionsLastRecordAndRefusedAtOnceFromItsEndOffs
 	hourWait := func(c *Config) { c.CursorWait = time.Hour }
 	caughtUp := f.launch(ctx, hourWait, nil, nil)
 	hook, release := holdBack(t)
-	behind := f.launch(ctx, hourWait, nil, hook) // dispatches nothing until release
+	behind := f.launch(ctx, hourWait, nil, hook)              // dispatches nothing until release
+	f.dialURL(ctx, behind.url, tok).subscribed(ctx, conv, "") // its reader opens before the records
 	watcher := f.dialURL(ctx, caughtUp.url, tok).subscribed(ctx, conv, "")
 	f.produce(ctx, id, "r", 1, 3)
 	seen := watcher.events(ctx, 3) // caughtUp has dispatched the partition's last record

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/turnpike-dev/turnpike/internal/server"
+	"github.com/turnpike-dev/turnpike/pkg/auth"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
@@ -25,6 +26,7 @@ const (
 	paramSince       = "since"
 	paramFollow      = "follow"
 	paramAccessToken = "access_token"
+	paramShard       = "shard"
 )
 
 // ServeEvents serves GET /v1/conversations/{conversation}/events as a
@@ -39,8 +41,12 @@ const (
 // earliest). Comments (": heartbeat") go out every SSEHeartbeat.
 //
 // Before the stream starts, as ServeHTTP: an origin not allowed is 403, a
-// missing or bad token 401, a user over the connect or subscribe rate 429;
-// a bad conversation, position, follow or query parameter is 400. A
+// missing or bad token 401; then a request without a shard hint (?shard=,
+// the home partition of the token's identity) is redirected 307 to the same
+// URL with it, once: a request with a hint is never redirected
+// (redirectToShard); then a user
+// over the connect or subscribe rate is 429, and a bad conversation,
+// position, follow or query parameter is 400. A
 // gateway that is starting, stopping or behind the cursor answers 200 with
 // one error event of code unavailable and ends the stream, so that an
 // EventSource reconnects by itself (it gives up on any status but 200).
@@ -73,8 +79,16 @@ func (g *gateway) ServeEvents(w http.ResponseWriter, r *http.Request) {
 		server.MethodNotAllowed("GET, OPTIONS").ServeHTTP(w, r)
 		return
 	}
-	tok, user, ok := g.admit(w, r)
+	tok, ok := g.authenticate(w, r)
 	if !ok {
+		return
+	}
+	// Before the connect rate: a redirected request is not a connection.
+	if g.redirectToShard(w, r, tok) {
+		return
+	}
+	user := tok.Tenant + "/" + tok.User
+	if !g.allowConnect(w, user) {
 		return
 	}
 	conv, sn, follow, err := parseEventsRequest(r)
@@ -161,6 +175,41 @@ func (g *gateway) ServeEvents(w http.ResponseWriter, r *http.Request) {
 	}()
 }
 
+// redirectToShard answers 307 to the same URL with ?shard=<the
+// conversation's home partition>, computed from the token's identity,
+// unless the request carries a hint already, whatever its value; it reports
+// whether it answered. A request is therefore redirected at most once:
+// replicas that disagree on the partition count (while partitions are
+// added, before every replica has read the new count) would otherwise send
+// it back and forth, each to its own shard. A hint other than this
+// replica's costs a less local replica, nothing else. The hint is for the
+// edge, which routes by it: the gateway never reads anything else from it
+// (the subscription's partition is computed again from the token). The
+// Location repeats every parameter, ?access_token= too: it is the URL the
+// client sent, to the same origin. A request with a bad conversation, or
+// before Run has the partitions, goes on to its refusal.
+func (g *gateway) redirectToShard(w http.ResponseWriter, r *http.Request, tok auth.Token) bool {
+	conv := r.PathValue("conversation")
+	g.mu.Lock()
+	h := g.hub
+	g.mu.Unlock()
+	if h == nil || events.ValidateID("conversation", conv) != nil {
+		return false
+	}
+	q := r.URL.Query()
+	if q.Has(paramShard) {
+		return false
+	}
+	q.Set(paramShard, strconv.Itoa(h.partitionOf(tok.Principal.Identity(conv).Key())))
+	g.metrics.shardRedirects.Inc()
+	// A query-only reference: the same path, whatever prefix a proxy
+	// stripped on the way in. The answer depends on the token: not cached.
+	w.Header().Set("Location", "?"+q.Encode())
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusTemporaryRedirect)
+	return true
+}
+
 // headerBytes returns h in wire format.
 func headerBytes(h http.Header) []byte {
 	var b bytes.Buffer
@@ -178,7 +227,7 @@ func parseEventsRequest(r *http.Request) (conv string, sn since, follow string, 
 	q := r.URL.Query()
 	for k, vs := range q {
 		switch k {
-		case paramSince, paramFollow, paramAccessToken:
+		case paramSince, paramFollow, paramAccessToken, paramShard:
 		default:
 			return "", sn, "", fmt.Errorf("unknown query parameter %q", clip(k, 32))
 		}

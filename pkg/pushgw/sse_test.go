@@ -13,12 +13,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/auth"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
@@ -861,4 +863,184 @@ func TestAnEventsDataIsItsFrameOnOneLine(t *testing.T) {
 			t.Errorf("event of %q = %q (last %v), want %q", value, ev, last, want)
 		}
 	}
+}
+
+// docs/api.md "Shard hints": an event stream requested without a shard hint
+// is answered 307 to the same URL (a query-only reference, every other
+// parameter kept, ?access_token= too) with its conversation's shard as
+// ?shard= (the home partition of the token's identity), not cached, and
+// before the connect rate counts it. The redirect of a request that carries
+// its token in the query is followed with no other credential and streams.
+func TestAnEventStreamWithoutAShardHintIsRedirectedToTheSameURLWithIt(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	f.start(ctx, func(c *Config) { c.ConnectBurst, c.ConnectPerMinute = 1, 1 }, nil)
+	_, alice := aliceConv(t)
+	tok := token(t, auth.DefaultTenant, "alice")
+	want := strconv.Itoa(partitionOf(alice))
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	var location string
+	for _, tt := range []struct {
+		name   string
+		q      url.Values
+		bearer string
+		wantQ  url.Values
+	}{
+		{"A request without a hint is redirected.", url.Values{"since": {"earliest"}}, tok,
+			url.Values{"since": {"earliest"}, "shard": {want}}},
+		{"A request with its token in the query is redirected with the token.", url.Values{"since": {"earliest"}, "access_token": {tok}}, "",
+			url.Values{"since": {"earliest"}, "access_token": {tok}, "shard": {want}}},
+	} {
+		s, err := openSSEWith(ctx, t, noFollow, f.eventsURL(alice.Conversation, tt.q), tt.bearer, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loc := s.resp.Header.Get("Location")
+		if s.resp.StatusCode != http.StatusTemporaryRedirect || s.resp.Header.Get("Cache-Control") != "no-store" {
+			t.Fatalf("%s Got %d %v, want 307 with Cache-Control no-store", tt.name, s.resp.StatusCode, s.resp.Header)
+		}
+		if !strings.HasPrefix(loc, "?") {
+			t.Fatalf("%s Location %q, want a query-only reference", tt.name, loc)
+		}
+		if got, err := url.ParseQuery(loc[1:]); err != nil || got.Encode() != tt.wantQ.Encode() {
+			t.Fatalf("%s Location %q, want ?%s", tt.name, loc, tt.wantQ.Encode())
+		}
+		location = loc
+	}
+	// One connect a minute: none of the redirects took it. The last
+	// Location, with the token in the query and no header, streams.
+	base := f.eventsURL(alice.Conversation, nil)
+	s := mustOpenSSEWith(ctx, t, noFollow, base+location, "", nil)
+	if fr := s.expect("subscribed").fr; fr.Shard == nil || strconv.Itoa(*fr.Shard) != want {
+		t.Fatalf("the subscribed event names shard %v, want %s", fr.Shard, want)
+	}
+	checkMetric(t, f.reg, "turnpike_pushgw_shard_redirects_total", 2)
+}
+
+// docs/api.md "Shard hints": a request that carries a shard hint is served,
+// whatever its value (its own shard, another user's, one past the partition
+// count, no number): a redirect happens at most once. The subscribed event
+// names the conversation's own shard whatever the hint said.
+func TestAnEventStreamWithAShardHintIsServedWhateverItsValue(t *testing.T) {
+	t.Parallel()
+	ctx, f := startedFixture(t)
+	alice, bob := aliceAndBobApart(t)
+	tok := token(t, auth.DefaultTenant, "alice")
+	own := partitionOf(alice)
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tt := range []struct{ name, hint string }{
+		{"A hint naming its own shard is served.", strconv.Itoa(own)},
+		{"A hint naming another user's shard is served.", strconv.Itoa(partitionOf(bob))},
+		{"A hint past the partition count is served.", strconv.Itoa(testPartitions + 3)},
+		{"A hint that is no number is served.", "x"},
+	} {
+		s, err := openSSEWith(ctx, t, noFollow, f.eventsURL(alice.Conversation, url.Values{"shard": {tt.hint}}), tok, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s Got %d (Location %q), want 200", tt.name, s.resp.StatusCode, s.resp.Header.Get("Location"))
+		}
+		if fr := s.expect("subscribed").fr; fr.Shard == nil || *fr.Shard != own {
+			t.Fatalf("%s The subscribed event names shard %v, want %d", tt.name, fr.Shard, own)
+		}
+		_ = s.resp.Body.Close()
+	}
+	checkMetric(t, f.reg, "turnpike_pushgw_shard_redirects_total", 0)
+}
+
+// alternatingEdge is an edge in front of several replicas that sends each
+// request to the next one in turn, whatever its shard hint: the worst case
+// of replicas that each compute another shard for the conversation.
+type alternatingEdge struct {
+	mu       sync.Mutex
+	replicas []*url.URL
+	n        int
+}
+
+func (e *alternatingEdge) RoundTrip(r *http.Request) (*http.Response, error) {
+	e.mu.Lock()
+	to := e.replicas[e.n%len(e.replicas)]
+	e.n++
+	e.mu.Unlock()
+	r = r.Clone(r.Context())
+	r.URL.Scheme, r.URL.Host, r.Host = to.Scheme, to.Host, ""
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// docs/api.md "Shard hints": replicas that disagree on the stream topic's
+// partition count (while partitions are added, before each has read the
+// new count) compute different shards for one conversation. An event
+// stream sent from one to the other is redirected once, by the first, and
+// served by the second with the first's hint; it is not sent back and forth.
+func TestAnEventStreamIsRedirectedOnceWhenReplicasDisagreeOnThePartitionCount(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	f.start(ctx, nil, nil)
+	// The other replica reads a topic of another partition count.
+	const otherPartitions = testPartitions + 3
+	wider := newFixtureOn(t, ctx, f.brokers)
+	wider.topic = testenv.Name(t, "wider")
+	if err := topic.Ensure(ctx, f.brokers, otherPartitions, wider.topic); err != nil {
+		t.Fatal(err)
+	}
+	wider.start(ctx, nil, nil)
+	var alice events.Identity
+	for i := 0; ; i++ {
+		alice = events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: fmt.Sprintf("%s-%d", testenv.Name(t, "c"), i)}
+		if topic.Home([]byte(alice.Key()), otherPartitions) != partitionOf(alice) {
+			break
+		}
+	}
+	edge := &alternatingEdge{}
+	for _, in := range []*instance{f.instance, wider.instance} {
+		u, err := url.Parse(in.srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		edge.replicas = append(edge.replicas, u)
+	}
+	redirects := 0
+	hc := &http.Client{Transport: edge, CheckRedirect: func(_ *http.Request, via []*http.Request) error {
+		redirects = len(via)
+		if len(via) > 3 {
+			return fmt.Errorf("%d redirects", len(via))
+		}
+		return nil
+	}}
+	s, err := openSSEWith(ctx, t, hc, f.eventsURL(alice.Conversation, nil), token(t, auth.DefaultTenant, "alice"), nil)
+	if err != nil {
+		t.Fatalf("GET events through the edge: %v", err)
+	}
+	if s.resp.StatusCode != http.StatusOK || redirects != 1 {
+		t.Fatalf("Got %d after %d redirects, want 200 after 1", s.resp.StatusCode, redirects)
+	}
+	if got, want := s.resp.Request.URL.Query().Get("shard"), strconv.Itoa(partitionOf(alice)); got != want {
+		t.Errorf("served with ?shard=%s, want the first replica's %s", got, want)
+	}
+	if fr := s.expect("subscribed").fr; fr.Shard == nil || *fr.Shard != topic.Home([]byte(alice.Key()), otherPartitions) {
+		t.Errorf("the second replica's subscribed event names shard %v, want its own %d", fr.Shard, topic.Home([]byte(alice.Key()), otherPartitions))
+	}
+	checkMetric(t, f.reg, "turnpike_pushgw_shard_redirects_total", 1)
+	checkMetric(t, wider.reg, "turnpike_pushgw_shard_redirects_total", 0)
+}
+
+// docs/api.md "Shard hints": the hint is never trusted. Alice's stream
+// opened with bob's shard as hint, redirect followed, carries alice's
+// events only, and bob's the same way.
+func TestAShardHintNeverChoosesWhoseEventsAStreamCarries(t *testing.T) {
+	t.Parallel()
+	ctx, f := startedFixture(t)
+	alice, bob := aliceAndBobApart(t)
+	streams := map[string]*sseStream{}
+	for _, tt := range []struct{ id, other events.Identity }{{alice, bob}, {bob, alice}} {
+		q := url.Values{"shard": {strconv.Itoa(partitionOf(tt.other))}}
+		streams[tt.id.User] = mustOpenSSE(ctx, t, f.eventsURL(tt.id.Conversation, q), token(t, auth.DefaultTenant, tt.id.User), nil).subscribed()
+	}
+	f.produce(ctx, bob, "bob", 1, 2)
+	f.produce(ctx, alice, "alice", 1, 2)
+	checkSeqs(t, streams["alice"].events(2), "alice", 1, 2)
+	checkSeqs(t, streams["bob"].events(2), "bob", 1, 2)
 }
