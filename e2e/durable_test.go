@@ -1,0 +1,291 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/components/model"
+	"github.com/cloudwego/eino/components/tool"
+	"github.com/cloudwego/eino/compose"
+	"github.com/cloudwego/eino/schema"
+
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/pkg/client"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
+)
+
+// The durable worker: the test binary run as a worker (TestMain, role
+// "durable-worker") on pkg/worker's public API with a Go agent of its own,
+// a ChatModelAgent made durable with worker.Durable. Its scripted model
+// asks for reserve in round 1 and for charge in round 2, and answers with
+// both results in round 3; the model and the tools append one line per
+// real execution to a ledger file (their own store, outside Turnpike's).
+const (
+	// envLedger is the ledger's path.
+	envLedger = "TURNPIKE_TEST_DURABLE_LEDGER"
+	// envBlockCharge, set to 1, makes charge block forever once it has
+	// written its line (the first worker's only).
+	envBlockCharge = "TURNPIKE_TEST_DURABLE_BLOCK_CHARGE"
+	// durableAgent is the agent's name (journal keys carry it).
+	durableAgent = "assistant"
+	// durableAnswer is round 3's answer: the tools' results.
+	durableAnswer = "done: reserved, charged"
+)
+
+// runDurableWorkerProcess runs pkg/worker configured from the environment,
+// as runWorkerProcess does, with the durable Go agent.
+func runDurableWorkerProcess(ln net.Listener) int {
+	c, err := worker.LoadConfig(nil, os.LookupEnv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "durable worker:", err)
+		return 2
+	}
+	l := &ledger{path: os.Getenv(envLedger)}
+	block := os.Getenv(envBlockCharge) == "1"
+	w, err := worker.New(c, worker.WithListener(ln), worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		return adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{
+			Name: durableAgent, Description: "reserves and charges", Model: scriptedModel{l: l},
+			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{
+				ledgerTool{l: l, name: "reserve"},
+				ledgerTool{l: l, name: "charge", block: block},
+			}}},
+		}))
+	}))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "durable worker:", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := w.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "durable worker stopped:", err)
+		return 1
+	}
+	return 0
+}
+
+// ledger is a file of lines, each appended and synced before the
+// execution it records goes on: a line survives a SIGKILL right after it.
+type ledger struct {
+	path string
+	mu   sync.Mutex
+}
+
+func (l *ledger) add(line string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(line + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// readLedger returns the ledger's lines (none before the first).
+func readLedger(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+// scriptedModel's round is the number of tool results in its input: 0
+// asks for reserve, 1 for charge, 2 answers. Each call that generates
+// writes "model-<round>" to the ledger first.
+type scriptedModel struct{ l *ledger }
+
+func (m scriptedModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	return m, nil
+}
+
+func (m scriptedModel) Generate(ctx context.Context, in []*schema.Message, opts ...model.Option) (*schema.Message, error) {
+	s, err := m.Stream(ctx, in, opts...)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	var chunks []*schema.Message
+	for {
+		c, err := s.Recv()
+		if err == io.EOF {
+			return schema.ConcatMessages(chunks)
+		}
+		if err != nil {
+			return nil, err
+		}
+		chunks = append(chunks, c)
+	}
+}
+
+func (m scriptedModel) Stream(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	var results []string
+	for _, msg := range in {
+		if msg.Role == schema.Tool {
+			results = append(results, msg.Content)
+		}
+	}
+	round := len(results) + 1
+	if err := m.l.add(fmt.Sprintf("model-%d", round)); err != nil {
+		return nil, err
+	}
+	// The rounds that ask for a tool carry no text: what is streamed is
+	// then exactly the answer that is persisted.
+	call := func(name string) *schema.StreamReader[*schema.Message] {
+		c := schema.AssistantMessage("", []schema.ToolCall{{ID: "call-" + name, Type: "function",
+			Function: schema.FunctionCall{Name: name, Arguments: `{"order":"o-1"}`}}})
+		c.ResponseMeta = &schema.ResponseMeta{FinishReason: "tool_calls"}
+		return schema.StreamReaderFromArray([]*schema.Message{c})
+	}
+	switch round {
+	case 1:
+		return call("reserve"), nil
+	case 2:
+		return call("charge"), nil
+	}
+	last := schema.AssistantMessage(strings.Join(results, ", "), nil)
+	last.ResponseMeta = &schema.ResponseMeta{FinishReason: "stop"}
+	return schema.StreamReaderFromArray([]*schema.Message{schema.AssistantMessage("done: ", nil), last}), nil
+}
+
+// ledgerTool writes "<name> <step key> <attempt>" to the ledger as its
+// side effect, then returns "<name>d"; with block, it never returns.
+type ledgerTool struct {
+	l     *ledger
+	name  string
+	block bool
+}
+
+func (t ledgerTool) Info(context.Context) (*schema.ToolInfo, error) {
+	return &schema.ToolInfo{Name: t.name, Desc: t.name + " the order"}, nil
+}
+
+func (t ledgerTool) InvokableRun(ctx context.Context, _ string, _ ...tool.Option) (string, error) {
+	key, attempt := "-", 0
+	if s, ok := worker.ToolStepFromContext(ctx); ok {
+		key, attempt = s.Key, s.Attempt
+	}
+	if err := t.l.add(fmt.Sprintf("%s %s %d", t.name, key, attempt)); err != nil {
+		return "", err
+	}
+	if t.block {
+		select {} // until the test kills the process
+	}
+	return t.name + "d", nil
+}
+
+// A worker is killed with SIGKILL between two tool calls of a durable
+// run: after reserve's result was recorded, while charge runs. The next
+// worker replays the model's first two outputs and reserve's result from
+// the journal, runs charge again (the window that stays at least once: it
+// was killed after its side effect began, before its result was recorded)
+// under the same key with the next attempt, and answers; the stream's last
+// run is whole, and history has the answer once.
+func TestAWorkerKilledBetweenTwoToolCallsOfADurableRunDoesNotRunTheFirstAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills a worker process")
+	}
+	ctx := testenv.Context(t, 2*time.Minute)
+	f := newFaultStack(t)
+	path := t.TempDir() + "/ledger"
+	f.env = append(f.env, envLedger+"="+path)
+	c := f.ingest(t, "acme", "ann")
+	f.spawnAs(0, "durable-worker", envBlockCharge+"=1")
+	f.waitConsuming(ctx, 1)
+	a, err := c.Send(ctx, "orders", "reserve and charge order o-1", client.SendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := f.streamOf(t, a.RequestID)
+	poll(t, ctx, "charge started in the first worker", func() (bool, string) {
+		lines := readLedger(t, path)
+		return slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "charge ") }),
+			fmt.Sprintf("ledger %q", lines)
+	})
+	f.kill(0)
+	f.spawnAs(0, "durable-worker")
+
+	// The stream: read to the run.completed of the last run started.
+	var lastRun string
+	var tokens strings.Builder
+	var final *events.RunCompletedEvent
+	for final == nil {
+		select {
+		case e := <-stream:
+			switch e := e.(type) {
+			case *events.RunStartedEvent:
+				lastRun = e.RunID
+				tokens.Reset()
+			case *events.TokenEvent:
+				if e.RunID == lastRun {
+					tokens.WriteString(e.Delta)
+				}
+			case *events.RunCompletedEvent:
+				if e.RunID == lastRun {
+					final = e
+				}
+			}
+		case <-ctx.Done():
+			t.Fatalf("the request's last run (%q) never completed; ledger %q", lastRun, readLedger(t, path))
+		}
+	}
+
+	prefix := a.RequestID + "/t/" + durableAgent + "/"
+	want := []string{
+		"model-1",
+		"reserve " + prefix + "1/call-reserve 1",
+		"model-2",
+		"charge " + prefix + "2/call-charge 1",
+		"charge " + prefix + "2/call-charge 2",
+		"model-3",
+	}
+	if got := readLedger(t, path); !slices.Equal(got, want) {
+		t.Errorf("executions (model rounds; tool, key, attempt):\n got %q\nwant %q", got, want)
+	}
+	if final.Status != events.StatusComplete {
+		t.Errorf("the last run %s completed %s, want complete", lastRun, final.Status)
+	}
+	if got := tokens.String(); got != durableAnswer {
+		t.Errorf("the last run %s streamed %q, want %q", lastRun, got, durableAnswer)
+	}
+	p, err := c.History(ctx, "orders", 10, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answers []string
+	for _, m := range p.Messages {
+		if m.Role == "assistant" {
+			answers = append(answers, fmt.Sprintf("%s %s %q", m.RequestID, m.Status, m.Content))
+		}
+	}
+	if wantA := []string{fmt.Sprintf("%s complete %q", a.RequestID, durableAnswer)}; !slices.Equal(answers, wantA) {
+		t.Errorf("history's answers %v, want %v", answers, wantA)
+	}
+}
