@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/adk/prebuilt/supervisor"
 	"github.com/cloudwego/eino/components/model"
 	"github.com/cloudwego/eino/components/tool"
 	"github.com/cloudwego/eino/compose"
@@ -28,20 +29,26 @@ import (
 
 // The durable worker: the test binary run as a worker (TestMain, role
 // "durable-worker") on pkg/worker's public API with a Go agent of its own,
-// a ChatModelAgent made durable with worker.Durable. Its scripted model
-// asks for reserve in round 1 and for charge in round 2, and answers with
-// both results in round 3; the model and the tools append one line per
-// real execution to a ledger file (their own store, outside Turnpike's).
+// a ChatModelAgent made durable with worker.Durable, alone or as the
+// sub-agent of a supervisor (durable too). Its scripted model asks for
+// reserve in round 1 and for charge in round 2, and answers with both
+// results in round 3; the supervisor's transfers to it, then answers once
+// it has answered. The models and the tools append one line per real
+// execution to a ledger file (their own store, outside Turnpike's).
 const (
 	// envLedger is the ledger's path.
 	envLedger = "TURNPIKE_TEST_DURABLE_LEDGER"
 	// envBlockCharge, set to 1, makes charge block forever once it has
 	// written its line (the first worker's only).
 	envBlockCharge = "TURNPIKE_TEST_DURABLE_BLOCK_CHARGE"
+	// envSupervisor, set to 1, puts the agent under a supervisor.
+	envSupervisor = "TURNPIKE_TEST_DURABLE_SUPERVISOR"
 	// durableAgent is the agent's name (journal keys carry it).
 	durableAgent = "assistant"
 	// durableAnswer is round 3's answer: the tools' results.
 	durableAnswer = "done: reserved, charged"
+	// deskAgent is the supervisor's name, deskAnswer its answer.
+	deskAgent, deskAnswer = "desk", "It is on its way."
 )
 
 // runDurableWorkerProcess runs pkg/worker configured from the environment,
@@ -54,14 +61,25 @@ func runDurableWorkerProcess(ln net.Listener) int {
 	}
 	l := &ledger{path: os.Getenv(envLedger)}
 	block := os.Getenv(envBlockCharge) == "1"
+	withDesk := os.Getenv(envSupervisor) == "1"
 	w, err := worker.New(c, worker.WithListener(ln), worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
-		return adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{
-			Name: durableAgent, Description: "reserves and charges", Model: scriptedModel{l: l},
+		agent, err := adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{
+			Name: durableAgent, Description: "Reserves and charges orders.", Model: scriptedModel{l: l},
 			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{
 				ledgerTool{l: l, name: "reserve"},
 				ledgerTool{l: l, name: "charge", block: block},
 			}}},
 		}))
+		if err != nil || !withDesk {
+			return agent, err
+		}
+		desk, err := adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{
+			Name: deskAgent, Description: "Routes.", Instruction: "Route.", Model: deskModel{l: l},
+		}))
+		if err != nil {
+			return nil, err
+		}
+		return supervisor.New(ctx, &supervisor.Config{Supervisor: desk, SubAgents: []adk.Agent{agent}})
 	}))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "durable worker:", err)
@@ -117,9 +135,9 @@ func readLedger(t *testing.T, path string) []string {
 	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 }
 
-// scriptedModel's round is the number of tool results in its input: 0
-// asks for reserve, 1 for charge, 2 answers. Each call that generates
-// writes "model-<round>" to the ledger first.
+// scriptedModel's round is one more than the number of its tools'
+// results in its input: 1 asks for reserve, 2 for charge, 3 answers. Each
+// call that generates writes "assistant-<round>" to the ledger first.
 type scriptedModel struct{ l *ledger }
 
 func (m scriptedModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
@@ -127,7 +145,11 @@ func (m scriptedModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel
 }
 
 func (m scriptedModel) Generate(ctx context.Context, in []*schema.Message, opts ...model.Option) (*schema.Message, error) {
-	s, err := m.Stream(ctx, in, opts...)
+	return whole(m.Stream(ctx, in, opts...))
+}
+
+// whole reads a Stream's answer whole.
+func whole(s *schema.StreamReader[*schema.Message], err error) (*schema.Message, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -148,12 +170,12 @@ func (m scriptedModel) Generate(ctx context.Context, in []*schema.Message, opts 
 func (m scriptedModel) Stream(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
 	var results []string
 	for _, msg := range in {
-		if msg.Role == schema.Tool {
+		if msg.Role == schema.Tool && (msg.ToolCallID == "call-reserve" || msg.ToolCallID == "call-charge") {
 			results = append(results, msg.Content)
 		}
 	}
 	round := len(results) + 1
-	if err := m.l.add(fmt.Sprintf("model-%d", round)); err != nil {
+	if err := m.l.add(fmt.Sprintf("%s-%d", durableAgent, round)); err != nil {
 		return nil, err
 	}
 	// The rounds that ask for a tool carry no text: what is streamed is
@@ -173,6 +195,39 @@ func (m scriptedModel) Stream(_ context.Context, in []*schema.Message, _ ...mode
 	last := schema.AssistantMessage(strings.Join(results, ", "), nil)
 	last.ResponseMeta = &schema.ResponseMeta{FinishReason: "stop"}
 	return schema.StreamReaderFromArray([]*schema.Message{schema.AssistantMessage("done: ", nil), last}), nil
+}
+
+// deskModel, the supervisor's, transfers to the assistant (round 1), and
+// answers once the assistant's answer is in its input (round 2); it writes
+// "desk-<round>" to the ledger first.
+type deskModel struct{ l *ledger }
+
+func (m deskModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	return m, nil
+}
+
+func (m deskModel) Generate(ctx context.Context, in []*schema.Message, opts ...model.Option) (*schema.Message, error) {
+	return whole(m.Stream(ctx, in, opts...))
+}
+
+func (m deskModel) Stream(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	answered := slices.ContainsFunc(in, func(msg *schema.Message) bool { return strings.Contains(msg.Content, durableAnswer) })
+	round := 1
+	if answered {
+		round = 2
+	}
+	if err := m.l.add(fmt.Sprintf("%s-%d", deskAgent, round)); err != nil {
+		return nil, err
+	}
+	if answered {
+		last := schema.AssistantMessage(deskAnswer, nil)
+		last.ResponseMeta = &schema.ResponseMeta{FinishReason: "stop"}
+		return schema.StreamReaderFromArray([]*schema.Message{last}), nil
+	}
+	c := schema.AssistantMessage("", []schema.ToolCall{{ID: "call-transfer", Type: "function",
+		Function: schema.FunctionCall{Name: adk.TransferToAgentToolName, Arguments: `{"agent_name":"` + durableAgent + `"}`}}})
+	c.ResponseMeta = &schema.ResponseMeta{FinishReason: "tool_calls"}
+	return schema.StreamReaderFromArray([]*schema.Message{c}), nil
 }
 
 // ledgerTool writes "<name> <step key> <attempt>" to the ledger as its
@@ -203,89 +258,112 @@ func (t ledgerTool) InvokableRun(ctx context.Context, _ string, _ ...tool.Option
 
 // A worker is killed with SIGKILL between two tool calls of a durable
 // run: after reserve's result was recorded, while charge runs. The next
-// worker replays the model's first two outputs and reserve's result from
-// the journal, runs charge again (the window that stays at least once: it
-// was killed after its side effect began, before its result was recorded)
-// under the same key with the next attempt, and answers; the stream's last
-// run is whole, and history has the answer once.
+// worker replays the model outputs and reserve's result from the journal
+// (a supervisor's transfer runs again: it always does), runs charge again
+// (the window that stays at least once: it was killed after its side effect
+// began, before its result was recorded) under the same key with the next
+// attempt, and answers; the stream's last run is whole, and history has
+// the answer once.
 func TestAWorkerKilledBetweenTwoToolCallsOfADurableRunDoesNotRunTheFirstAgain(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills a worker process")
 	}
-	ctx := testenv.Context(t, 2*time.Minute)
-	f := newFaultStack(t)
-	path := t.TempDir() + "/ledger"
-	f.env = append(f.env, envLedger+"="+path)
-	c := f.ingest(t, "acme", "ann")
-	f.spawnAs(0, "durable-worker", envBlockCharge+"=1")
-	f.waitConsuming(ctx, 1)
-	a, err := c.Send(ctx, "orders", "reserve and charge order o-1", client.SendOptions{})
-	if err != nil {
-		t.Fatal(err)
+	rows := []struct {
+		name       string
+		supervisor bool
+	}{
+		{"A durable ChatModelAgent with the two tools.", false},
+		{"A durable supervisor and its durable sub-agent with the two tools.", true},
 	}
-	stream := f.streamOf(t, a.RequestID)
-	poll(t, ctx, "charge started in the first worker", func() (bool, string) {
-		lines := readLedger(t, path)
-		return slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "charge ") }),
-			fmt.Sprintf("ledger %q", lines)
-	})
-	f.kill(0)
-	f.spawnAs(0, "durable-worker")
+	for _, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testenv.Context(t, 2*time.Minute)
+			f := newFaultStack(t)
+			path := t.TempDir() + "/ledger"
+			f.env = append(f.env, envLedger+"="+path)
+			if row.supervisor {
+				f.env = append(f.env, envSupervisor+"=1")
+			}
+			c := f.ingest(t, "acme", "ann")
+			f.spawnAs(0, "durable-worker", envBlockCharge+"=1")
+			f.waitConsuming(ctx, 1)
+			a, err := c.Send(ctx, "orders", "reserve and charge order o-1", client.SendOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stream := f.streamOf(t, a.RequestID)
+			poll(t, ctx, "charge started in the first worker", func() (bool, string) {
+				lines := readLedger(t, path)
+				return slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "charge ") }),
+					fmt.Sprintf("ledger %q", lines)
+			})
+			f.kill(0)
+			f.spawnAs(0, "durable-worker")
 
-	// The stream: read to the run.completed of the last run started.
-	var lastRun string
-	var tokens strings.Builder
-	var final *events.RunCompletedEvent
-	for final == nil {
-		select {
-		case e := <-stream:
-			switch e := e.(type) {
-			case *events.RunStartedEvent:
-				lastRun = e.RunID
-				tokens.Reset()
-			case *events.TokenEvent:
-				if e.RunID == lastRun {
-					tokens.WriteString(e.Delta)
-				}
-			case *events.RunCompletedEvent:
-				if e.RunID == lastRun {
-					final = e
+			// The stream: read to the run.completed of the last run started.
+			var lastRun string
+			var tokens strings.Builder
+			var final *events.RunCompletedEvent
+			for final == nil {
+				select {
+				case e := <-stream:
+					switch e := e.(type) {
+					case *events.RunStartedEvent:
+						lastRun = e.RunID
+						tokens.Reset()
+					case *events.TokenEvent:
+						if e.RunID == lastRun {
+							tokens.WriteString(e.Delta)
+						}
+					case *events.RunCompletedEvent:
+						if e.RunID == lastRun {
+							final = e
+						}
+					}
+				case <-ctx.Done():
+					t.Fatalf("the request's last run (%q) never completed; ledger %q", lastRun, readLedger(t, path))
 				}
 			}
-		case <-ctx.Done():
-			t.Fatalf("the request's last run (%q) never completed; ledger %q", lastRun, readLedger(t, path))
-		}
-	}
 
-	prefix := a.RequestID + "/t/" + durableAgent + "/"
-	want := []string{
-		"model-1",
-		"reserve " + prefix + "1/call-reserve 1",
-		"model-2",
-		"charge " + prefix + "2/call-charge 1",
-		"charge " + prefix + "2/call-charge 2",
-		"model-3",
-	}
-	if got := readLedger(t, path); !slices.Equal(got, want) {
-		t.Errorf("executions (model rounds; tool, key, attempt):\n got %q\nwant %q", got, want)
-	}
-	if final.Status != events.StatusComplete {
-		t.Errorf("the last run %s completed %s, want complete", lastRun, final.Status)
-	}
-	if got := tokens.String(); got != durableAnswer {
-		t.Errorf("the last run %s streamed %q, want %q", lastRun, got, durableAnswer)
-	}
-	p, err := c.History(ctx, "orders", 10, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var answers []string
-	for _, m := range p.Messages {
-		if m.Role == "assistant" {
-			answers = append(answers, fmt.Sprintf("%s %s %q", m.RequestID, m.Status, m.Content))
-		}
-	}
-	if wantA := []string{fmt.Sprintf("%s complete %q", a.RequestID, durableAnswer)}; !slices.Equal(answers, wantA) {
-		t.Errorf("history's answers %v, want %v", answers, wantA)
+			prefix := a.RequestID + "/t/" + durableAgent + "/"
+			want := []string{
+				"assistant-1",
+				"reserve " + prefix + "1/call-reserve 1",
+				"assistant-2",
+				"charge " + prefix + "2/call-charge 1",
+				"charge " + prefix + "2/call-charge 2",
+				"assistant-3",
+			}
+			answers := []string{fmt.Sprintf("%s %s complete %q", a.RequestID, durableAgent, durableAnswer)}
+			if row.supervisor {
+				want = append(append([]string{"desk-1"}, want...), "desk-2")
+				answers = append(answers, fmt.Sprintf("%s %s complete %q", a.RequestID, deskAgent, deskAnswer))
+			}
+			if got := readLedger(t, path); !slices.Equal(got, want) {
+				t.Errorf("executions (model rounds; tool, key, attempt):\n got %q\nwant %q", got, want)
+			}
+			if final.Status != events.StatusComplete {
+				t.Errorf("the last run %s completed %s, want complete", lastRun, final.Status)
+			}
+			p, err := c.History(ctx, "orders", 10, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			var persisted strings.Builder
+			for _, m := range p.Messages {
+				if m.Role == "assistant" {
+					got = append(got, fmt.Sprintf("%s %s %s %q", m.RequestID, m.Agent, m.Status, m.Content))
+					persisted.WriteString(m.Content)
+				}
+			}
+			if !slices.Equal(got, answers) {
+				t.Errorf("history's answers %q, want %q", got, answers)
+			}
+			if tokens.String() != persisted.String() {
+				t.Errorf("the last run %s streamed %q, persisted %q", lastRun, tokens.String(), persisted.String())
+			}
+		})
 	}
 }
