@@ -32,8 +32,8 @@ import (
 // a ChatModelAgent made durable with worker.Durable, alone or as the
 // sub-agent of a supervisor (durable too). Its scripted model asks for
 // reserve in round 1 and for charge in round 2, and answers with both
-// results in round 3; the supervisor's transfers to it, then answers once
-// it has answered. The models and the tools append one line per real
+// results in round 3; the supervisor's model transfers to it, then answers
+// once it has answered. The models and the tools append one line per real
 // execution to a ledger file (their own store, outside Turnpike's).
 const (
 	// envLedger is the ledger's path.
