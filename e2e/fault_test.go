@@ -35,7 +35,8 @@ import (
 )
 
 // TestMain lets the test binary stand in for cmd/worker, cmd/ingest and
-// cmd/pushgw, so fault tests can run them as processes and kill them.
+// cmd/pushgw (and for a worker with a Go agent of its own: durable_test.go),
+// so fault tests can run them as processes and kill them.
 func TestMain(m *testing.M) {
 	if role := os.Getenv("TURNPIKE_TEST_RUN_SERVICE"); role != "" {
 		os.Exit(runServiceProcess(role))
@@ -67,6 +68,8 @@ func runServiceProcess(role string) int {
 		run = s.Run
 	case "worker":
 		return runWorkerProcess(ln)
+	case "durable-worker":
+		return runDurableWorkerProcess(ln)
 	case "pushgw":
 		c, err := pushgw.LoadConfig(nil, os.LookupEnv)
 		if err != nil {
@@ -212,9 +215,16 @@ func (f *faultStack) store() history.Store {
 // metrics on a loopback port of its own.
 func (f *faultStack) spawn(i int) {
 	f.t.Helper()
+	f.spawnAs(i, "worker")
+}
+
+// spawnAs starts worker process i as role (a role of TestMain's that runs
+// a worker), with env added to the stack's.
+func (f *faultStack) spawnAs(i int, role string, env ...string) {
+	f.t.Helper()
 	ln := loopback(f.t)
 	defer ln.Close() // the child holds its own descriptor
-	cmd, err := startProcess("worker", f.env, ln)
+	cmd, err := startProcess(role, append(slices.Clip(f.env), env...), ln)
 	if err != nil {
 		f.t.Fatal(err)
 	}
