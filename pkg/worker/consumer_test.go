@@ -270,3 +270,49 @@ func TestAnOwnerTokenOfALaterGenerationIsHigherThanAnyOfAnEarlierOne(t *testing.
 		t.Fatalf("the new owner's first run in generation 6 got %d, not above the zombie's %d of generation 5", first, last)
 	}
 }
+
+// A running worker sweeps the expired step journals (of requests that
+// never reached a durable end) on a store without a TTL index (FerretDB),
+// at each tick of its sweep, and counts them; a journal that has not
+// expired stays.
+func TestARunningWorkerSweepsExpiredJournalsAndCountsThem(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	db := testenv.MongoDB(t)
+	store, err := history.NewMongoStore(ctx, db, history.MongoConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A journal last written two days ago, with the default TTL (a day).
+	then := time.Now().Add(-48 * time.Hour)
+	old, err := history.NewMongoStore(ctx, db, history.MongoConfig{Now: func() time.Time { return then }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "sweep"}
+	step := history.Step{Key: "m/assistant/1", Data: []byte("{}")}
+	if _, err := old.RecordStep(ctx, id, "stale", 1, step, history.JournalLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.RecordStep(ctx, id, "fresh", 1, step, history.JournalLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	s := newStack(t, store)
+	reg := prometheus.NewRegistry()
+	w := s.newWorker(t, worker.Deps{Registerer: reg})
+	ticks := make(chan time.Time)
+	worker.SetJournalSweeps(w, ticks)
+	s.run(t, ctx, w)
+	select {
+	case ticks <- time.Now(): // the sweeper took it
+	case <-ctx.Done():
+		t.Fatal("the worker's sweeper never took its tick: no sweep runs")
+	}
+	waitCounter(t, ctx, reg, 1, "turnpike_worker_journal_swept_total")
+	if _, found, err := store.Steps(ctx, id, "stale"); found || err != nil {
+		t.Errorf("the expired journal is still there (%v)", err)
+	}
+	if _, found, err := store.Steps(ctx, id, "fresh"); !found || err != nil {
+		t.Errorf("the fresh journal was swept (%v)", err)
+	}
+}

@@ -617,7 +617,9 @@ func (timeThenFail) Generate(context.Context, []*schema.Message, ...model.Option
 	return nil, errors.New("timeThenFail streams only")
 }
 
-func (m timeThenFail) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return m, nil }
+func (m timeThenFail) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	return m, nil
+}
 
 func (timeThenFail) Stream(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
 	if lastOf(in).Role != schema.Tool {
