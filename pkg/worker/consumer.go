@@ -93,6 +93,9 @@ type consumer struct {
 	// requestsDial, if set, dials the requests partitions' readers' broker
 	// connections (tests); nil: a plain dial.
 	requestsDial topic.DialFunc
+	// sweepTicks, if set, says when to sweep expired step journals
+	// (tests); nil: every journalSweepInterval.
+	sweepTicks <-chan time.Time
 }
 
 // newConsumer validates cfg's consumer settings and builds the agent.
@@ -315,9 +318,10 @@ func (w *consumer) ownerToken(gen int32) int64 {
 const journalSweepInterval = time.Hour
 
 // sweepJournals deletes the expired step journals (of requests that never
-// reached a durable end) every journalSweepInterval until ctx ends, when
-// the store can (history.MongoStore.SweepSteps). On MongoDB the TTL index
-// deletes them too; the sweep then finds few.
+// reached a durable end) every journalSweepInterval (or at each value of
+// sweepTicks) until ctx ends, when the store can
+// (history.MongoStore.SweepSteps). On MongoDB the TTL index deletes them
+// too; the sweep then finds few.
 func (w *consumer) sweepJournals(ctx context.Context) {
 	sw, ok := w.store.(interface {
 		SweepSteps(ctx context.Context, now time.Time) (int, error)
@@ -325,13 +329,17 @@ func (w *consumer) sweepJournals(ctx context.Context) {
 	if !ok || w.cfg.JournalOff {
 		return
 	}
-	t := time.NewTicker(journalSweepInterval)
-	defer t.Stop()
+	ticks := w.sweepTicks
+	if ticks == nil {
+		t := time.NewTicker(journalSweepInterval)
+		defer t.Stop()
+		ticks = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-ticks:
 		}
 		n, err := sw.SweepSteps(ctx, w.now())
 		if err != nil {

@@ -270,3 +270,125 @@ func TestAnOwnerTokenOfALaterGenerationIsHigherThanAnyOfAnEarlierOne(t *testing.
 		t.Fatalf("the new owner's first run in generation 6 got %d, not above the zombie's %d of generation 5", first, last)
 	}
 }
+
+// A running worker sweeps the expired step journals (of requests that
+// never reached a durable end) on a store without a TTL index (FerretDB),
+// at each tick of its sweep, and counts them; a journal that has not
+// expired stays.
+func TestARunningWorkerSweepsExpiredJournalsAndCountsThem(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	db := testenv.MongoDB(t)
+	store, err := history.NewMongoStore(ctx, db, history.MongoConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A journal last written two days ago, with the default TTL (a day).
+	then := time.Now().Add(-48 * time.Hour)
+	old, err := history.NewMongoStore(ctx, db, history.MongoConfig{Now: func() time.Time { return then }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "sweep"}
+	step := history.Step{Key: "m/assistant/1", Data: []byte("{}")}
+	if _, err := old.RecordStep(ctx, id, "stale", 1, step, history.JournalLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.RecordStep(ctx, id, "fresh", 1, step, history.JournalLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	s := newStack(t, store)
+	reg := prometheus.NewRegistry()
+	w := s.newWorker(t, worker.Deps{Registerer: reg})
+	ticks := make(chan time.Time)
+	worker.SetJournalSweeps(w, ticks)
+	s.run(t, ctx, w)
+	select {
+	case ticks <- time.Now(): // the sweeper took it
+	case <-ctx.Done():
+		t.Fatal("the worker's sweeper never took its tick: no sweep runs")
+	}
+	waitCounter(t, ctx, reg, 1, "turnpike_worker_journal_swept_total")
+	if _, found, err := store.Steps(ctx, id, "stale"); found || err != nil {
+		t.Errorf("the expired journal is still there (%v)", err)
+	}
+	if _, found, err := store.Steps(ctx, id, "fresh"); !found || err != nil {
+		t.Errorf("the fresh journal was swept (%v)", err)
+	}
+}
+
+// A consumer group's generations start at 1 again when the group is
+// recreated (deleted, renamed, its broker state lost), so a request
+// delivered again to the new group (a replay of the requests topic into
+// it, a deploy under a new group name) may find a journal an old group's
+// run left with an owner token above every one of the new group. Such a
+// journal is not the new group's to trust or to write: while it may still
+// be written (its last write is less than a run's length old: its run, or
+// a newer owner's if this worker is a zombie, may be running) the record
+// is retried, never dropped, and the journal is left as it is; once it is
+// older than a run, the request runs live without it and completes.
+func TestARequestWhoseJournalAnOldGroupLeftIsRetriedThenRunsWithoutIt(t *testing.T) {
+	t.Parallel()
+	for _, row := range []struct {
+		name    string
+		written time.Duration // how long ago the old group's run wrote it
+	}{
+		{"A journal of a later generation written a moment ago is left alone and the record retried, not dropped.", 0},
+		{"A journal of a later generation not written for longer than a run is ignored: the request runs and completes.", time.Hour},
+	} {
+		t.Run(row.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testenv.Context(t, 60*time.Second)
+			db := testenv.MongoDB(t)
+			store, err := history.NewMongoStore(ctx, db, history.MongoConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			then := time.Now().Add(-row.written)
+			oldGroup, err := history.NewMongoStore(ctx, db, history.MongoConfig{Now: func() time.Time { return then }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := events.Identity{Tenant: "acme", User: "ann", Conversation: "regrouped"}
+			// The old group's run of req-1, in its generation 50, recorded a
+			// step and never ended.
+			oldOwner := worker.NewOwnerTokens()(50)
+			if _, err := oldGroup.RecordStep(ctx, id, "req-1", oldOwner, history.Step{Key: "m/assistant/1", Data: []byte("{}")}, history.JournalLimits{}); err != nil {
+				t.Fatal(err)
+			}
+			s := newStack(t, store) // a new group: its generations start at 1
+			s.cfg.Partitions = 1
+			s.ensureTopics(t, ctx, 1)
+			s.produce(t, ctx, id.Key(), request(id, "req-1", "hello again"))
+			reg := prometheus.NewRegistry()
+			s.start(t, ctx, worker.Deps{Registerer: reg})
+			if row.written == 0 {
+				// The record is retried (a zombie would retry until it
+				// learns it lost the partition), not dropped as fenced.
+				waitCounter(t, ctx, reg, 3, "turnpike_worker_retries_total")
+				if n := counterValue(t, reg, "turnpike_worker_fenced_total"); n != 0 {
+					t.Errorf("%v records dropped as fenced, want none", n)
+				}
+				if _, decided, err := store.Lookup(ctx, id, "req-1"); decided || err != nil {
+					t.Errorf("req-1 is decided (%v) while the journal may still be written", err)
+				}
+				js, found, err := store.Steps(ctx, id, "req-1")
+				if err != nil || !found || js.Owner != oldOwner || js.Runs != 1 || len(js.Steps) != 1 {
+					t.Errorf("the old group's journal %+v (found %v, %v): want it untouched", js, found, err)
+				}
+				return
+			}
+			evs := s.stream(t).untilCompleted(t, ctx, 1)["req-1"]
+			if answer, st := text(evs); st != events.StatusComplete || answer != "echo #1: hello again" {
+				t.Fatalf("req-1 ended %s with %q, want complete", st, answer)
+			}
+			if n := counterValue(t, reg, "turnpike_worker_fenced_total"); n != 0 {
+				t.Errorf("%v records dropped as fenced, want none", n)
+			}
+			js, found, err := store.Steps(ctx, id, "req-1")
+			if err != nil || !found || js.Owner != oldOwner || len(js.Steps) != 1 {
+				t.Errorf("the old group's journal %+v (found %v, %v): want it untouched (it expires)", js, found, err)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"net"
+	"time"
 )
 
 // What the package's external tests reach of its insides.
@@ -55,3 +56,7 @@ const (
 // NewOwnerTokens returns the owner tokens of a fresh worker process's runs
 // (ownerToken), by generation.
 func NewOwnerTokens() func(gen int32) int64 { return (&consumer{}).ownerToken }
+
+// SetJournalSweeps makes w sweep expired step journals at each value of
+// ticks instead of every hour. Call it before Run.
+func SetJournalSweeps(w *Consumer, ticks <-chan time.Time) { w.sweepTicks = ticks }

@@ -89,6 +89,11 @@ const (
 // newer): the run stops and its next attempt replays the recorded step.
 var errStepRaced = errors.New("journal: the step was recorded first by another run of the request")
 
+// errJournalAhead means the request's journal is owned by a run of a
+// later consumer-group generation and was written less than a run ago
+// (openJournal): the record is retried, neither dropped nor run.
+var errJournalAhead = errors.New("journal: owned by a run of a later generation, written less than a run ago (this worker lost the partition, or the consumer group was recreated): retried")
+
 // errDiverged is a replay's input that differs from the journal's, under
 // DivergenceFail.
 var errDiverged = errors.New("journal: the run's inputs differ from its journal")

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -719,5 +720,168 @@ func TestARerunOfASupervisorTransfersAgainAndReplaysTheSubAgent(t *testing.T) {
 	}
 	if d, o := len(desk.seen()), len(orders.seen()); d != 2 || o != 2 || charge.effects != 1 {
 		t.Errorf("desk's model ran %d times, orders' %d, the charge %d: want each model call once (2 and 2) and one charge", d, o, charge.effects)
+	}
+}
+
+// askingDurable is the durable agent of the lifecycle tests: its model
+// calls charge, then asks the user (ask_user: an interrupt), then calls
+// mail, then answers; mail stops the run (a crash) the first time it is
+// called while crashMail is set. It counts the charges and the mails.
+type askingDurable struct {
+	model *scripted
+
+	mu        sync.Mutex
+	charges   int
+	mails     int
+	crashMail func() // set: the next mail call stops the run
+}
+
+func newAskingDurable() *askingDurable {
+	a := &askingDurable{}
+	a.model = &scripted{reply: func(in []*schema.Message) *schema.Message {
+		results := 0
+		for _, m := range in {
+			if m.Role == schema.Tool {
+				results++
+			}
+		}
+		switch results {
+		case 0:
+			return call("charge", `{"order":"o-1"}`)
+		case 1:
+			return call(worker.ToolAskUser, `{"question":"Mail the receipt to which address?"}`)
+		case 2:
+			return call("mail", `{"to":"`+lastOf(in).Content+`"}`)
+		}
+		return schema.AssistantMessage("Charged and mailed.", nil)
+	}}
+	return a
+}
+
+func (a *askingDurable) counts() (charges, mails int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.charges, a.mails
+}
+
+func (a *askingDurable) factory() worker.AgentFactory {
+	charge := toolFunc{name: "charge", run: func(context.Context) (string, error) {
+		a.mu.Lock()
+		a.charges++
+		a.mu.Unlock()
+		return "charged", nil
+	}}
+	mail := toolFunc{name: "mail", run: func(ctx context.Context) (string, error) {
+		a.mu.Lock()
+		crash := a.crashMail
+		a.crashMail = nil
+		if crash == nil {
+			a.mails++
+		}
+		a.mu.Unlock()
+		if crash != nil {
+			crash()
+			<-ctx.Done()
+			return "", ctx.Err()
+		}
+		return "mailed", nil
+	}}
+	return func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		return adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{
+			Name: "assistant", Description: "orders", Model: a.model,
+			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{charge, worker.AskUser(), mail}}},
+		}))
+	}
+}
+
+// toolFunc is a tool of name that runs run.
+type toolFunc struct {
+	name string
+	run  func(ctx context.Context) (string, error)
+}
+
+func (t toolFunc) Info(context.Context) (*schema.ToolInfo, error) {
+	return &schema.ToolInfo{Name: t.name, Desc: t.name + " the order"}, nil
+}
+
+func (t toolFunc) InvokableRun(ctx context.Context, _ string, _ ...tool.Option) (string, error) {
+	return t.run(ctx)
+}
+
+// A run that ends interrupted (ask_user) after a journaled step deletes
+// its journal: the resume continues from eino's checkpoint, not from the
+// journal, and still works: the charge made before the question is not
+// made again, and the resumed run's own journal goes when it completes.
+func TestAnInterruptedRunDeletesItsJournalAndItsResumeStillWorks(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	a := newAskingDurable()
+	reg := prometheus.NewRegistry()
+	st := newStep(t, stepConfig(), worker.WithAgentFactory(a.factory()), worker.WithRegistry(reg))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "interrupted"}
+	first, err := st.Run(ctx, stepRequest(id, "r1", "charge order o-1"), store, newRecordingSink())
+	if err != nil || first.Status != events.StatusInterrupted {
+		t.Fatalf("the first run: %+v, %v; want interrupted by the question", first, err)
+	}
+	if n := counterValue(t, reg, "turnpike_worker_journal_steps_total", "result", "recorded"); n < 2 {
+		t.Fatalf("steps recorded before the interrupt: %v, want the charge's call and result at least", n)
+	}
+	if js, found, err := store.Steps(ctx, id, "r1"); found || err != nil {
+		t.Fatalf("the journal of the interrupted request is still there: %d steps (%v)", len(js.Steps), err)
+	}
+	resume := stepRequest(id, "r2", "ann@example.com")
+	resume.ResumeOf = "r1"
+	res, err := st.Run(ctx, resume, store, newRecordingSink())
+	if err != nil || res.Status != events.StatusComplete || res.Answer != "Charged and mailed." {
+		t.Fatalf("the resume: %+v, %v; want complete", res, err)
+	}
+	if charges, mails := a.counts(); charges != 1 || mails != 1 {
+		t.Errorf("charged %d times, mailed %d times: want once each", charges, mails)
+	}
+	if _, found, err := store.Steps(ctx, id, "r2"); found || err != nil {
+		t.Errorf("the journal of the completed resume is still there (%v)", err)
+	}
+}
+
+// A resume whose run recorded a step and stopped (a crash), and whose
+// re-run is rejected (the resume hook refuses the answer now: the offer
+// expired), deletes the journal the first run left: rejected is a
+// durable end.
+func TestARejectedResumeDeletesTheJournalItsEarlierRunLeft(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	a := newAskingDurable()
+	var expired atomic.Bool
+	st := newStep(t, stepConfig(), worker.WithAgentFactory(a.factory()), worker.WithResume(func(_ context.Context, r worker.Resume) (any, error) {
+		if expired.Load() {
+			return nil, worker.Permanent(errors.New("the offer expired"))
+		}
+		return r.Answer, nil
+	}))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "rejected"}
+	if first, err := st.Run(ctx, stepRequest(id, "r1", "charge order o-1"), store, newRecordingSink()); err != nil || first.Status != events.StatusInterrupted {
+		t.Fatalf("the first run: %+v, %v; want interrupted by the question", first, err)
+	}
+	resume := stepRequest(id, "r2", "ann@example.com")
+	resume.ResumeOf = "r1"
+	resumeCtx, crash := context.WithCancel(ctx)
+	a.mu.Lock()
+	a.crashMail = crash
+	a.mu.Unlock()
+	if _, err := st.Run(resumeCtx, resume, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+		t.Fatalf("the resume's first run = %v, want aborted by the crash", err)
+	}
+	if js, found, err := store.Steps(ctx, id, "r2"); !found || err != nil || len(js.Steps) == 0 {
+		t.Fatalf("the resume's first run left no journal (%d steps, %v): the test needs one", len(js.Steps), err)
+	}
+	expired.Store(true)
+	res, err := st.Run(ctx, resume, store, newRecordingSink())
+	if err != nil || res.Status != events.StatusRejected {
+		t.Fatalf("the resume's re-run: %+v, %v; want rejected", res, err)
+	}
+	if js, found, err := store.Steps(ctx, id, "r2"); found || err != nil {
+		t.Errorf("the journal of the rejected resume is still there: %d steps (%v)", len(js.Steps), err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cloudwego/eino/components/model"
+	"github.com/cloudwego/eino/schema"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -605,5 +606,99 @@ func TestATransientModelFailureIsRetriedThenDeadLetteredAndCompletedFailed(t *te
 				t.Fatalf("DLQ headers %v", h)
 			}
 		})
+	}
+}
+
+// timeThenFail asks for current_time, then fails with a transient error
+// (503) before any content, on every run.
+type timeThenFail struct{}
+
+func (timeThenFail) Generate(context.Context, []*schema.Message, ...model.Option) (*schema.Message, error) {
+	return nil, errors.New("timeThenFail streams only")
+}
+
+func (m timeThenFail) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	return m, nil
+}
+
+func (timeThenFail) Stream(_ context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	if lastOf(in).Role != schema.Tool {
+		return schema.StreamReaderFromArray([]*schema.Message{call("current_time", `{}`)}), nil
+	}
+	return nil, status503{}
+}
+
+// A request dead-lettered after its runs journaled a tool round (the
+// model fails after it, MaxAttempts times) has reached its durable end:
+// its journal is deleted with the failed outcome.
+func TestADeadLetteredRequestsJournalIsDeleted(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	store := history.NewMemoryStore()
+	s := newStack(t, store)
+	s.cfg.Partitions = 1
+	s.cfg.MaxAttempts = 2
+	reg := prometheus.NewRegistry()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "dead"}
+	s.ensureTopics(t, ctx, 1)
+	s.produce(t, ctx, id.Key(), request(id, "req-1", "what time is it?"))
+	s.start(t, ctx, worker.Deps{Model: timeThenFail{}, Registerer: reg,
+		Agent: agentConfig(t, `{"agent": {"name": "assistant", "tools": ["current_time"]}}`)})
+	if c := completedOf(t, s.stream(t).untilCompleted(t, ctx, 1)["req-1"]); c.Status != events.StatusFailed {
+		t.Fatalf("req-1 completed %s, want failed (dead-lettered)", c.Status)
+	}
+	// The first run recorded the tool round, the second replayed it: the
+	// journal was there until the end.
+	if rec, rep := counterValue(t, reg, "turnpike_worker_journal_steps_total", "result", "recorded"),
+		counterValue(t, reg, "turnpike_worker_journal_steps_total", "result", "replayed"); rec != 2 || rep != 2 {
+		t.Fatalf("journal steps recorded %v, replayed %v: want the tool round recorded once and replayed once", rec, rep)
+	}
+	if js, found, err := store.Steps(ctx, id, "req-1"); found || err != nil {
+		t.Errorf("the journal of the dead-lettered request is still there: %d steps (%v)", len(js.Steps), err)
+	}
+}
+
+// A request whose run journaled its tool round and was aborted (the
+// worker stopped), and which a cancel recorded meanwhile covers, completes
+// cancelled when it is delivered again, without running, and its journal
+// is deleted: cancelled is a durable end.
+func TestACancelledRequestsJournalIsDeletedWhenItIsDeliveredAgain(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 90*time.Second)
+	store := history.NewMemoryStore()
+	s := newStack(t, store)
+	s.cfg.Partitions = 1
+	s.cfg.DrainTimeout = 200 * time.Millisecond
+	m := &timeThenAnswer{answering: make(chan struct{})}
+	d := worker.Deps{Model: m, Agent: agentConfig(t, `{"agent": {"name": "assistant", "tools": ["current_time"]}}`)}
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "cancelled"}
+	s.ensureTopics(t, ctx, 1)
+	s.produce(t, ctx, id.Key(), request(id, "req-1", "what time is it?"))
+	d.Registerer = prometheus.NewRegistry()
+	stop := s.start(t, ctx, d)
+	select {
+	case <-m.answering: // the tool round is journaled; the answer is held
+	case <-ctx.Done():
+		t.Fatal("the first run never reached its answer")
+	}
+	stop() // the run is aborted after the drain: the record stays uncommitted
+	if js, found, err := store.Steps(ctx, id, "req-1"); !found || err != nil || len(js.Steps) == 0 {
+		t.Fatalf("the aborted run left no journal (%d steps, %v): the test needs one", len(js.Steps), err)
+	}
+	if err := store.RecordCancel(ctx, id, history.Cancel{Topic: s.topics.Requests, Partition: 0, RequestID: "req-1", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	d.Registerer = prometheus.NewRegistry()
+	s.start(t, ctx, d)
+	if c := completedOf(t, s.stream(t).untilCompleted(t, ctx, 1)["req-1"]); c.Status != events.StatusCancelled {
+		t.Fatalf("req-1 completed %s, want cancelled", c.Status)
+	}
+	if js, found, err := store.Steps(ctx, id, "req-1"); found || err != nil {
+		t.Errorf("the journal of the cancelled request is still there: %d steps (%v)", len(js.Steps), err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.calls != 1 || m.answers != 1 {
+		t.Errorf("the model was asked for the tool call %d times and for the answer %d times: want once each (the cancel wins over the re-run)", m.calls, m.answers)
 	}
 }

@@ -467,7 +467,9 @@ func newRunID() string {
 // none): nil when the store keeps no journals or Config.JournalOff. A
 // run that found a journal claims it at once, so that every write of an
 // older run (a zombie) is refused from here on, and counts its run; a
-// journal owned by a newer run fences this one.
+// journal owned by a newer run of this generation fences this one, and one
+// of a later generation is errJournalAhead while it may still be written,
+// then ignored (nil: the run goes live without a journal).
 func (s *Step) openJournal(ctx context.Context, store history.Store, id events.Identity, requestID string, owner int64, found *history.Steps, log *slog.Logger) (*journalRun, error) {
 	j, ok := store.(history.Journal)
 	if !ok || s.cfg.JournalOff {
@@ -484,7 +486,24 @@ func (s *Step) openJournal(ctx context.Context, store history.Store, id events.I
 		return jr, nil
 	}
 	if found.Owner > owner {
-		return nil, fmt.Errorf("journal: owned by a newer run: %w", history.ErrFenced)
+		if found.Owner>>32 <= owner>>32 {
+			return nil, fmt.Errorf("journal: owned by a newer run: %w", history.ErrFenced)
+		}
+		// A run of a later generation owns it: either this worker lost the
+		// partition (a zombie: the new owner may be writing it), or the
+		// consumer group was recreated and its generations started again
+		// (the journal is an old group's). Nothing tells the two apart but
+		// time: while the journal may still be written (its last write is
+		// less than a run old), the record is retried, and a zombie stops
+		// when its generation ends. Past that, no run that wrote it is
+		// running: this run goes live without it, and never writes it.
+		last := lastWrite(*found)
+		if s.now().Sub(last) < s.cfg.RunTimeout {
+			return nil, fmt.Errorf("%w (owner %d, last written %s)", errJournalAhead, found.Owner, last.Format(time.RFC3339))
+		}
+		log.Warn("journal: owned by a run of a later generation (the consumer group was recreated?) and not written for longer than a run: running without it",
+			slog.Int64("journal_owner", found.Owner), slog.Int64("owner", owner), slog.Time("last_written", last))
+		return nil, nil
 	}
 	runs, err := j.ClaimSteps(ctx, id, requestID, owner)
 	if err != nil {
@@ -496,6 +515,17 @@ func (s *Step) openJournal(ctx context.Context, store history.Store, id events.I
 	}
 	log.Info("journal found: replaying recorded steps", slog.Int("steps", len(found.Steps)), slog.Int("run", jr.runs))
 	return jr, nil
+}
+
+// lastWrite is when a step of js was last recorded (zero: none is).
+func lastWrite(js history.Steps) time.Time {
+	var last time.Time
+	for _, st := range js.Steps {
+		if st.At.After(last) {
+			last = st.At
+		}
+	}
+	return last
 }
 
 // dropJournal deletes request requestID's journal when there is one
