@@ -323,15 +323,12 @@ var errAgentFileWithGoAgent = errors.New("TURNPIKE_AGENT_CONFIG is set, but the 
 // (after their defaults are applied).
 func (c Config) validateConsumer() error {
 	c.setDefaults()
-	var errs []error
+	errs := c.runErrors()
 	if len(c.Brokers) == 0 {
 		errs = append(errs, errors.New("worker: no Kafka brokers (TURNPIKE_KAFKA_BROKERS)"))
 	}
 	if c.Partitions < 1 {
 		errs = append(errs, fmt.Errorf("worker: Partitions %d < 1", c.Partitions))
-	}
-	if c.WindowMessages < 0 {
-		errs = append(errs, fmt.Errorf("worker: WindowMessages %d < 0", c.WindowMessages))
 	}
 	if c.MaxContentBytes < 1 || c.MaxContentBytes > events.MaxRecordBytes {
 		errs = append(errs, fmt.Errorf("worker: MaxContentBytes %d not in 1..%d", c.MaxContentBytes, events.MaxRecordBytes))
@@ -340,7 +337,7 @@ func (c Config) validateConsumer() error {
 		name string
 		v    time.Duration
 	}{
-		{"EchoDelay", c.EchoDelay}, {"StreamBatchTimeout", c.StreamBatchTimeout}, {"RunTimeout", c.RunTimeout}, {"DrainTimeout", c.DrainTimeout},
+		{"StreamBatchTimeout", c.StreamBatchTimeout}, {"DrainTimeout", c.DrainTimeout},
 		{"RetryBackoffMin", c.RetryBackoffMin}, {"RetryBackoffMax", c.RetryBackoffMax}, {"SessionTimeout", c.SessionTimeout},
 		{"PartitionWatchInterval", c.PartitionWatchInterval}, {"CommitInterval", c.CommitInterval},
 	} {
@@ -358,24 +355,6 @@ func (c Config) validateConsumer() error {
 		if n.v < 1 {
 			errs = append(errs, fmt.Errorf("worker: %s %d < 1", n.name, n.v))
 		}
-	}
-	if c.JournalDivergence != DivergenceLive && c.JournalDivergence != DivergenceFail {
-		errs = append(errs, fmt.Errorf("worker: JournalDivergence %q: want live or fail", c.JournalDivergence))
-	}
-	if c.JournalStepBytes < 1 {
-		errs = append(errs, fmt.Errorf("worker: JournalStepBytes %d < 1", c.JournalStepBytes))
-	}
-	if c.JournalBytes < 1 || c.JournalBytes > history.MaxJournalBytes {
-		errs = append(errs, fmt.Errorf("worker: JournalBytes %d not in 1..%d", c.JournalBytes, history.MaxJournalBytes))
-	}
-	if c.JournalTTL < 0 {
-		errs = append(errs, fmt.Errorf("worker: JournalTTL %v < 0", c.JournalTTL))
-	}
-	if c.CompactTokens < 0 {
-		errs = append(errs, fmt.Errorf("worker: CompactTokens %d < 0", c.CompactTokens))
-	}
-	if c.CompactKeep < 0 {
-		errs = append(errs, fmt.Errorf("worker: CompactKeep %d < 0", c.CompactKeep))
 	}
 	if c.RetryBackoffMax < c.RetryBackoffMin {
 		errs = append(errs, fmt.Errorf("worker: RetryBackoffMax %v < RetryBackoffMin %v", c.RetryBackoffMax, c.RetryBackoffMin))

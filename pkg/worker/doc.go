@@ -73,9 +73,10 @@
 // recorded; a final answer cut short; a step over the journal's size
 // limits; the steps a worker that lost its partition makes before the new
 // owner claims the journal. A tool with a side effect keys it on its
-// ToolStep (ToolStepFromContext: the same key on every run, and the run's
-// attempt), or on the request id (RequestFromContext), so that its service
-// can deduplicate what the journal cannot.
+// ToolStep (ToolStepFromContext: the same key on every run that replays
+// the model output that asked for it, and the run's attempt), or on the
+// request id (RequestFromContext), so that its service can deduplicate
+// what the journal cannot.
 //
 // # Concurrency
 //

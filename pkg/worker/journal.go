@@ -54,13 +54,21 @@ func Durable(cfg *adk.ChatModelAgentConfig, alwaysRun ...string) *adk.ChatModelA
 // result was recorded, runs again on the request's next run, with the same
 // Key.
 type ToolStep struct {
-	// Key is the same on every run of the request: the request id, the
-	// agent, the ordinal of the model call that asked for the tool and
-	// the tool call's id.
+	// Key is the same on every run of the request that replays the model
+	// output that asked for the tool: the request id, the agent, the
+	// ordinal of the model call and the tool call's id, which the model
+	// chose. A model output the journal did not keep (over the step or
+	// journal limit, or expired with the journal) is generated again on
+	// a re-run, and a model may then choose other call ids: key such a
+	// side effect on the request (RequestFromContext) and its own
+	// arguments as well.
 	Key string
 	// Attempt is the run's number among the runs of the request that
-	// recorded steps or found some (1 for the first). A step whose
-	// Attempt is 1 never ran before; a higher one may have.
+	// found its journal or wrote it (1 for the first). Above 1, the step
+	// may have run before. 1 means only that this run found no journal:
+	// a request whose journal was not kept (a step over a limit, the
+	// journal expired or deleted) starts at 1 again. Deduplicate on Key;
+	// Attempt is for logs and metrics.
 	Attempt int
 }
 

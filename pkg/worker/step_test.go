@@ -432,3 +432,27 @@ func TestHistoryV1DecidesTheFormatOfANewConversationsTurns(t *testing.T) {
 		})
 	}
 }
+
+// NewStep refuses the journal settings the worker refuses: a Step (the
+// shadow replay's, a pipeline of one's own) with a journal limit past
+// history.MaxJournalBytes would fail every journal write of a durable
+// agent as invalid, and a divergence policy neither live nor fail would
+// silently mean live.
+func TestNewStepRefusesTheJournalSettingsTheWorkerRefuses(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		set  func(*worker.Config)
+	}{
+		{"A journal limit past history.MaxJournalBytes is refused.", func(c *worker.Config) { c.JournalBytes = history.MaxJournalBytes + 1 }},
+		{"A step limit below 1 is refused.", func(c *worker.Config) { c.JournalStepBytes = -1 }},
+		{"A divergence policy that is neither live nor fail is refused.", func(c *worker.Config) { c.JournalDivergence = "Fail" }},
+		{"A negative journal TTL is refused.", func(c *worker.Config) { c.JournalTTL = -time.Hour }},
+	} {
+		c := stepConfig()
+		tt.set(&c)
+		if _, err := worker.NewStep(c, worker.WithLogger(slog.New(slog.DiscardHandler))); err == nil {
+			t.Errorf("%s NewStep accepted it", tt.name)
+		}
+	}
+}

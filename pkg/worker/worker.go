@@ -135,6 +135,23 @@ func (c Config) agentDeps(o *options) (deps, error) {
 // their defaults are applied).
 func (c Config) validateStep(goAgent bool) error {
 	c.setDefaults()
+	errs := c.runErrors()
+	if _, err := c.newModel(); err != nil {
+		errs = append(errs, err)
+	}
+	if goAgent && c.AgentFile != "" {
+		errs = append(errs, errAgentFileWithGoAgent)
+	}
+	if _, err := c.agentFile(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// runErrors are the problems of the settings of a request's run, which a
+// Step and the consumer share: the window, compaction, the run's timeout,
+// the echo model's delay and the step journal.
+func (c Config) runErrors() []error {
 	var errs []error
 	if c.WindowMessages < 0 {
 		errs = append(errs, fmt.Errorf("worker: WindowMessages %d < 0", c.WindowMessages))
@@ -151,16 +168,19 @@ func (c Config) validateStep(goAgent bool) error {
 	if c.EchoDelay < 0 {
 		errs = append(errs, fmt.Errorf("worker: EchoDelay %v < 0", c.EchoDelay))
 	}
-	if _, err := c.newModel(); err != nil {
-		errs = append(errs, err)
+	if c.JournalDivergence != DivergenceLive && c.JournalDivergence != DivergenceFail {
+		errs = append(errs, fmt.Errorf("worker: JournalDivergence %q: want live or fail", c.JournalDivergence))
 	}
-	if goAgent && c.AgentFile != "" {
-		errs = append(errs, errAgentFileWithGoAgent)
+	if c.JournalStepBytes < 1 {
+		errs = append(errs, fmt.Errorf("worker: JournalStepBytes %d < 1", c.JournalStepBytes))
 	}
-	if _, err := c.agentFile(); err != nil {
-		errs = append(errs, err)
+	if c.JournalBytes < 1 || c.JournalBytes > history.MaxJournalBytes {
+		errs = append(errs, fmt.Errorf("worker: JournalBytes %d not in 1..%d", c.JournalBytes, history.MaxJournalBytes))
 	}
-	return errors.Join(errs...)
+	if c.JournalTTL < 0 {
+		errs = append(errs, fmt.Errorf("worker: JournalTTL %v < 0", c.JournalTTL))
+	}
+	return errs
 }
 
 // Main is the body of a worker binary: it reads the configuration from
