@@ -531,7 +531,9 @@ func lastWrite(js history.Steps) time.Time {
 // dropJournal deletes request requestID's journal when there is one
 // (found not nil): the request reached its durable end. A failure is only
 // logged: the journal expires (Config.JournalTTL), and a redelivery finds
-// the request decided and deletes it then.
+// the request decided and deletes it then. It deletes with
+// Config.JournalOff too: a journal written before the journal was turned
+// off still goes at its request's end.
 func (s *Step) dropJournal(ctx context.Context, store history.Store, id events.Identity, requestID string, owner int64, found *history.Steps, log *slog.Logger) {
 	j, ok := store.(history.Journal)
 	if !ok || found == nil {
