@@ -202,14 +202,21 @@ func readRequests(t *testing.T, ctx context.Context, broker, requests string, pa
 	return out
 }
 
-// movedTotal is the worker's count of misplaced records it moved home.
+// movedTotal is the worker's count of misplaced records it moved home. A
+// scrape that fails (each is given 2 s, which a loaded machine can take)
+// is tried again until ctx ends.
 func movedTotal(t *testing.T, ctx context.Context, s *stack) float64 {
 	t.Helper()
-	m, err := scrape(ctx, s.IngestAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m.sum("turnpike_worker_moved_total")
+	var moved float64
+	poll(t, ctx, "a scrape of the worker's metrics", func() (bool, string) {
+		m, err := scrape(ctx, s.IngestAddr)
+		if err != nil {
+			return false, err.Error()
+		}
+		moved = m.sum("turnpike_worker_moved_total")
+		return true, ""
+	})
+	return moved
 }
 
 // interopConversations and interopTurns size each client's load: a few
