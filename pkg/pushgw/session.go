@@ -164,7 +164,19 @@ func (s *session) subscribe(ctx context.Context, conversation string, sn since) 
 	key := s.principal.Identity(conversation).Key()
 	sub := &subscription{sink: s, key: key, conversation: conversation, partition: s.hub.partitionOf(key), since: sn}
 	if sn.kind == sinceAfter && sn.partition != sub.partition {
-		return errors.New("since: cursor is not from this conversation")
+		if !s.hub.formerHome(key, sn.partition) {
+			return errors.New("since: cursor is not from this conversation")
+		}
+		// Partitions were added after the cursor's record: the rest of the
+		// conversation's stream is the former home's records after the
+		// cursor, then every retained record of its home (docs/api.md
+		// "Cursors").
+		prior, err := s.priorRange(ctx, sn)
+		if err != nil {
+			return err
+		}
+		sub.prior, sub.since = prior, since{kind: sinceAll}
+		sn = sub.since
 	}
 	if err := s.hub.acquire(ctx, sub.partition); err != nil {
 		if errors.Is(err, errStopped) {
@@ -194,6 +206,9 @@ func (s *session) subscribe(ctx context.Context, conversation string, sn since) 
 	if err := s.hub.register(sub, subscribedFrame(conversation, sub.partition)); err != nil {
 		s.forget(sub)
 		s.abandon(sub)
+		if errors.Is(err, errMoved) {
+			return &frameError{codeUnavailable, "the stream topic's partitions changed; subscribe again"}
+		}
 		return err
 	}
 	if sn.kind == sinceLive {
@@ -235,6 +250,47 @@ func (s *session) awaitCursor(ctx context.Context, sn since) error {
 	default:
 		return &frameError{codeUnavailable, "connection is closing"}
 	}
+}
+
+// priorRange returns what is left after the cursor sn in its partition, a
+// former home of the subscription's key: [offset+1, the partition's end
+// offset now). A cursor at or past that end was never issued (the
+// partition is no longer written to for this key): errCursorAhead.
+func (s *session) priorRange(ctx context.Context, sn since) (*priorRange, error) {
+	kctx, cancel := context.WithTimeout(ctx, s.gw.cfg.CursorWait)
+	end, err := s.gw.endOffset(kctx, sn.partition)
+	cancel()
+	if err != nil {
+		s.logger().Warn("cannot list the end of a former home", "partition", sn.partition, "err", err)
+		return nil, &frameError{codeUnavailable, "cannot read the stream now; subscribe again"}
+	}
+	if sn.offset >= end {
+		return nil, errCursorAhead
+	}
+	return &priorRange{partition: sn.partition, from: sn.offset + 1, end: end}, nil
+}
+
+// moved ends sub, which grow found in a partition that is no longer its
+// key's home, with an unavailable error frame queued after its last frame:
+// the client subscribes again (with its last cursor: the resume reads the
+// rest of the former home, then the new one).
+func (s *session) moved(sub *subscription) {
+	s.mu.Lock()
+	mine := s.subs[sub.conversation] == sub
+	if mine {
+		delete(s.subs, sub.conversation)
+	}
+	s.mu.Unlock()
+	s.hub.remove(sub)
+	if !mine { // unsubscribed or torn down meanwhile
+		return
+	}
+	if sub.cancel != nil {
+		sub.cancel()
+		<-sub.stopped
+	}
+	s.deliver(conversationErrorFrame(sub.conversation, codeUnavailable,
+		"the stream topic's partitions changed; subscribe again from your last cursor"), time.Time{})
 }
 
 // add records sub on the session, within MaxSubscriptions.
