@@ -103,6 +103,7 @@ type subscription struct {
 	key          string // identity key, tenant/user/conversation
 	conversation string
 	partition    int
+	placedBy     int // the partition count partition was computed under (hub.place); 0: not placed by the hub
 	since        since
 
 	// Set by the subscribing client before the subscription is shared and
@@ -378,6 +379,23 @@ func (h *hub) partitionOf(key string) int {
 	return homeOf(key, h.partitions)
 }
 
+// place returns key's partition and the partition count it was computed
+// under, for subscription.placedBy.
+func (h *hub) place(key string) (partition, count int) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return homeOf(key, h.partitions), len(h.partitions)
+}
+
+// movedSince reports whether partitions were added since sub was placed
+// (grow) and its key's home is now another partition: its new events go
+// there.
+func (h *hub) movedSince(sub *subscription) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return sub.placedBy != 0 && sub.placedBy != len(h.partitions) && homeOf(sub.key, h.partitions) != sub.partition
+}
+
 func homeOf(key string, partitions []int) int {
 	return kafka.Murmur2Balancer{}.Balance(kafka.Message{Key: []byte(key)}, partitions...)
 }
@@ -502,9 +520,7 @@ func (h *hub) register(sub *subscription, hello []byte) error {
 	if sub.removed || s.state != shardOpen {
 		return errStopped
 	}
-	if h.partitionOf(sub.key) != sub.partition {
-		// Partitions were added since the subscribe placed sub (grow):
-		// its key's new events go elsewhere.
+	if h.movedSince(sub) {
 		sub.removed = true
 		return errMoved
 	}

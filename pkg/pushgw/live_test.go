@@ -346,6 +346,14 @@ func TestAddedStreamPartitionsMoveSubscriptionsAndCursorsResumeAcrossTheMove(t *
 	f.produce(ctx, id, "r", 1, 3)
 	before := live.events(ctx, 3)
 	checkSeqs(t, before, "r", 1, 3)
+	// Another conversation of alice's in the same partition: its record
+	// follows, at offset 3 of the fresh topic.
+	neighbour := id
+	for i := 0; neighbour == id || topic.Home([]byte(neighbour.Key()), testPartitions) != oldHome; i++ {
+		neighbour.Conversation = fmt.Sprintf("%s-n%d", conv, i)
+	}
+	f.produce(ctx, neighbour, "n", 1, 1)
+	foreign := FormatCursor(oldHome, 3)
 
 	w := f.grow(ctx, 2*testPartitions)
 	fr := live.next(ctx)
@@ -372,6 +380,14 @@ func TestAddedStreamPartitionsMoveSubscriptionsAndCursorsResumeAcrossTheMove(t *
 	checkSeqs(t, after, "r", 4, 6)
 	if p := cursorPartition(t, after[0].Cursor); p != newHome {
 		t.Fatalf("event 4 is in partition %d, want the new home %d", p, newHome)
+	}
+
+	// A cursor of the former home that names another conversation's record
+	// is still one of another partition.
+	refused := f.dial(ctx, tok)
+	refused.subscribe(conv, foreign)
+	if fr := refused.next(ctx); fr.Type != "error" || fr.Code != codeInvalidArgument {
+		t.Fatalf("a resume from another conversation's cursor in the former home: %+v, want invalid_argument", fr)
 	}
 
 	// A connection resuming from the first cursor reads across both homes.

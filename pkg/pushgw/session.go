@@ -162,7 +162,8 @@ func (e *frameError) Error() string { return e.msg }
 // The error is for the client: a *frameError, or invalid_argument.
 func (s *session) subscribe(ctx context.Context, conversation string, sn since) error {
 	key := s.principal.Identity(conversation).Key()
-	sub := &subscription{sink: s, key: key, conversation: conversation, partition: s.hub.partitionOf(key), since: sn}
+	sub := &subscription{sink: s, key: key, conversation: conversation, since: sn}
+	sub.partition, sub.placedBy = s.hub.place(key)
 	if sn.kind == sinceAfter && sn.partition != sub.partition {
 		if !s.hub.formerHome(key, sn.partition) {
 			return errors.New("since: cursor is not from this conversation")
@@ -171,7 +172,7 @@ func (s *session) subscribe(ctx context.Context, conversation string, sn since) 
 		// conversation's stream is the former home's records after the
 		// cursor, then every retained record of its home (docs/api.md
 		// "Cursors").
-		prior, err := s.priorRange(ctx, sn)
+		prior, err := s.priorRange(ctx, key, sn)
 		if err != nil {
 			return err
 		}
@@ -253,19 +254,43 @@ func (s *session) awaitCursor(ctx context.Context, sn since) error {
 }
 
 // priorRange returns what is left after the cursor sn in its partition, a
-// former home of the subscription's key: [offset+1, the partition's end
-// offset now). A cursor at or past that end was never issued (the
-// partition is no longer written to for this key): errCursorAhead.
-func (s *session) priorRange(ctx context.Context, sn since) (*priorRange, error) {
+// former home of key: [offset+1, the partition's end offset now). The
+// cursor must name a record of key itself (a subscription only carries its
+// own conversation's events, so a cursor it issued in a partition that is
+// no longer its home names one); anything else is refused as a cursor of
+// another partition. A cursor at or past the end was never issued
+// (errCursorAhead); one whose record is no longer retained cannot be told
+// from another conversation's and has expired.
+func (s *session) priorRange(ctx context.Context, key string, sn since) (*priorRange, error) {
+	unavailable := func(err error) error {
+		s.logger().Warn("cannot read a former home", "partition", sn.partition, "err", err)
+		return &frameError{codeUnavailable, "cannot read the stream now; subscribe again"}
+	}
 	kctx, cancel := context.WithTimeout(ctx, s.gw.cfg.CursorWait)
+	defer cancel()
 	end, err := s.gw.endOffset(kctx, sn.partition)
-	cancel()
 	if err != nil {
-		s.logger().Warn("cannot list the end of a former home", "partition", sn.partition, "err", err)
-		return nil, &frameError{codeUnavailable, "cannot read the stream now; subscribe again"}
+		return nil, unavailable(err)
 	}
 	if sn.offset >= end {
 		return nil, errCursorAhead
+	}
+	r, err := s.gw.newReader(sn.partition, replayMaxWait)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer r.Close()
+	if err := r.SetOffset(sn.offset); err != nil {
+		return nil, unavailable(err)
+	}
+	m, err := r.FetchMessage(kctx)
+	switch {
+	case err != nil:
+		return nil, unavailable(err)
+	case m.Offset != sn.offset:
+		return nil, &frameError{codeCursorExpired, "since: cursor is older than the retained stream"}
+	case string(m.Key) != key:
+		return nil, errors.New("since: cursor is not from this conversation")
 	}
 	return &priorRange{partition: sn.partition, from: sn.offset + 1, end: end}, nil
 }
