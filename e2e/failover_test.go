@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/auth"
@@ -41,6 +43,7 @@ type shardEdge struct {
 	hinted   atomic.Int64
 	mu       sync.Mutex
 	upgrades map[string]int // backend -> connections proxied to it
+	gate     chan struct{}  // dials wait until it is closed
 }
 
 type edgePoint struct {
@@ -53,7 +56,8 @@ const edgeVirtualNodes = 160
 
 func newShardEdge(t *testing.T, backends []string) *shardEdge {
 	t.Helper()
-	e := &shardEdge{t: t, ln: loopback(t), upgrades: map[string]int{}}
+	e := &shardEdge{t: t, ln: loopback(t), upgrades: map[string]int{}, gate: make(chan struct{})}
+	close(e.gate)
 	for _, b := range backends {
 		for i := range edgeVirtualNodes {
 			e.ring = append(e.ring, edgePoint{crc32.ChecksumIEEE([]byte(b + "-" + strconv.Itoa(i))), b})
@@ -80,6 +84,19 @@ func newShardEdge(t *testing.T, backends []string) *shardEdge {
 
 func (e *shardEdge) addr() string { return e.ln.Addr().String() }
 
+// hold makes new connections wait until release.
+func (e *shardEdge) hold() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.gate = make(chan struct{})
+}
+
+func (e *shardEdge) release() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	close(e.gate)
+}
+
 // order is the replicas in ring order from key's hash: its owner first.
 func (e *shardEdge) order(key string) []string {
 	h := crc32.ChecksumIEEE([]byte(key))
@@ -99,6 +116,14 @@ func (e *shardEdge) order(key string) []string {
 func (e *shardEdge) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, _, _ := net.SplitHostPort(addr)
 	shard, _ := url.PathUnescape(strings.TrimSuffix(strings.TrimPrefix(host, "shard-"), ".edge"))
+	e.mu.Lock()
+	gate := e.gate
+	e.mu.Unlock()
+	select {
+	case <-gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	var errs []error
 	for _, b := range e.order(shard) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, b)
@@ -159,7 +184,7 @@ type followed struct {
 
 // followAnswers is one chat user behind the edge: it subscribes live, then
 // sends each message after the previous answer completed, keeping every
-// event's cursor; midAnswer is called at the first token of message 2.
+// event's cursor; midAnswer is called at each token of message 2.
 func followAnswers(ctx context.Context, c *client.Client, l load, i int, midAnswer func()) (followed, error) {
 	out := followed{answers: map[string]string{}}
 	conv := l.id(i).Conversation
@@ -245,16 +270,27 @@ func TestAPushGatewayReplicaKilledWithSIGKILLMidAnswerLosesAndRepeatsNothing(t *
 		}
 	}
 
-	tok, err := auth.Mint(secret, "acme", "failover", time.Hour, time.Now())
+	// Five tokens 300 ms apart: an answer streams for more than a second.
+	// Each conversation has a partition of its own, so the record after a
+	// cursor is always the conversation's own.
+	l := load{convs: faultPartitions, msgs: 3, extra: "[[delay:300ms]]"}
+	for n := 0; ; n++ {
+		l.user = fmt.Sprintf("failover%d", n)
+		homes := map[int]bool{}
+		for i := 1; i <= l.convs; i++ {
+			homes[topic.Home([]byte(l.id(i).Key()), faultPartitions)] = true
+		}
+		if len(homes) == l.convs {
+			break
+		}
+	}
+	tok, err := auth.Mint(secret, "acme", l.user, time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &client.Client{BaseURL: "http://" + sp.addr("ingest"), StreamURL: "ws://" + edge.addr() + "/v1/stream", Token: tok}
-	// Five tokens 150 ms apart: an answer streams for most of a second.
-	l := load{convs: 6, msgs: 3, user: "failover", extra: "[[delay:150ms]]"}
 
-	mid := make(chan struct{})
-	var once sync.Once
+	mid := make(chan int, l.convs)
 	var wg sync.WaitGroup
 	got := make([]followed, l.convs+1)
 	errs := make(chan error, l.convs)
@@ -263,22 +299,47 @@ func TestAPushGatewayReplicaKilledWithSIGKILLMidAnswerLosesAndRepeatsNothing(t *
 		go func() {
 			defer wg.Done()
 			var err error
-			got[i], err = followAnswers(ctx, c, l, i, func() { once.Do(func() { close(mid) }) })
+			got[i], err = followAnswers(ctx, c, l, i, func() {
+				select {
+				case mid <- i:
+				default:
+				}
+			})
 			if err != nil {
 				errs <- err
 			}
 		}()
 	}
+	var midConv int
 	select {
-	case <-mid:
+	case midConv = <-mid:
 	case <-ctx.Done():
 		t.Fatal("no client received a token of its second answer")
 	}
+	// The clients' reconnections wait at the edge until the answers in
+	// flight are over, so that each resumes with the rest of its answer
+	// behind its cursor (a resume at the end of its partition would read
+	// nothing back and prove nothing).
+	edge.hold()
 	if err := killed.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = killed.cmd.Wait() // "signal: killed"
-	t.Logf("push gateway %s killed with SIGKILL mid-answer; %s survives", killed.addr, survivor.addr)
+	t.Logf("push gateway %s killed with SIGKILL while c%d received its second answer; %s survives", killed.addr, midConv, survivor.addr)
+	streamTopic := topic.NewNames(f.prefix).Stream
+	midPartition := topic.Home([]byte(l.id(midConv).Key()), faultPartitions)
+	atKill := len(streamRecordsOf(t, ctx, f, streamTopic, midPartition))
+	poll(t, ctx, "the answers in flight at the kill finished", func() (bool, string) {
+		m, err := sp.metrics(ctx, "worker")
+		if err != nil {
+			return false, err.Error()
+		}
+		return m.sum(metricRunning) == 0, "runs in flight"
+	})
+	if n := len(streamRecordsOf(t, ctx, f, streamTopic, midPartition)); n <= atKill {
+		t.Fatalf("c%d's answer ended before the kill (%d records then, %d now): no resume would read anything back", midConv, atKill, n)
+	}
+	edge.release()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -292,15 +353,11 @@ func TestAPushGatewayReplicaKilledWithSIGKILLMidAnswerLosesAndRepeatsNothing(t *
 	}
 
 	f.waitDone(t, ctx, l)
-	streamTopic := topic.NewNames(f.prefix).Stream
 	store := f.store()
 	for i := 1; i <= l.convs; i++ {
 		id := l.id(i)
 		p := topic.Home([]byte(id.Key()), faultPartitions)
-		recs, err := readPartition(ctx, f.kafka.Addr(), streamTopic, p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		recs := streamRecordsOf(t, ctx, f, streamTopic, p)
 		var want []string
 		for _, m := range recs {
 			if string(m.Key) == id.Key() {
@@ -329,4 +386,14 @@ func TestAPushGatewayReplicaKilledWithSIGKILLMidAnswerLosesAndRepeatsNothing(t *
 			}
 		}
 	}
+}
+
+// streamRecordsOf returns the records of one partition of the stream topic.
+func streamRecordsOf(t *testing.T, ctx context.Context, f *faultStack, streamTopic string, partition int) []kafka.Message {
+	t.Helper()
+	recs, err := readPartition(ctx, f.kafka.Addr(), streamTopic, partition)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
 }
