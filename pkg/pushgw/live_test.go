@@ -404,4 +404,13 @@ func TestAddedStreamPartitionsMoveSubscriptionsAndCursorsResumeAcrossTheMove(t *
 		checkSeqs(t, c.events(ctx, 1), "r", 7, 7)
 		c.ping(ctx)
 	}
+
+	// Retention deletes the former home's record after the first cursor:
+	// that cursor has expired, as any whose successor is gone.
+	f.deleteRecordsBefore(ctx, oldHome, 2)
+	expired := f.dial(ctx, tok)
+	expired.subscribe(conv, before[0].Cursor)
+	if fr := expired.next(ctx); fr.Type != "error" || fr.Code != codeCursorExpired || fr.Conversation != conv {
+		t.Fatalf("a resume from a former home's cursor whose successor is deleted: %+v, want cursor_expired", fr)
+	}
 }

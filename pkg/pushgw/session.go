@@ -259,8 +259,10 @@ func (s *session) awaitCursor(ctx context.Context, sn since) error {
 // own conversation's events, so a cursor it issued in a partition that is
 // no longer its home names one); anything else is refused as a cursor of
 // another partition. A cursor at or past the end was never issued
-// (errCursorAhead); one whose record is no longer retained cannot be told
-// from another conversation's and has expired.
+// (errCursorAhead). One whose record is no longer retained cannot be
+// checked and is taken (the replay reads only key's records, and reports
+// the cursor expired when the record after it is gone too, as for any
+// cursor).
 func (s *session) priorRange(ctx context.Context, key string, sn since) (*priorRange, error) {
 	unavailable := func(err error) error {
 		s.logger().Warn("cannot read a former home", "partition", sn.partition, "err", err)
@@ -275,6 +277,14 @@ func (s *session) priorRange(ctx context.Context, key string, sn since) (*priorR
 	if sn.offset >= end {
 		return nil, errCursorAhead
 	}
+	prior := &priorRange{partition: sn.partition, from: sn.offset + 1, end: end}
+	first, err := s.gw.firstOffset(kctx, sn.partition)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if sn.offset < first {
+		return prior, nil
+	}
 	r, err := s.gw.newReader(sn.partition, replayMaxWait)
 	if err != nil {
 		return nil, unavailable(err)
@@ -287,12 +297,10 @@ func (s *session) priorRange(ctx context.Context, key string, sn since) (*priorR
 	switch {
 	case err != nil:
 		return nil, unavailable(err)
-	case m.Offset != sn.offset:
-		return nil, &frameError{codeCursorExpired, "since: cursor is older than the retained stream"}
-	case string(m.Key) != key:
+	case m.Offset == sn.offset && string(m.Key) != key:
 		return nil, errors.New("since: cursor is not from this conversation")
 	}
-	return &priorRange{partition: sn.partition, from: sn.offset + 1, end: end}, nil
+	return prior, nil
 }
 
 // moved ends sub, which grow found in a partition that is no longer its
