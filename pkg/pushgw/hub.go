@@ -74,6 +74,17 @@ import (
 // bounded by the open partitions). A stopped reader may still be about to
 // dispatch a record it fetched: each opening counts a generation, and
 // dispatch drops records of any generation but the shard's current one.
+//
+// Partitions added. grow swaps in the longer partition list (new shards
+// closed) under the hub's lock, then looks at every old shard for
+// subscriptions whose key's home moved; register checks, under the shard
+// lock, that no count change moved its subscription since it was placed.
+// Either grow finds a subscription or register refuses it, so none stays
+// on a partition its key's new events never reach unnoticed. A resume
+// from a former home's cursor reads [cursor+1, the former home's end at
+// the subscribe) of it, then the home from its first retained offset
+// (since all): the former home's events of the key all precede its
+// events in the new home, which holds none from before the change.
 
 // errCursorAhead refuses a cursor this gateway has not dispatched yet.
 var errCursorAhead = errors.New("since: cursor is ahead of the stream")
