@@ -24,6 +24,7 @@ const (
 	DefaultRingBytes          = 64 << 20
 	DefaultCursorWait         = 2 * time.Second
 	DefaultReaderIdle         = 30 * time.Second
+	DefaultPartitionWatch     = 10 * time.Second
 	DefaultConnectPerMinute   = 600
 	DefaultConnectBurst       = 100
 	DefaultSubscribePerMinute = 6000
@@ -130,6 +131,17 @@ type Config struct {
 	// minute.
 	ReaderIdle time.Duration
 
+	// PartitionWatch is how often a replica reads the stream topic's
+	// partition count again (-partition-watch-interval,
+	// TURNPIKE_PUSHGW_PARTITION_WATCH_INTERVAL). When partitions were
+	// added it places conversations by the new count, as the workers'
+	// stream writers do, and ends each subscription whose conversation
+	// moved with an unavailable error frame: the client subscribes again
+	// from its last cursor and the resume reads the rest of the former
+	// home, then the new one (docs/api.md "Cursors"). Default 10s, the
+	// workers' TURNPIKE_PARTITION_WATCH_INTERVAL.
+	PartitionWatch time.Duration
+
 	// AllowedOrigins lists the browser origins allowed to connect:
 	// "https://app.example.com" (scheme, host and optional port, exactly),
 	// "https://*.example.com" (any subdomain, any port unless the entry
@@ -176,6 +188,8 @@ func (c *Config) bindGateway(set *flagenv.Set) {
 		"how long a subscribe waits for this replica to reach a cursor from a replica further ahead")
 	set.Duration(&c.ReaderIdle, "reader-idle", "TURNPIKE_PUSHGW_READER_IDLE", DefaultReaderIdle,
 		"how long a partition's live reader stays open after its last subscriber left")
+	set.Duration(&c.PartitionWatch, "partition-watch-interval", "TURNPIKE_PUSHGW_PARTITION_WATCH_INTERVAL", DefaultPartitionWatch,
+		"how often the stream topic's partition count is read again (partitions added: conversations placed by the new count)")
 	set.List(&c.AllowedOrigins, "allowed-origins", "TURNPIKE_PUSHGW_ALLOWED_ORIGINS", nil,
 		"browser origins allowed to connect (others get 403): https://app.example.com, https://*.example.com, or *")
 	set.Int(&c.ConnectPerMinute, "connect-per-minute", "TURNPIKE_PUSHGW_CONNECT_PER_MINUTE", DefaultConnectPerMinute,
@@ -211,6 +225,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.ReplayBufferBytes, DefaultReplayBufferBytes)
 	setDefault(&c.CursorWait, DefaultCursorWait)
 	setDefault(&c.ReaderIdle, DefaultReaderIdle)
+	setDefault(&c.PartitionWatch, DefaultPartitionWatch)
 	setDefault(&c.ConnectPerMinute, DefaultConnectPerMinute)
 	setDefault(&c.ConnectBurst, DefaultConnectBurst)
 	setDefault(&c.SubscribePerMinute, DefaultSubscribePerMinute)
@@ -255,7 +270,7 @@ func (c Config) validateGateway() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"ping interval", c.PingInterval}, {"pong wait", c.PongWait}, {"write timeout", c.WriteTimeout}, {"cursor wait", c.CursorWait}, {"reader idle", c.ReaderIdle},
+	}{{"ping interval", c.PingInterval}, {"pong wait", c.PongWait}, {"write timeout", c.WriteTimeout}, {"cursor wait", c.CursorWait}, {"reader idle", c.ReaderIdle}, {"partition watch interval", c.PartitionWatch},
 		{"sse heartbeat", c.SSEHeartbeat}, {"sse retry", c.SSERetry}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: %v, want > 0", d.name, d.v))

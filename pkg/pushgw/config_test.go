@@ -61,7 +61,7 @@ func TestConfigDefaults(t *testing.T) {
 		c.PongWait != time.Minute || c.WriteTimeout != 10*time.Second || c.ReplayConcurrency != 64 || c.ReplayBuffer != 4096 ||
 		c.ReplayBufferBytes != 4<<20 || c.RingBytes != 64<<20 || c.CursorWait != 2*time.Second || len(c.AllowedOrigins) != 0 ||
 		c.ConnectPerMinute != 600 || c.ConnectBurst != 100 || c.SubscribePerMinute != 6000 || c.SubscribeBurst != 1000 ||
-		c.ReaderIdle != 30*time.Second {
+		c.ReaderIdle != 30*time.Second || c.PartitionWatch != 10*time.Second {
 		t.Fatalf("defaults = %+v", c)
 	}
 }
@@ -119,6 +119,33 @@ func TestTheReaderIdleTimeIsThirtySecondsByDefaultAndSetByFlagOrEnvironment(t *t
 		}
 		if c.ReaderIdle != tt.want {
 			t.Errorf("%s Got %v, want %v", tt.name, c.ReaderIdle, tt.want)
+		}
+	}
+}
+
+// docs/pushgw.md "Sizing partitions": a replica reads the stream topic's
+// partition count again every 10 s by default, set by
+// -partition-watch-interval and TURNPIKE_PUSHGW_PARTITION_WATCH_INTERVAL.
+func TestThePartitionWatchIntervalIsTenSecondsByDefaultAndSetByFlagOrEnvironment(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want time.Duration
+	}{
+		{"Nothing set is the default.", nil, nil, 10 * time.Second},
+		{"The flag sets it.", []string{"-partition-watch-interval=1m"}, nil, time.Minute},
+		{"The environment sets it.", nil, map[string]string{"TURNPIKE_PUSHGW_PARTITION_WATCH_INTERVAL": "3s"}, 3 * time.Second},
+	} {
+		var c Config
+		set := flagenv.New(flag.NewFlagSet("pushgw", flag.ContinueOnError), func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok })
+		c.bindGateway(set)
+		if err := set.Parse(tt.args); err != nil {
+			t.Fatalf("%s %v", tt.name, err)
+		}
+		if c.PartitionWatch != tt.want {
+			t.Errorf("%s Got %v, want %v", tt.name, c.PartitionWatch, tt.want)
 		}
 	}
 }

@@ -32,13 +32,17 @@
 // A replica reads the partitions of the stream topic its clients subscribe
 // to (no consumer group; a partition's reader opens at its first subscriber
 // and closes ReaderIdle after its last) and serves its own clients; a
-// cursor is a partition offset, so it resumes on any replica. Event streams
+// cursor is a partition offset, so it resumes on any replica. It reads the
+// topic's partition count again every PartitionWatch: once partitions were
+// added it places conversations by the new count and ends the moved
+// subscriptions (unavailable), whose clients resume from their cursors
+// across the former and the new home (live.go watchPartitions). Event streams
 // are redirected to carry their conversation's shard hint (sse.go), which
 // an edge may route by; it is never trusted.
 //
 // Goroutines: Run owns the live readers (started by the hub when a
-// partition opens, stopped when it closes or Run ends) and waits for every
-// client; each
+// partition opens, stopped when it closes or Run ends) and the partition
+// watch, and waits for every client; each
 // client owns its reader goroutine and its replays; the writer goroutine of
 // a client tears it down. An event stream's writer is ServeEvents's
 // goroutine (HTTP/2) or, once it has taken its HTTP/1 connection over, a
@@ -54,7 +58,9 @@
 // set (client.fail) and while Gateway.mu is taken (a partition's reader
 // starts under its shard lock); client.mu is never held while taking a
 // shard lock. An idle close runs on a timer's goroutine and only takes a
-// shard lock.
+// shard lock. The hub's own lock (the partition list) is taken under a
+// shard lock (register) but never held while one is taken (grow and
+// shutdown copy what they need first).
 // Gateway.mu, a limiter's mutex and a wire's mutex are leaves.
 //
 // Gateway's methods are safe for concurrent use; Run is called once.

@@ -125,7 +125,8 @@ func newGateway(cfg Config, v *auth.Verifier, reg prometheus.Registerer, log *sl
 }
 
 // Run reads the stream topic's partition list (retrying while Kafka or the
-// topic is unreachable), serves clients, and dispatches the stream topic's
+// topic is unreachable, then again every PartitionWatch: watchPartitions),
+// serves clients, and dispatches the stream topic's
 // events to their subscribers until ctx ends. A partition's live reader
 // opens at the partition's end offset when its first subscriber comes, and
 // closes ReaderIdle after its last one left (hub.go). When ctx ends Run
@@ -153,12 +154,19 @@ func (g *gateway) Run(ctx context.Context) error {
 	g.mu.Lock()
 	g.hub, g.ctx, g.stopRun = h, runCtx, stop
 	g.mu.Unlock()
+	g.metrics.partitions.Set(float64(len(parts)))
 	g.log.Info("push gateway ready", "topic", g.cfg.Topic, "partitions", len(parts))
+	watched := make(chan struct{})
+	go func() { // owned: Run waits on watched
+		defer close(watched)
+		g.watchPartitions(runCtx, h)
+	}()
 
 	<-runCtx.Done()
 	g.mu.Lock()
 	g.closing = true // no live reader starts from now on
 	g.mu.Unlock()
+	<-watched
 	h.shutdown()
 	g.clients.Wait()
 	g.readers.Wait()

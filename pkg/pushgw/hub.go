@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -73,9 +74,24 @@ import (
 // bounded by the open partitions). A stopped reader may still be about to
 // dispatch a record it fetched: each opening counts a generation, and
 // dispatch drops records of any generation but the shard's current one.
+//
+// Partitions added. grow swaps in the longer partition list (new shards
+// closed) under the hub's lock, then looks at every old shard for
+// subscriptions whose key's home moved; register checks, under the shard
+// lock, that no count change moved its subscription since it was placed.
+// Either grow finds a subscription or register refuses it, so none stays
+// on a partition its key's new events never reach unnoticed. A resume
+// from a former home's cursor reads [cursor+1, the former home's end at
+// the subscribe) of it, then the home from its first retained offset
+// (since all): the former home's events of the key all precede its
+// events in the new home, which holds none from before the change.
 
 // errCursorAhead refuses a cursor this gateway has not dispatched yet.
 var errCursorAhead = errors.New("since: cursor is ahead of the stream")
+
+// errMoved refuses a subscription placed in a partition that is no longer
+// its key's home: partitions were added meanwhile.
+var errMoved = errors.New("the stream topic's partitions changed")
 
 // sink takes a subscription's frames: a client. Both methods are called with
 // a shard lock held and never block.
@@ -86,6 +102,10 @@ type sink interface {
 	deliver(frame []byte, at time.Time) bool
 	// overflow sheds the client because a replay buffer overflowed.
 	overflow()
+	// moved ends sub, registered in a partition that is no longer its
+	// key's home (hub.grow), telling the client to subscribe again. It is
+	// called without a shard lock and may wait for sub's replay to stop.
+	moved(sub *subscription)
 }
 
 // subscription is one connection's interest in one identity key.
@@ -94,12 +114,20 @@ type subscription struct {
 	key          string // identity key, tenant/user/conversation
 	conversation string
 	partition    int
+	placedBy     int // the partition count partition was computed under (hub.place); 0: not placed by the hub
 	since        since
 
 	// Set by the subscribing client before the subscription is shared and
 	// read-only afterwards. Nil for a subscription without since.
 	cancel  func()        // stops the replay
 	stopped chan struct{} // closed when the replay can no longer queue frames
+
+	// A resume from a cursor of the key's former home (partitions were
+	// added since): the replay first reads that partition's records of the
+	// key in [prior.from, prior.end), then the home's from its first
+	// retained offset (since is sinceAll). Nil otherwise. Set before the
+	// subscription is shared.
+	prior *priorRange
 
 	// Written by register under the shard lock before the subscription can
 	// be dispatched to or replayed, then read only by the replay.
@@ -116,6 +144,12 @@ type subscription struct {
 	overflowed   bool     // pending overflowed and the client was shed
 	pending      [][]byte // live frames held back while replaying
 	pendingBytes int
+}
+
+// priorRange is the part of a moved key's stream left in its former home.
+type priorRange struct {
+	partition int
+	from, end int64 // offsets [from, end)
 }
 
 // liveReaders open partitions' live readers for a hub (the gateway's, in
@@ -137,11 +171,18 @@ type stopper interface{ Stop() bool }
 // are safe for concurrent use; dispatch must be called by one goroutine per
 // partition and generation, in offset order.
 type hub struct {
-	partitions        []int          // sorted partition ids, as the producers' balancer sees them
-	shards            map[int]*shard // one per partition; the map itself is read-only
+	mu sync.RWMutex
+	// Guarded by mu; grow replaces them (never changing a shard), so a
+	// shard taken from the map stays that partition's shard. A shard's lock
+	// is never taken while mu is held.
+	partitions []int          // sorted partition ids, as the producers' balancer sees them
+	shards     map[int]*shard // one per partition; replaced, never written, by grow
+	ringBytes  int            // per partition: ringTotal split between the partitions
+	shut       bool           // shutdown began: grow adds nothing
+
+	ringTotal         int
 	replayBuffer      int
 	replayBufferBytes int
-	ringBytes         int // per partition
 	readers           liveReaders
 	readerIdle        time.Duration
 	afterFunc         func(time.Duration, func()) stopper // time.AfterFunc; tests fire it by hand
@@ -189,6 +230,7 @@ func newHub(partitions []int, cfg hubConfig, m *metrics, log *slog.Logger) *hub 
 	h := &hub{
 		partitions:        slices.Sorted(slices.Values(partitions)),
 		shards:            make(map[int]*shard, len(partitions)),
+		ringTotal:         cfg.ringBytes,
 		replayBuffer:      cfg.replayBuffer,
 		replayBufferBytes: cfg.replayBufferBytes,
 		readers:           cfg.readers,
@@ -212,7 +254,7 @@ func newHub(partitions []int, cfg hubConfig, m *metrics, log *slog.Logger) *hub 
 // offset cannot be listed or the reader started, and with errStopped when
 // ctx ends first or the hub is shut down.
 func (h *hub) acquire(ctx context.Context, partition int) error {
-	s := h.shards[partition]
+	s := h.shard(partition)
 	for {
 		s.mu.Lock()
 		switch s.state {
@@ -261,7 +303,10 @@ func (h *hub) open(ctx context.Context, partition int, s *shard) error {
 		s.state = shardClosed
 		return fmt.Errorf("open partition %d: %w", partition, err)
 	}
-	s.state, s.next, s.ring, s.holds = shardOpen, start, newRing(h.ringBytes, start), 1
+	h.mu.RLock()
+	ringBytes := h.ringBytes
+	h.mu.RUnlock()
+	s.state, s.next, s.ring, s.holds = shardOpen, start, newRing(ringBytes, start), 1
 	h.metrics.liveReaders.Inc()
 	h.log.Debug("live reader opened", "partition", partition, "offset", start)
 	return nil
@@ -269,7 +314,7 @@ func (h *hub) open(ctx context.Context, partition int, s *shard) error {
 
 // release drops a hold of acquire. The last one arms the idle close.
 func (h *hub) release(partition int) {
-	s := h.shards[partition]
+	s := h.shard(partition)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h.releaseLocked(partition, s)
@@ -288,7 +333,7 @@ func (h *hub) releaseLocked(partition int, s *shard) {
 // closeIdle closes partition's shard if it is still open as generation gen
 // with no hold: the reader stops and the ring is dropped.
 func (h *hub) closeIdle(partition int, gen uint64) {
-	s := h.shards[partition]
+	s := h.shard(partition)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state != shardOpen || s.gen != gen || s.holds > 0 {
@@ -313,9 +358,14 @@ func (s *shard) closeLocked(state shardState) {
 	s.ring = ring{}
 }
 
-// shutdown stops every live reader and idle timer; no shard opens again.
+// shutdown stops every live reader and idle timer; no shard opens again,
+// and grow adds none.
 func (h *hub) shutdown() {
-	for _, s := range h.shards {
+	h.mu.Lock()
+	h.shut = true
+	shards := h.shards
+	h.mu.Unlock()
+	for _, s := range shards {
 		s.mu.Lock()
 		if s.state == shardOpen {
 			h.metrics.liveReaders.Dec()
@@ -325,14 +375,114 @@ func (h *hub) shutdown() {
 	}
 }
 
-// partitionOf returns the partition the producers' Murmur2 balancer writes key to.
+// shard returns partition's shard (nil: not a partition of the topic).
+func (h *hub) shard(partition int) *shard {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.shards[partition]
+}
+
+// partitionOf returns the partition the producers' Murmur2 balancer writes
+// key to, under the partition count the hub knows now.
 func (h *hub) partitionOf(key string) int {
-	return kafka.Murmur2Balancer{}.Balance(kafka.Message{Key: []byte(key)}, h.partitions...)
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return homeOf(key, h.partitions)
+}
+
+// place returns key's partition and the partition count it was computed
+// under, for subscription.placedBy.
+func (h *hub) place(key string) (partition, count int) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return homeOf(key, h.partitions), len(h.partitions)
+}
+
+// movedSince reports whether partitions were added since sub was placed
+// (grow) and its key's home is now another partition: its new events go
+// there.
+func (h *hub) movedSince(sub *subscription) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return sub.placedBy != 0 && sub.placedBy != len(h.partitions) && homeOf(sub.key, h.partitions) != sub.partition
+}
+
+func homeOf(key string, partitions []int) int {
+	return kafka.Murmur2Balancer{}.Balance(kafka.Message{Key: []byte(key)}, partitions...)
+}
+
+// formerHome reports whether partition was key's home under a smaller
+// partition count than the hub's now: the balancer over partitions
+// 0..m-1 for some m below the count (Kafka numbers a topic's partitions
+// densely from 0 and only adds them).
+func (h *hub) formerHome(key string, partition int) bool {
+	h.mu.RLock()
+	parts := h.partitions
+	h.mu.RUnlock()
+	if partition < 0 || partition >= len(parts) || parts[partition] != partition {
+		return false
+	}
+	for m := partition + 1; m < len(parts); m++ {
+		if homeOf(key, parts[:m]) == partition {
+			return true
+		}
+	}
+	return false
+}
+
+// grow takes the stream topic's partition list read now. If it holds
+// partitions the hub does not have (partitions were added: Kafka never
+// removes any), grow adds their shards, closed, so that partitionOf places
+// keys by the new count from then on, and returns the subscriptions
+// registered in a partition that is no longer their key's home: their new
+// events go to the new home, so they must subscribe again there. A
+// subscription registering concurrently either sees the new count
+// (register refuses it if its partition moved) or is registered before
+// grow looks at its shard (and is returned). added is how many partitions
+// were added.
+func (h *hub) grow(partitions []int) (added int, moved []*subscription) {
+	h.mu.Lock()
+	if h.shut {
+		h.mu.Unlock()
+		return 0, nil
+	}
+	var shards map[int]*shard
+	for _, p := range partitions {
+		if h.shards[p] != nil {
+			continue
+		}
+		if shards == nil {
+			shards = maps.Clone(h.shards)
+		}
+		shards[p] = &shard{subs: make(map[string][]*subscription)}
+		added++
+	}
+	if added == 0 {
+		h.mu.Unlock()
+		return 0, nil
+	}
+	old := h.shards
+	h.shards = shards
+	h.partitions = slices.Sorted(maps.Keys(shards))
+	h.ringBytes = h.ringTotal / len(h.partitions)
+	parts := h.partitions
+	h.mu.Unlock()
+
+	for p, s := range old {
+		s.mu.Lock()
+		for key, subs := range s.subs {
+			if homeOf(key, parts) != p {
+				moved = append(moved, subs...)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return added, moved
 }
 
 // dispatched reports whether partition's dispatcher has delivered offset.
 func (h *hub) dispatched(partition int, offset int64) bool {
-	s := h.shards[partition]
+	s := h.shard(partition)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.state == shardOpen && offset < s.next
@@ -342,7 +492,7 @@ func (h *hub) dispatched(partition int, offset int64) bool {
 // for at most wait. It returns errCursorAhead when wait runs out and
 // errStopped when ctx ends or stop is closed.
 func (h *hub) awaitDispatched(ctx context.Context, stop <-chan struct{}, partition int, offset int64, wait time.Duration) error {
-	s := h.shards[partition]
+	s := h.shard(partition)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
@@ -375,11 +525,15 @@ func (h *hub) awaitDispatched(ctx context.Context, stop <-chan struct{}, partiti
 // refused (errCursorAhead), and so is a subscription removed already
 // (errStopped).
 func (h *hub) register(sub *subscription, hello []byte) error {
-	s := h.shards[sub.partition]
+	s := h.shard(sub.partition)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sub.removed || s.state != shardOpen {
 		return errStopped
+	}
+	if h.movedSince(sub) {
+		sub.removed = true
+		return errMoved
 	}
 	sub.liveStart = s.next
 	if sub.since.kind == sinceAfter && sub.since.offset >= s.next {
@@ -402,7 +556,7 @@ func (h *hub) register(sub *subscription, hello []byte) error {
 // later register fails; sub's hold on its shard (acquire) is released.
 // Removing twice, or before registering, is harmless.
 func (h *hub) remove(sub *subscription) {
-	s := h.shards[sub.partition]
+	s := h.shard(sub.partition)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub.removed = true
@@ -433,7 +587,7 @@ func (h *hub) remove(sub *subscription) {
 // spare as the next buffer. When none are left it switches sub to live and
 // returns live = true. ok is false when sub was removed or overflowed.
 func (h *hub) takePending(sub *subscription, spare [][]byte) (frames [][]byte, live, ok bool) {
-	s := h.shards[sub.partition]
+	s := h.shard(sub.partition)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sub.removed || sub.overflowed {
@@ -455,7 +609,7 @@ func (h *hub) takePending(sub *subscription, spare [][]byte) (frames [][]byte, l
 // reader that was stopped (another generation, or the shard closed) is
 // dropped.
 func (h *hub) dispatch(partition int, gen uint64, offset int64, key, value []byte, recorded time.Time) {
-	s := h.shards[partition]
+	s := h.shard(partition)
 	if s == nil {
 		return
 	}

@@ -36,6 +36,8 @@ func (s *fakeSink) deliver(f []byte, _ time.Time) bool {
 
 func (s *fakeSink) overflow() { s.overflew = true }
 
+func (s *fakeSink) moved(*subscription) {}
+
 func newTestHub(t testing.TB, starts map[int]int64, replayBuffer int) *hub {
 	t.Helper()
 	return newTestHubWith(t, starts, hubConfig{replayBuffer: replayBuffer, replayBufferBytes: DefaultReplayBufferBytes, ringBytes: DefaultRingBytes})

@@ -170,6 +170,41 @@ func (g *gateway) readLive(ctx context.Context, hb *hub, partition int, gen uint
 	}
 }
 
+// watchPartitions reads the stream topic's partition list every
+// PartitionWatch until ctx ends. When partitions were added the hub places
+// conversations by the new count from then on (hub.grow), and each
+// subscription whose conversation moved is ended with an unavailable error
+// frame (session.moved): its new events go to its new home, which the
+// client's next subscribe reads, from its cursor on.
+func (g *gateway) watchPartitions(ctx context.Context, h *hub) {
+	t := time.NewTicker(g.cfg.PartitionWatch)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		parts, err := g.topicPartitions(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				g.log.Warn("push gateway: cannot read the stream topic's partitions", "topic", g.cfg.Topic, "err", err)
+			}
+			continue
+		}
+		added, moved := h.grow(parts)
+		if added == 0 {
+			continue
+		}
+		g.metrics.partitions.Set(float64(len(parts)))
+		g.log.Info("stream topic partitions added: conversations placed by the new count",
+			"topic", g.cfg.Topic, "partitions", len(parts), "added", added, "moved_subscriptions", len(moved))
+		for _, sub := range moved {
+			sub.sink.moved(sub)
+		}
+	}
+}
+
 // awaitPartitions returns the partitions of the stream topic, retrying
 // while Kafka or the topic is not there yet. It fails only when ctx ends.
 func (g *gateway) awaitPartitions(ctx context.Context) ([]int, error) {

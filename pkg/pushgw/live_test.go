@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/auth"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
@@ -272,4 +274,143 @@ func TestAReplicaIsReadyAndServesWhileOnePartitionCannotBeOpened(t *testing.T) {
 	fault.Remove()
 	c.subscribed(ctx, downConv, "")
 	checkMetric(t, f.reg, "turnpike_pushgw_live_readers", 2)
+}
+
+// movingIdentity is a fresh identity of alice whose home partition under
+// from partitions differs from its home under to.
+func movingIdentity(t testing.TB, from, to int) events.Identity {
+	for i := 0; ; i++ {
+		id := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: testenv.Name(t, fmt.Sprintf("c%d", i))}
+		if topic.Home([]byte(id.Key()), from) != topic.Home([]byte(id.Key()), to) {
+			return id
+		}
+	}
+}
+
+// grow adds partitions to the fixture's stream topic, up to n, and returns
+// a writer that places keys by the new count (a fresh one reads the new
+// metadata at its first write, as the workers' stream writers do within
+// kafka-go's metadata refresh).
+func (f *fixture) grow(ctx context.Context, n int) *kafka.Writer {
+	f.t.Helper()
+	cl := &kafka.Client{Addr: kafka.TCP(f.brokers...), Transport: &kafka.Transport{}}
+	resp, err := cl.CreatePartitions(ctx, &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{{Name: f.topic, Count: int32(n)}}})
+	if err != nil || resp.Errors[f.topic] != nil {
+		f.t.Fatalf("add partitions up to %d: %v %v", n, err, resp)
+	}
+	cl.Transport.(*kafka.Transport).CloseIdleConnections()
+	tr := &kafka.Transport{} // a fresh one: a transport caches metadata
+	w := &kafka.Writer{Addr: kafka.TCP(f.brokers...), Topic: f.topic, Balancer: kafka.Murmur2Balancer{},
+		BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}
+	f.t.Cleanup(func() {
+		_ = w.Close()
+		tr.CloseIdleConnections()
+	})
+	return w
+}
+
+// cursorPartition is the partition a cursor names.
+func cursorPartition(t testing.TB, cursor string) int {
+	t.Helper()
+	p, _, err := ParseCursor(cursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestAddedStreamPartitionsMoveSubscriptionsAndCursorsResumeAcrossTheMove:
+// docs/api.md "Cursors" (partitions added to the stream topic) and
+// docs/pushgw.md "Sizing partitions": a replica reads the partition count
+// again every TURNPIKE_PUSHGW_PARTITION_WATCH_INTERVAL; once partitions were
+// added it ends a subscription whose conversation moved with an
+// unavailable error frame (after the events it had), tells the next
+// subscribe the new shard, and a resume from a cursor of the former home
+// gets the rest of the former home, then the new home's events, then live:
+// no gap, no duplicate, in the order they were written.
+func TestAddedStreamPartitionsMoveSubscriptionsAndCursorsResumeAcrossTheMove(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newFixture(t, ctx)
+	f.start(ctx, func(c *Config) { c.PartitionWatch = 20 * time.Millisecond }, nil)
+	id := movingIdentity(t, testPartitions, 2*testPartitions)
+	conv, key := id.Conversation, []byte(id.Key())
+	oldHome, newHome := topic.Home(key, testPartitions), topic.Home(key, 2*testPartitions)
+	tok := token(t, auth.DefaultTenant, "alice")
+
+	live := f.dial(ctx, tok)
+	live.subscribe(conv, "")
+	if fr := live.expect(ctx, "subscribed"); fr.Shard == nil || *fr.Shard != oldHome {
+		t.Fatalf("subscribed before the change = %+v, want shard %d", fr, oldHome)
+	}
+	f.produce(ctx, id, "r", 1, 3)
+	before := live.events(ctx, 3)
+	checkSeqs(t, before, "r", 1, 3)
+	// Another conversation of alice's in the same partition: its record
+	// follows, at offset 3 of the fresh topic.
+	neighbour := id
+	for i := 0; neighbour == id || topic.Home([]byte(neighbour.Key()), testPartitions) != oldHome; i++ {
+		neighbour.Conversation = fmt.Sprintf("%s-n%d", conv, i)
+	}
+	f.produce(ctx, neighbour, "n", 1, 1)
+	foreign := FormatCursor(oldHome, 3)
+
+	w := f.grow(ctx, 2*testPartitions)
+	fr := live.next(ctx)
+	if fr.Type != "error" || fr.Code != codeUnavailable || fr.Conversation != conv {
+		t.Fatalf("after the partitions were added the live subscription got %+v, want an unavailable error frame of %s", fr, conv)
+	}
+	checkMetric(t, f.reg, "turnpike_pushgw_stream_partitions", 2*testPartitions)
+
+	// The producers place the conversation by the new count.
+	var msgs []kafka.Message
+	for n := 4; n <= 6; n++ {
+		msgs = append(msgs, kafka.Message{Key: key, Value: event(conv, "r", n)})
+	}
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+
+	// The client subscribes again from its last cursor, as the error frame says.
+	live.subscribe(conv, before[2].Cursor)
+	if fr := live.expect(ctx, "subscribed"); fr.Shard == nil || *fr.Shard != newHome {
+		t.Fatalf("subscribed after the change = %+v, want shard %d", fr, newHome)
+	}
+	after := live.events(ctx, 3)
+	checkSeqs(t, after, "r", 4, 6)
+	if p := cursorPartition(t, after[0].Cursor); p != newHome {
+		t.Fatalf("event 4 is in partition %d, want the new home %d", p, newHome)
+	}
+
+	// A cursor of the former home that names another conversation's record
+	// is still one of another partition.
+	refused := f.dial(ctx, tok)
+	refused.subscribe(conv, foreign)
+	if fr := refused.next(ctx); fr.Type != "error" || fr.Code != codeInvalidArgument {
+		t.Fatalf("a resume from another conversation's cursor in the former home: %+v, want invalid_argument", fr)
+	}
+
+	// A connection resuming from the first cursor reads across both homes.
+	other := f.dial(ctx, tok)
+	other.subscribe(conv, before[0].Cursor)
+	other.expect(ctx, "subscribed")
+	checkSeqs(t, other.events(ctx, 5), "r", 2, 6)
+
+	// Both are live on the new home: the next event once each, nothing else.
+	if err := w.WriteMessages(ctx, kafka.Message{Key: key, Value: event(conv, "r", 7)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*wsClient{live, other} {
+		checkSeqs(t, c.events(ctx, 1), "r", 7, 7)
+		c.ping(ctx)
+	}
+
+	// Retention deletes the former home's record after the first cursor:
+	// that cursor has expired, as any whose successor is gone.
+	f.deleteRecordsBefore(ctx, oldHome, 2)
+	expired := f.dial(ctx, tok)
+	expired.subscribe(conv, before[0].Cursor)
+	if fr := expired.next(ctx); fr.Type != "error" || fr.Code != codeCursorExpired || fr.Conversation != conv {
+		t.Fatalf("a resume from a former home's cursor whose successor is deleted: %+v, want cursor_expired", fr)
+	}
 }

@@ -31,6 +31,7 @@ type metrics struct {
 	badRecords      prometheus.Counter
 	skippedRecords  prometheus.Counter
 	liveReaders     prometheus.Gauge
+	partitions      prometheus.Gauge
 	liveRecords     prometheus.Counter
 	liveBytes       prometheus.Counter
 	shardRedirects  prometheus.Counter
@@ -62,6 +63,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		slowDisconnects: counter("slow_disconnects_total", "Clients closed with 4008 because their queue or replay buffer was full."),
 		badRecords:      counter("bad_records_total", "Stream records skipped for a bad key or value."),
 		skippedRecords:  counter("skipped_records_total", "Stream offsets the live readers never saw (deleted by retention before they were read)."),
+		partitions:      gauge("stream_partitions", "The stream topic's partition count this replica places conversations by (read at start, then every partition watch interval)."),
 		liveReaders:     gauge("live_readers", "Partitions whose live reader is open: those with subscribers here, and those whose last one left less than the reader idle time ago."),
 		liveRecords:     counter("live_records_total", "Stream records fetched by the live readers."),
 		liveBytes:       counter("live_bytes_total", "Key and value bytes of the stream records fetched by the live readers."),
@@ -88,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.connections, m.sseConnections, m.subscriptions, m.eventsOut, m.framesDropped, m.slowDisconnects, m.badRecords,
-		m.skippedRecords, m.liveReaders, m.liveRecords, m.liveBytes, m.shardRedirects, m.replays, m.ringReplays, m.rejected, m.fanout, m.deliveryLag, m.clientWriteLag} {
+		m.skippedRecords, m.liveReaders, m.partitions, m.liveRecords, m.liveBytes, m.shardRedirects, m.replays, m.ringReplays, m.rejected, m.fanout, m.deliveryLag, m.clientWriteLag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}

@@ -50,8 +50,22 @@ func (g *gateway) replay(ctx context.Context, c *session, sub *subscription) err
 			return errCursorExpired
 		}
 	}
+	if sub.prior != nil {
+		first, err := g.firstOffset(ctx, sub.prior.partition)
+		if err != nil {
+			return err
+		}
+		if sub.prior.from < first {
+			return errCursorExpired
+		}
+	}
 	if !c.send(ctx, subscribedFrame(sub.conversation, sub.partition)) {
 		return errStopped
+	}
+	if p := sub.prior; p != nil && p.from < p.end {
+		if err := g.readRange(ctx, c, sub.key, p.partition, p.from, p.end, true); err != nil {
+			return err
+		}
 	}
 	switch {
 	case start >= sub.liveStart:
@@ -65,7 +79,7 @@ func (g *gateway) replay(ctx context.Context, c *session, sub *subscription) err
 		}
 		g.metrics.eventsOut.Add(float64(len(frames)))
 	default:
-		if err := g.readRange(ctx, c, sub, start); err != nil {
+		if err := g.readRange(ctx, c, sub.key, sub.partition, start, sub.liveStart, sub.since.kind == sinceAfter); err != nil {
 			return err
 		}
 	}
@@ -89,9 +103,11 @@ func (g *gateway) replay(ctx context.Context, c *session, sub *subscription) err
 	}
 }
 
-// readRange queues the frames of sub's key at offsets [start, sub.liveStart)
-// of its partition, read with a reader of its own.
-func (g *gateway) readRange(ctx context.Context, c *session, sub *subscription, start int64) error {
+// readRange queues the frames of key at offsets [start, end) of
+// partition, read with a reader of its own. With resume (the range starts
+// right after a cursor) offsets the reader skips because retention deleted
+// them are an expired cursor, not a gap.
+func (g *gateway) readRange(ctx context.Context, c *session, key string, partition int, start, end int64, resume bool) error {
 	select {
 	case g.replaySlots <- struct{}{}:
 	case <-ctx.Done():
@@ -100,7 +116,7 @@ func (g *gateway) readRange(ctx context.Context, c *session, sub *subscription, 
 	defer func() { <-g.replaySlots }()
 	g.metrics.replays.Inc()
 
-	r, err := g.newReader(sub.partition, replayMaxWait)
+	r, err := g.newReader(partition, replayMaxWait)
 	if err != nil {
 		return err
 	}
@@ -108,7 +124,7 @@ func (g *gateway) readRange(ctx context.Context, c *session, sub *subscription, 
 	if err := r.SetOffset(start); err != nil {
 		return fmt.Errorf("replay seek: %w", err)
 	}
-	for next := start; next < sub.liveStart; {
+	for next := start; next < end; {
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -116,10 +132,10 @@ func (g *gateway) readRange(ctx context.Context, c *session, sub *subscription, 
 			}
 			return fmt.Errorf("replay fetch: %w", err)
 		}
-		if m.Offset != next && sub.since.kind == sinceAfter {
+		if m.Offset != next && resume {
 			// The reader skipped offsets. If retention deleted them from
 			// under the cursor, resuming here would leave a gap.
-			first, err := g.firstOffset(ctx, sub.partition)
+			first, err := g.firstOffset(ctx, partition)
 			if err != nil {
 				return err
 			}
@@ -127,14 +143,14 @@ func (g *gateway) readRange(ctx context.Context, c *session, sub *subscription, 
 				return errCursorExpired
 			}
 		}
-		if m.Offset >= sub.liveStart {
+		if m.Offset >= end {
 			return nil
 		}
 		next = m.Offset + 1
-		if string(m.Key) != sub.key || !validValue(m.Value) {
+		if string(m.Key) != key || !validValue(m.Value) {
 			continue
 		}
-		if !c.send(ctx, eventFrame(m.Value, sub.partition, m.Offset)) {
+		if !c.send(ctx, eventFrame(m.Value, partition, m.Offset)) {
 			return errStopped
 		}
 		g.metrics.eventsOut.Inc()

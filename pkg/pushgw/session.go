@@ -162,9 +162,22 @@ func (e *frameError) Error() string { return e.msg }
 // The error is for the client: a *frameError, or invalid_argument.
 func (s *session) subscribe(ctx context.Context, conversation string, sn since) error {
 	key := s.principal.Identity(conversation).Key()
-	sub := &subscription{sink: s, key: key, conversation: conversation, partition: s.hub.partitionOf(key), since: sn}
+	sub := &subscription{sink: s, key: key, conversation: conversation, since: sn}
+	sub.partition, sub.placedBy = s.hub.place(key)
 	if sn.kind == sinceAfter && sn.partition != sub.partition {
-		return errors.New("since: cursor is not from this conversation")
+		if !s.hub.formerHome(key, sn.partition) {
+			return errors.New("since: cursor is not from this conversation")
+		}
+		// Partitions were added after the cursor's record: the rest of the
+		// conversation's stream is the former home's records after the
+		// cursor, then every retained record of its home (docs/api.md
+		// "Cursors").
+		prior, err := s.priorRange(ctx, key, sn)
+		if err != nil {
+			return err
+		}
+		sub.prior, sub.since = prior, since{kind: sinceAll}
+		sn = sub.since
 	}
 	if err := s.hub.acquire(ctx, sub.partition); err != nil {
 		if errors.Is(err, errStopped) {
@@ -194,6 +207,9 @@ func (s *session) subscribe(ctx context.Context, conversation string, sn since) 
 	if err := s.hub.register(sub, subscribedFrame(conversation, sub.partition)); err != nil {
 		s.forget(sub)
 		s.abandon(sub)
+		if errors.Is(err, errMoved) {
+			return &frameError{codeUnavailable, "the stream topic's partitions changed; subscribe again"}
+		}
 		return err
 	}
 	if sn.kind == sinceLive {
@@ -235,6 +251,79 @@ func (s *session) awaitCursor(ctx context.Context, sn since) error {
 	default:
 		return &frameError{codeUnavailable, "connection is closing"}
 	}
+}
+
+// priorRange returns what is left after the cursor sn in its partition, a
+// former home of key: [offset+1, the partition's end offset now). The
+// cursor must name a record of key itself (a subscription only carries its
+// own conversation's events, so a cursor it issued in a partition that is
+// no longer its home names one); anything else is refused as a cursor of
+// another partition. A cursor at or past the end was never issued
+// (errCursorAhead). One whose record is no longer retained cannot be
+// checked and is taken (the replay reads only key's records, and reports
+// the cursor expired when the record after it is gone too, as for any
+// cursor).
+func (s *session) priorRange(ctx context.Context, key string, sn since) (*priorRange, error) {
+	unavailable := func(err error) error {
+		s.logger().Warn("cannot read a former home", "partition", sn.partition, "err", err)
+		return &frameError{codeUnavailable, "cannot read the stream now; subscribe again"}
+	}
+	kctx, cancel := context.WithTimeout(ctx, s.gw.cfg.CursorWait)
+	defer cancel()
+	end, err := s.gw.endOffset(kctx, sn.partition)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if sn.offset >= end {
+		return nil, errCursorAhead
+	}
+	prior := &priorRange{partition: sn.partition, from: sn.offset + 1, end: end}
+	first, err := s.gw.firstOffset(kctx, sn.partition)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if sn.offset < first {
+		return prior, nil
+	}
+	r, err := s.gw.newReader(sn.partition, replayMaxWait)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer r.Close()
+	if err := r.SetOffset(sn.offset); err != nil {
+		return nil, unavailable(err)
+	}
+	m, err := r.FetchMessage(kctx)
+	switch {
+	case err != nil:
+		return nil, unavailable(err)
+	case m.Offset == sn.offset && string(m.Key) != key:
+		return nil, errors.New("since: cursor is not from this conversation")
+	}
+	return prior, nil
+}
+
+// moved ends sub, which grow found in a partition that is no longer its
+// key's home, with an unavailable error frame queued after its last frame:
+// the client subscribes again (with its last cursor: the resume reads the
+// rest of the former home, then the new one).
+func (s *session) moved(sub *subscription) {
+	s.mu.Lock()
+	mine := s.subs[sub.conversation] == sub
+	if mine {
+		delete(s.subs, sub.conversation)
+	}
+	s.mu.Unlock()
+	s.hub.remove(sub)
+	if !mine { // unsubscribed or torn down meanwhile
+		return
+	}
+	if sub.cancel != nil {
+		sub.cancel()
+		<-sub.stopped
+	}
+	s.deliver(conversationErrorFrame(sub.conversation, codeUnavailable,
+		"the stream topic's partitions changed; subscribe again from your last cursor"), time.Time{})
 }
 
 // add records sub on the session, within MaxSubscriptions.

@@ -14,7 +14,13 @@
 // The client keeps one WebSocket to the push gateway for all its
 // subscriptions. When it drops, it reconnects with exponential backoff and
 // resubscribes every conversation from the cursor of the last event it
-// delivered, so no event is lost or delivered twice. It also handles run_id:
+// delivered, so no event is lost or delivered twice. A reconnecting socket
+// carries the shard hint (?shard=, docs/api.md "Shard hints") the gateway
+// named in its subscribed frames, so that an edge routing by shard sends it
+// to the replica that reads those conversations' partition; with
+// subscriptions of several shards it sends the shard most of them share, and
+// the replica it reaches also reads the others' partitions (the cost of one
+// socket; open one client per shard to avoid it). It also handles run_id:
 // when a request is re-run (a worker failed), the first event of the new run
 // carries `rerun: true` and events of the older run that arrive late are
 // dropped; Answers applies that to the text it accumulates. A request may
@@ -266,6 +272,8 @@ export class Client {
     this.#setState(this.#attempt === 0 ? 'connecting' : 'reconnecting', { attempt: this.#attempt, delay: 0 });
     const url = new URL(this.#streamURL, globalThis.location?.href);
     url.searchParams.set('access_token', this.#token);
+    const shard = this.#shardHint();
+    if (shard !== undefined) url.searchParams.set('shard', String(shard));
     let ws;
     try {
       ws = new this.#WebSocket(url.href);
@@ -403,6 +411,20 @@ export class Client {
     }
   }
 
+  // The shard most subscriptions are in, as the gateway named it (the
+  // earliest subscription's on a tie); undefined before it named any.
+  #shardHint() {
+    const counts = new Map();
+    let best;
+    for (const sub of this.#subs.values()) {
+      if (sub.shard === undefined) continue;
+      const n = (counts.get(sub.shard) ?? 0) + 1;
+      counts.set(sub.shard, n);
+      if (best === undefined || n > counts.get(best)) best = sub.shard;
+    }
+    return best;
+  }
+
   #frame(data) {
     this.#lastFrame = Date.now();
     let f;
@@ -419,6 +441,7 @@ export class Client {
         if (i < 0) return; // unsubscribed meanwhile
         const [sub] = this.#pending.splice(i, 1);
         this.#attempt = 0;
+        if (Number.isInteger(f.shard) && f.shard >= 0) sub.shard = f.shard;
         sub._subscribed();
         return;
       }
@@ -550,7 +573,10 @@ export class Client {
 /**
  * One conversation's subscription. Returned by Client.subscribe.
  * `ready` resolves when the gateway first confirms it (and rejects if refused);
- * `cursor` is the cursor of the last event delivered, the resume point.
+ * `cursor` is the cursor of the last event delivered, the resume point;
+ * `shard` the conversation's shard from the gateway's last subscribed frame
+ * (undefined before one named it), sent as the socket's ?shard= hint when it
+ * reconnects.
  */
 class Subscription {
   #since;
@@ -570,6 +596,7 @@ class Subscription {
     this.#handlers = handlers;
     this.#close = close;
     this.active = false;
+    this.shard = undefined;
     this.ready = new Promise((resolve, reject) => { this.#resolve = resolve; this.#reject = reject; });
     this.ready.catch(() => {}); // onError reports it too
   }

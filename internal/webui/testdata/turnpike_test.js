@@ -35,8 +35,10 @@
   check(new URL(s1.url).searchParams.get('access_token') === 'T0K', `token in the socket URL: ${s1.url}`);
   s1.open();
   check(show(s1.sent) === '[{"op":"subscribe","conversation":"c1"}]', `a live subscribe is sent on open: ${show(s1.sent)}`);
-  s1.recv({ type: 'subscribed', conversation: 'c1' });
+  check(!new URL(s1.url).searchParams.has('shard'), `no shard hint before the gateway named one: ${s1.url}`);
+  s1.recv({ type: 'subscribed', conversation: 'c1', shard: 3 });
   await sub.ready;
+  check(sub.shard === 3, `the subscription keeps its shard: ${sub.shard}`);
   check(gaps.length === 0, 'no gap on the first subscription');
 
   const ev = (type, seq, extra = {}) => ({
@@ -52,6 +54,7 @@
   check(states.includes('reconnecting'), `state reconnecting after a drop: ${show(states)}`);
   await until(() => FakeSocket.all.length === 2, 'the reconnect');
   const s2 = latest();
+  check(new URL(s2.url).searchParams.get('shard') === '3', `the reconnect carries the shard hint: ${s2.url}`);
   s2.open();
   check(show(s2.sent) === '[{"op":"subscribe","conversation":"c1","since":"cur-2"}]', `resubscribe from the last cursor: ${show(s2.sent)}`);
   s2.recv({ type: 'subscribed', conversation: 'c1' });
@@ -102,11 +105,12 @@
   const gaps2 = [];
   const sub2 = c.subscribe('c2', { onEvent: () => {}, onGap: (g) => gaps2.push(g) });
   check(show(s3.sent.at(-1)) === '{"op":"subscribe","conversation":"c2"}', `a second subscription on the open socket: ${show(s3.sent)}`);
-  s3.recv({ type: 'subscribed', conversation: 'c2' });
+  s3.recv({ type: 'subscribed', conversation: 'c2', shard: 1 });
   await sub2.ready;
   s3.drop();
   await until(() => FakeSocket.all.length === 4, 'the reconnect of two subscriptions');
   const s4 = latest();
+  check(new URL(s4.url).searchParams.get('shard') === '3', `two shards, one each: the earliest subscription's hint: ${s4.url}`);
   s4.open();
   check(s4.sent.length === 2 && s4.sent.some((f) => f.conversation === 'c1' && f.since === 'cur-20') &&
     s4.sent.some((f) => f.conversation === 'c2' && f.since === undefined), `both resubscribe: ${show(s4.sent)}`);
