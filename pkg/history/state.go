@@ -52,10 +52,9 @@ type StateChange struct {
 	User, Tenant []StateOp
 	// Agent is the agent the conversation is left with, "" for the root.
 	Agent string
-}
-
-func (c *StateChange) empty() bool {
-	return c == nil || (len(c.Conversation) == 0 && len(c.User) == 0 && len(c.Tenant) == 0 && c.Agent == "")
+	// From is the agent the run started from, "" for the root: a resume
+	// of the turn (when it is interrupted) starts from it again.
+	From string
 }
 
 // State is a conversation's state as the newest turn left it, which
@@ -66,6 +65,8 @@ type State struct {
 	// Agent is the agent the newest turn left the conversation with, ""
 	// for the root.
 	Agent string
+	// From is the agent the newest turn's run started from ("": the root).
+	From string
 }
 
 // ScopeStore is a Store that keeps the user and the tenant scopes of
@@ -85,6 +86,7 @@ type ScopeStore interface {
 type turnState struct {
 	values []StateOp // the conversation's state after the turn, by key
 	agent  string
+	from   string    // the agent the run started from
 	user   []StateOp // the run's changes of the user's state
 	tenant []StateOp // and of the tenant's
 	stamp  string    // orders the user and tenant changes, per key
@@ -97,7 +99,7 @@ func (st *turnState) state() State {
 	if st == nil {
 		return State{}
 	}
-	s := State{Agent: st.agent}
+	s := State{Agent: st.agent, From: st.from}
 	if len(st.values) > 0 {
 		s.Values = make(map[string][]byte, len(st.values))
 		for _, op := range st.values {
@@ -124,7 +126,7 @@ func nextState(prev *turnState, c *StateChange, at time.Time, key string, n int6
 	st := &turnState{}
 	switch {
 	case c != nil:
-		st.agent = c.Agent
+		st.agent, st.from = c.Agent, c.From
 		st.user, st.tenant = c.User, c.Tenant
 	case prev != nil:
 		// A turn committed without state (not by a worker's run) changes
@@ -135,7 +137,7 @@ func nextState(prev *turnState, c *StateChange, at time.Time, key string, n int6
 	if err := checkScope("conversation", st.values, false); err != nil {
 		return nil, err
 	}
-	if len(st.values) == 0 && st.agent == "" && !st.scoped() {
+	if len(st.values) == 0 && st.agent == "" && st.from == "" && !st.scoped() {
 		return nil, nil
 	}
 	if st.scoped() {
@@ -228,7 +230,7 @@ func (c *StateChange) validate() error {
 			seen[op.Key] = true
 		}
 	}
-	if len(c.Agent) > events.MaxAgentBytes {
+	if len(c.Agent) > events.MaxAgentBytes || len(c.From) > events.MaxAgentBytes {
 		errs = append(errs, fmt.Errorf("%w state: agent over %d bytes", events.ErrInvalid, events.MaxAgentBytes))
 	}
 	return errors.Join(errs...)

@@ -307,7 +307,7 @@ func cloneChange(c *StateChange) *StateChange {
 		}
 		return out
 	}
-	return &StateChange{Conversation: cp(c.Conversation), User: cp(c.User), Tenant: cp(c.Tenant), Agent: c.Agent}
+	return &StateChange{Conversation: cp(c.Conversation), User: cp(c.User), Tenant: cp(c.Tenant), Agent: c.Agent, From: c.From}
 }
 
 // tipState implements stateTip.

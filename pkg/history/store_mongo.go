@@ -318,6 +318,7 @@ type turnDoc struct {
 	// the root); Scoped the run's changes of the user and tenant scopes.
 	State       []stateDoc `bson:"state,omitempty"`
 	ActiveAgent string     `bson:"active_agent,omitempty"`
+	FromAgent   string     `bson:"from_agent,omitempty"`
 	Scoped      *scopedDoc `bson:"scoped,omitempty"`
 }
 
@@ -364,11 +365,11 @@ func fromStateDocs(docs []stateDoc) []StateOp {
 
 // setState stores st in the turn document.
 func (d *turnDoc) setState(st *turnState) {
-	d.State, d.ActiveAgent, d.Scoped = nil, "", nil
+	d.State, d.ActiveAgent, d.FromAgent, d.Scoped = nil, "", "", nil
 	if st == nil {
 		return
 	}
-	d.State, d.ActiveAgent = toStateDocs(st.values), st.agent
+	d.State, d.ActiveAgent, d.FromAgent = toStateDocs(st.values), st.agent, st.from
 	if st.scoped() {
 		d.Scoped = &scopedDoc{Stamp: st.stamp, User: toStateDocs(st.user), Tenant: toStateDocs(st.tenant)}
 	}
@@ -376,10 +377,10 @@ func (d *turnDoc) setState(st *turnState) {
 
 // turnState reads what the turn document keeps of state.
 func (d turnDoc) turnState() *turnState {
-	if len(d.State) == 0 && d.ActiveAgent == "" && d.Scoped == nil {
+	if len(d.State) == 0 && d.ActiveAgent == "" && d.FromAgent == "" && d.Scoped == nil {
 		return nil
 	}
-	st := &turnState{values: fromStateDocs(d.State), agent: d.ActiveAgent}
+	st := &turnState{values: fromStateDocs(d.State), agent: d.ActiveAgent, from: d.FromAgent}
 	if d.Scoped != nil {
 		st.stamp, st.user, st.tenant = d.Scoped.Stamp, fromStateDocs(d.Scoped.User), fromStateDocs(d.Scoped.Tenant)
 	}
