@@ -185,7 +185,9 @@ func (m *blockAfterTool) Stream(ctx context.Context, in []*schema.Message, _ ...
 	return nil, ctx.Err()
 }
 
-func (m *blockAfterTool) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return m, nil }
+func (m *blockAfterTool) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	return m, nil
+}
 
 // readKey is a tool that reports key's value ("-" when not set).
 func readKey(key string) stateTool {
