@@ -56,6 +56,15 @@ var ErrNoState = errors.New("no session state in this context: not a worker run"
 // A State is safe for concurrent use: the tools of one model round run at
 // once.
 type State struct {
+	*stateCore
+	// rec, when set, records the changes made through this State: the
+	// view a durable run's tool call gets, whose changes are journaled
+	// with its result.
+	rec *stateRecord
+}
+
+// stateCore is a run's state, shared by the views of its tool calls.
+type stateCore struct {
 	id    events.Identity
 	store history.ScopeStore // nil: the store keeps no user and tenant state
 
@@ -64,6 +73,73 @@ type State struct {
 	user   scopeState
 	tenant scopeState
 	temp   map[string][]byte
+}
+
+// stateRecord is the changes one tool call made, in order, by their full
+// keys (prefix included).
+type stateRecord struct {
+	mu  sync.Mutex
+	ops []recordedOp
+}
+
+// recordedOp is one recorded change, as a journal step keeps it.
+type recordedOp struct {
+	Key   string          `json:"k"`
+	Value json.RawMessage `json:"v,omitempty"`
+	Del   bool            `json:"d,omitempty"`
+}
+
+func (r *stateRecord) add(key string, raw []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ops = append(r.ops, recordedOp{Key: key, Value: raw, Del: raw == nil})
+}
+
+// encode is the recorded changes for a journal step: nil when none.
+func (r *stateRecord) encode() ([]byte, error) {
+	if r == nil {
+		return nil, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.ops) == 0 {
+		return nil, nil
+	}
+	return json.Marshal(r.ops)
+}
+
+// recording is a view of s whose changes are also recorded in a new
+// record (s may be nil: then both are nil).
+func (s *State) recording() (*State, *stateRecord) {
+	if s == nil {
+		return nil, nil
+	}
+	r := &stateRecord{}
+	return &State{stateCore: s.stateCore, rec: r}, r
+}
+
+// replay applies the changes a journaled step recorded (encode's), as the
+// step's first run made them.
+func (s *State) replay(data []byte) error {
+	if s == nil || len(data) == 0 {
+		return nil
+	}
+	var ops []recordedOp
+	if err := json.Unmarshal(data, &ops); err != nil {
+		return fmt.Errorf("state of a journaled step: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, op := range ops {
+		raw := []byte(op.Value)
+		if op.Del {
+			raw = nil
+		}
+		if err := s.setLocked(op.Key, raw); err != nil {
+			return fmt.Errorf("state of a journaled step: %w", err)
+		}
+	}
+	return nil
 }
 
 // scopeState is one scope's state as the run sees it: what it read, and
@@ -154,9 +230,9 @@ func withState(ctx context.Context, s *State) context.Context {
 // newState is the state of a run of conversation id, restored from what
 // the conversation's newest turn kept.
 func newState(id events.Identity, start history.State, store history.Store) *State {
-	s := &State{id: id, conv: scopeState{loaded: true, values: start.Values}}
+	s := &stateCore{id: id, conv: scopeState{loaded: true, values: start.Values}}
 	s.store, _ = store.(history.ScopeStore)
-	return s
+	return &State{stateCore: s}
 }
 
 // scope splits key into its scope and the key within it, loading the
@@ -240,7 +316,13 @@ func (s *State) Set(key string, v any) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.setLocked(key, raw)
+	if err := s.setLocked(key, raw); err != nil {
+		return err
+	}
+	if s.rec != nil {
+		s.rec.add(key, raw)
+	}
+	return nil
 }
 
 // Delete deletes key (a delete of a key that is not set is harmless).
@@ -250,7 +332,13 @@ func (s *State) Delete(key string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.setLocked(key, nil)
+	if err := s.setLocked(key, nil); err != nil {
+		return err
+	}
+	if s.rec != nil {
+		s.rec.add(key, nil)
+	}
+	return nil
 }
 
 func (s *State) setLocked(key string, raw []byte) error {

@@ -13,6 +13,7 @@ import (
 	"github.com/cloudwego/eino/adk"
 	"github.com/cloudwego/eino/components/model"
 	"github.com/cloudwego/eino/components/tool"
+	"github.com/cloudwego/eino/compose"
 	"github.com/cloudwego/eino/schema"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
@@ -435,5 +436,85 @@ func TestATransferredAgentAnswersTheNextTurn(t *testing.T) {
 	sink4 := newRecordingSink()
 	if res, err = step.Run(ctx, stepRequest(id, "r4", "hello"), store, sink4); err != nil || res.Agent != "desk" {
 		t.Fatalf("turn 4: %+v, %v; want the desk's answer", res, err)
+	}
+}
+
+// stallOnce calls tool "count", then, the first time only, blocks its
+// next call until its context ends (closing reached); afterwards it
+// answers with the tool's result.
+type stallOnce struct {
+	reached chan struct{}
+	once    sync.Once
+}
+
+func (m *stallOnce) Generate(context.Context, []*schema.Message, ...model.Option) (*schema.Message, error) {
+	return nil, errors.New("not used")
+}
+
+func (m *stallOnce) Stream(ctx context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	last := lastOf(in)
+	if last.Role != schema.Tool {
+		return schema.StreamReaderFromArray([]*schema.Message{call("count", `{}`)}), nil
+	}
+	stall := false
+	m.once.Do(func() { stall = true })
+	if stall {
+		close(m.reached)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return schema.StreamReaderFromArray([]*schema.Message{schema.AssistantMessage("said "+last.Content, nil)}), nil
+}
+
+func (m *stallOnce) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) { return m, nil }
+
+// A durable run's re-run replays a recorded tool step without running
+// the tool, and sets the state that tool set in the first run again: the
+// turn commits it, and the conversation's next request reads it.
+func TestARerunRestoresTheStateOfAReplayedToolStep(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	var mu sync.Mutex
+	ran := 0
+	counting := stateTool{name: "count", body: func(ctx context.Context, st *worker.State) (string, error) {
+		mu.Lock()
+		ran++
+		mu.Unlock()
+		return countTool.body(ctx, st)
+	}}
+	m := &stallOnce{reached: make(chan struct{})}
+	step := newStep(t, stepConfig(), worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		return adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "assistant", Description: "counts", Model: m,
+			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{counting}}}}))
+	}))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "durable-state"}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := step.Run(runCtx, stepRequest(id, "r1", "count"), store, newRecordingSink())
+		done <- err
+	}()
+	select {
+	case <-m.reached: // the tool ran and its step is recorded
+	case <-ctx.Done():
+		t.Fatal("the tool never ran")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, bridge.ErrAborted) {
+		t.Fatalf("first run = %v, want bridge.ErrAborted", err)
+	}
+	res, err := step.Run(ctx, stepRequest(id, "r1", "count"), store, newRecordingSink())
+	if err != nil || res.Answer != "said 1" {
+		t.Fatalf("the re-run: %+v, %v; want said 1 (replayed)", res, err)
+	}
+	res, err = step.Run(ctx, stepRequest(id, "r2", "count"), store, newRecordingSink())
+	if err != nil || res.Answer != "said 2" {
+		t.Fatalf("the next request: %+v, %v; want said 2 (the replayed step's count kept)", res.Answer, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if ran != 2 {
+		t.Errorf("the tool ran %d times, want 2 (once per request)", ran)
 	}
 }
