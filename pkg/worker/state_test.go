@@ -518,3 +518,56 @@ func TestARerunRestoresTheStateOfAReplayedToolStep(t *testing.T) {
 		t.Errorf("the tool ran %d times, want 2 (once per request)", ran)
 	}
 }
+
+// A run that starts from the sub-agent the conversation was left with and
+// interrupts is resumed from that agent, where its checkpoint was taken.
+func TestAnInterruptOfATransferredAgentIsResumedFromIt(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	desk := &scripted{reply: func(in []*schema.Message) *schema.Message {
+		if strings.Contains(lastOf(in).Content, "billing") {
+			return call(adk.TransferToAgentToolName, `{"agent_name":"billing"}`)
+		}
+		return schema.AssistantMessage("desk here", nil)
+	}}
+	billing := &scripted{reply: func(in []*schema.Message) *schema.Message {
+		switch last := lastOf(in); {
+		case last.Role == schema.Tool:
+			return schema.AssistantMessage("booked for "+last.Content, nil)
+		case strings.Contains(last.Content, "book"):
+			return call("ask_user", `{"question":"For how many?"}`)
+		}
+		return schema.AssistantMessage("billing here", nil)
+	}}
+	step := newStep(t, stepConfig(), worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		d, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "desk", Description: "front desk", Model: desk})
+		if err != nil {
+			return nil, err
+		}
+		b, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "billing", Description: "billing questions", Model: billing,
+			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{worker.AskUser()}}}})
+		if err != nil {
+			return nil, err
+		}
+		return adk.SetSubAgents(ctx, d, []adk.Agent{b})
+	}))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "transfer-resume"}
+	if res, err := step.Run(ctx, stepRequest(id, "r1", "a billing question"), store, newRecordingSink()); err != nil || res.Agent != "billing" {
+		t.Fatalf("turn 1: %+v, %v; want billing's answer", res, err)
+	}
+	res, err := step.Run(ctx, stepRequest(id, "r2", "book a table"), store, newRecordingSink())
+	if err != nil || res.Status != events.StatusInterrupted {
+		t.Fatalf("turn 2: %+v, %v; want interrupted by billing", res, err)
+	}
+	resume := stepRequest(id, "r3", "four")
+	resume.ResumeOf = "r2"
+	sink := newRecordingSink()
+	res, err = step.Run(ctx, resume, store, sink)
+	if err != nil || res.Status != events.StatusComplete || res.Answer != "booked for four" {
+		t.Fatalf("the resume: %+v, %v; want billing's booked for four", res, err)
+	}
+	if a := startedOf(t, sink).Agent; a != "billing" {
+		t.Errorf("the resume's run.started agent = %q, want billing", a)
+	}
+}
