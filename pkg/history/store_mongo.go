@@ -157,6 +157,12 @@ func (c MongoConfig) Validate() error {
 //     request (Journal, journal_mongo.go), found by Start's query of the
 //     request's outcome; expire_at carries a TTL index where the server
 //     has them (SweepSteps elsewhere).
+//   - A turn also keeps session state (Turn.State): the conversation's
+//     state after it, its active agent, and the run's user and tenant
+//     changes, rolled forward after the insert into
+//     state/<tenant>/<user>#u#<key> and state/<tenant>#t#<key>, one
+//     conditional upsert per key (state_mongo.go), and again by the
+//     conversation's next Start.
 //   - conversations/<key> holds turns, the highest turn number known
 //     committed, messages, the seq of its last message (absent when
 //     written before parts: then 2 × turns), and the times the
