@@ -44,6 +44,14 @@ type Turn interface {
 	Discard()
 }
 
+// TransferTurn is a Turn told of the run's agent transfers, in order,
+// before the bridge commits it (the worker's keeps the conversation's
+// active agent with the turn).
+type TransferTurn interface {
+	Turn
+	Transferred(from, to string)
+}
+
 // AnswerTurn is a Turn that also persists the run's token usage and
 // interrupt, an interrupted answer without text, and an answer of several
 // parts (history.Answer.Parts, one per agent's stretch of text);
@@ -161,6 +169,9 @@ type Run struct {
 	StopGeneration func()
 	// Sink, if set, receives this run's events instead of Config.Sink.
 	Sink Sink
+	// Agent, if set, is the sub-agent the run starts from (the agent the
+	// conversation was left with): run.started says so.
+	Agent string
 }
 
 // Result is how a run ended.
@@ -550,7 +561,8 @@ func (r *runner) coordinate() (Result, error) {
 			sinkErr = fmt.Errorf("emit: %w", err)
 		}
 	}
-	emit(func() error { return r.emit.Started(ctx) })
+	emit(func() error { return r.emit.StartedFrom(ctx, r.run.Agent) })
+	tt, _ := r.run.Turn.(TransferTurn)
 loop:
 	for {
 		// Take everything buffered, so deltas that piled up while the sink
@@ -668,6 +680,9 @@ loop:
 				flush()
 				from, to := it.agent, it.text
 				res.Transfers++
+				if tt != nil {
+					tt.Transferred(from, to)
+				}
 				emit(func() error { return r.emit.Transfer(ctx, from, to) })
 			case itemInterrupt:
 				flush()

@@ -52,7 +52,13 @@ func (e *Emitter) meta() events.Meta {
 
 // Started emits run.started.
 func (e *Emitter) Started(ctx context.Context) error {
-	return e.sink.Emit(ctx, e.id, &events.RunStartedEvent{Meta: e.meta()})
+	return e.StartedFrom(ctx, "")
+}
+
+// StartedFrom emits run.started of a run that starts from agent, a
+// sub-agent the conversation was left with ("" for the root).
+func (e *Emitter) StartedFrom(ctx context.Context, agent string) error {
+	return e.sink.Emit(ctx, e.id, &events.RunStartedEvent{Meta: e.meta(), Agent: agent})
 }
 
 // Token emits one token event.

@@ -99,7 +99,14 @@ type Event interface {
 }
 
 // RunStartedEvent says a worker began (or restarted, with a new run id) a request.
-type RunStartedEvent struct{ Meta }
+type RunStartedEvent struct {
+	Meta
+	// Agent, an extension of the contract (docs/api.md), is the agent the
+	// run starts from when it is not the root: the conversation was left
+	// with a sub-agent that did not hand it back. "" (absent on the wire)
+	// for the root.
+	Agent string
+}
 
 // TokenEvent carries one or more tokens of assistant text.
 type TokenEvent struct {
@@ -210,6 +217,11 @@ func AppendEvent(dst []byte, e Event) []byte {
 			dst = append(dst, `,"total_tokens":`...)
 			dst = strconv.AppendInt(dst, u.TotalTokens, 10)
 			dst = append(dst, '}')
+		}
+	case *RunStartedEvent:
+		if e.Agent != "" {
+			dst = append(dst, `,"agent":`...)
+			dst = appendString(dst, e.Agent)
 		}
 	case *AgentTransferEvent:
 		dst = append(dst, `,"from":`...)
@@ -429,10 +441,21 @@ func DecodeEvent(b []byte) (Event, error) {
 	}
 	switch w.Type {
 	case TypeRunStarted:
+		// agent is optional here: present only when the run starts from a
+		// sub-agent.
+		agent := w.Agent
+		present["agent"] = false
 		if err := allowed(); err != nil {
 			return nil, err
 		}
-		return &RunStartedEvent{Meta: m}, nil
+		e := &RunStartedEvent{Meta: m}
+		if agent != nil {
+			if *agent == "" || len(*agent) > MaxAgentBytes {
+				return nil, fmt.Errorf("%w run.started event: agent must be 1..%d bytes", ErrInvalid, MaxAgentBytes)
+			}
+			e.Agent = *agent
+		}
+		return e, nil
 	case TypeToken:
 		if err := allowed("delta", "agent", "role"); err != nil {
 			return nil, err

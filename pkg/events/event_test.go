@@ -59,6 +59,8 @@ func TestDecodeEventAcceptsEveryType(t *testing.T) {
 		{"A run.started event with a cursor decodes with the cursor.", splice(runStartedJSON, `}`, `,"cursor":"x"}`),
 			&events.RunStartedEvent{Meta: meta(1, "x")}},
 		{"A null cursor counts as absent.", splice(runStartedJSON, `}`, `,"cursor":null}`), &events.RunStartedEvent{Meta: meta(1, "")}},
+		{"A run.started event of a run starting from a sub-agent decodes with the agent.", splice(runStartedJSON, `}`, `,"agent":"billing"}`),
+			&events.RunStartedEvent{Meta: meta(1, ""), Agent: "billing"}},
 		{"A cursor of 128 bytes is accepted.", splice(runStartedJSON, `}`, `,"cursor":"`+strings.Repeat("k", 128)+`"}`),
 			&events.RunStartedEvent{Meta: meta(1, strings.Repeat("k", 128))}},
 		{"An empty delta is accepted.", splice(tokenJSON, `"delta":"echo "`, `"delta":""`),
@@ -127,6 +129,9 @@ func TestDecodeEventRejectsBadEvents(t *testing.T) {
 		{"A second object after the event is rejected.", runStartedJSON + runStartedJSON},
 		{"Trailing text after the event is rejected.", runStartedJSON + "x"},
 		{"A missing type is rejected.", splice(runStartedJSON, `"type":"run.started",`, ``)},
+		{"A run.started event with an empty agent is rejected.", splice(runStartedJSON, `}`, `,"agent":""}`)},
+		{"A run.started event with an agent over 256 bytes is rejected.", splice(runStartedJSON, `}`, `,"agent":"`+strings.Repeat("a", events.MaxAgentBytes+1)+`"}`)},
+		{"A run.started event with a role is rejected.", splice(runStartedJSON, `}`, `,"role":"assistant"}`)},
 		{"An empty type is rejected.", splice(runStartedJSON, `"run.started"`, `""`)},
 		{"An unknown type is rejected.", splice(runStartedJSON, `"run.started"`, `"run.paused"`)},
 		{"A capitalised type is rejected.", splice(tokenJSON, `"token"`, `"Token"`)},
@@ -235,6 +240,7 @@ func TestAppendEventWritesTheDocumentedShape(t *testing.T) {
 		want string
 	}{
 		{"run.started has only the common fields.", &events.RunStartedEvent{Meta: meta(1)}, runStartedJSON},
+		{"run.started from a sub-agent carries the agent.", &events.RunStartedEvent{Meta: meta(1), Agent: "billing"}, splice(runStartedJSON, `}`, `,"agent":"billing"}`)},
 		{"token carries delta, agent and role.", &events.TokenEvent{Meta: meta(2), Delta: "echo ", Agent: "echo", Role: "assistant"}, tokenJSON},
 		{"notice carries a message.", &events.NoticeEvent{Meta: meta(3), Message: "model failed: injected failure"}, noticeJSON},
 		{"run.completed carries a status.", &events.RunCompletedEvent{Meta: meta(4), Status: events.StatusIncomplete}, runCompletedJSON},

@@ -25,6 +25,14 @@
 // owner token of the run that writes them, so that a re-run replays them;
 // Pending.Start finds a request's journal in the query that decides it.
 //
+// Session state commits with the turn (Turn.State): the turn document
+// keeps the conversation's state after it and the agent it left the
+// conversation with, which Pending.Start reads with the window (Start.State)
+// at no extra command, and the run's changes of the user's and the
+// tenant's state, which Commit then rolls forward into one document per
+// key with a conditional write (the newest commit wins per key); a
+// ScopeStore reads those. A request that commits no turn changes no state.
+//
 // Implementations: MongoStore (MongoDB and FerretDB; its doc comment
 // describes the storage layout and commit protocol) and MemoryStore (for
 // unit tests of other packages), both Journals too. Package historytest is

@@ -141,6 +141,12 @@ type Turn struct {
 	// (ErrFenced), so a worker that lost its partition (a zombie) cannot
 	// persist out of order.
 	Source *Source
+	// State, when set, is the run's change of the conversation's state and
+	// the agent it leaves the conversation with: the turn keeps the
+	// conversation's state after it (State.Conversation applied to the
+	// state of the turn it follows), the agent, and the user and tenant
+	// changes, which Commit then rolls forward (see StateChange).
+	State *StateChange
 
 	// tip, set by Pending.Start, is the conversation's newest turn when
 	// the request started: the turn the commit expects to follow.
@@ -204,6 +210,9 @@ func (t Turn) Validate() error {
 	}
 	if t.Source != nil && t.Source.Topic == "" {
 		errs = append(errs, fmt.Errorf("%w turn: source without topic", events.ErrInvalid))
+	}
+	if err := t.State.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if !t.Status.Persisted() {
 		errs = append(errs, fmt.Errorf("%w turn: status %q: must be complete, incomplete, cancelled or interrupted", events.ErrInvalid, truncate(string(t.Status), 32)))

@@ -64,6 +64,10 @@ type Step struct {
 	Hash string
 	// Data is the step's output, opaque to the store.
 	Data []byte
+	// State is what the step changed of the run's session state, opaque
+	// to the store (a replay of the step applies it again); nil when
+	// nothing.
+	State []byte
 	// Owner is the owner token of the run that recorded it (set by
 	// RecordStep).
 	Owner int64
@@ -85,7 +89,7 @@ type Steps struct {
 }
 
 // size is what a step adds to a journal's Bytes.
-func (s Step) size() int { return len(s.Key) + len(s.Hash) + len(s.Data) }
+func (s Step) size() int { return len(s.Key) + len(s.Hash) + len(s.Data) + len(s.State) }
 
 // JournalLimits bound a journal. Zero fields take their defaults.
 type JournalLimits struct {

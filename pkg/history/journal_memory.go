@@ -26,6 +26,7 @@ func cloneSteps(j *Steps) Steps {
 	out.Steps = make([]Step, len(j.Steps))
 	for i, s := range j.Steps {
 		s.Data = append([]byte{}, s.Data...)
+		s.State = slices.Clone(s.State)
 		out.Steps[i] = s
 	}
 	return out
@@ -72,6 +73,7 @@ func (s *MemoryStore) RecordStep(_ context.Context, id events.Identity, requestI
 	}
 	st.Owner, st.At = owner, storedTime(time.Time{}, time.Now)
 	st.Data = append([]byte{}, st.Data...)
+	st.State = slices.Clone(st.State)
 	if st.size() > limits.MaxBytes {
 		return Step{}, fmt.Errorf("record step: %w", ErrJournalFull)
 	}
@@ -89,6 +91,7 @@ func (s *MemoryStore) RecordStep(_ context.Context, id events.Identity, requestI
 	if i := slices.IndexFunc(j.Steps, func(x Step) bool { return x.Key == st.Key }); i >= 0 {
 		got := j.Steps[i]
 		got.Data = append([]byte{}, got.Data...)
+		got.State = slices.Clone(got.State)
 		return got, nil
 	}
 	if j.Bytes+st.size() > limits.MaxBytes {
@@ -102,6 +105,7 @@ func (s *MemoryStore) RecordStep(_ context.Context, id events.Identity, requestI
 	j.Steps = append(j.Steps, st)
 	out := st
 	out.Data = append([]byte{}, st.Data...)
+	out.State = slices.Clone(st.State)
 	return out, nil
 }
 

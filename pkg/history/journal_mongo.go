@@ -36,12 +36,13 @@ type stepDoc struct {
 	Key   string    `bson:"key"`
 	Hash  string    `bson:"hash,omitempty"`
 	Data  []byte    `bson:"data"`
+	State []byte    `bson:"state,omitempty"`
 	Owner int64     `bson:"owner"`
 	At    time.Time `bson:"at"`
 }
 
 func toStepDoc(s Step) stepDoc {
-	return stepDoc{Key: s.Key, Hash: s.Hash, Data: s.Data, Owner: s.Owner, At: s.At}
+	return stepDoc{Key: s.Key, Hash: s.Hash, Data: s.Data, State: s.State, Owner: s.Owner, At: s.At}
 }
 
 func (d stepDoc) step() Step {
@@ -49,7 +50,7 @@ func (d stepDoc) step() Step {
 	if data == nil {
 		data = []byte{}
 	}
-	return Step{Key: d.Key, Hash: d.Hash, Data: data, Owner: d.Owner, At: d.At.UTC()}
+	return Step{Key: d.Key, Hash: d.Hash, Data: data, State: d.State, Owner: d.Owner, At: d.At.UTC()}
 }
 
 func (d journalDoc) steps() Steps {

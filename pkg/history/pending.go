@@ -96,6 +96,9 @@ type Answer struct {
 	// Interrupt is set, with status interrupted, when the run stopped to
 	// ask the user something.
 	Interrupt *Interrupt
+	// State, if set, is the run's change of the conversation's state and
+	// its active agent (Turn.State).
+	State *StateChange
 }
 
 // CommitAnswer is Commit with the answer's token usage and interrupt.
@@ -119,6 +122,7 @@ func (p *Pending) CommitAnswer(ctx context.Context, a Answer) (Committed, error)
 		KeepV1:      p.keepV1,
 		Usage:       a.Usage,
 		Interrupt:   a.Interrupt,
+		State:       a.State,
 		tip:         p.tip,
 	})
 	if err != nil {

@@ -22,6 +22,8 @@ type numbered struct {
 	// v1 is set on a turn stored in format version 1 (one part, seqs
 	// 2n-1 and 2n).
 	v1 bool
+	// st is what the turn keeps of state (nil: nothing).
+	st *turnState
 }
 
 // inV1 reports whether turn n, whose user message has seq seq, is

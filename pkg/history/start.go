@@ -3,6 +3,8 @@ package history
 import (
 	"context"
 	"fmt"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
 // Start is what a worker must know before it runs a request: whether the
@@ -25,15 +27,43 @@ type Start struct {
 	// did not end). A MongoStore reads it in the query of the request's
 	// outcome, at no extra command.
 	Steps *Steps
+	// State is the conversation's state and active agent as its newest
+	// turn left them (with Window): read by the same query as the window.
+	State State
 }
 
 // tip is the newest turn of a conversation as Start saw it: the turn a
 // commit expects to follow, and the record that fences it.
 type tip struct {
-	n      int64   // 0: the conversation had no turn
-	next   int64   // the seq after turn n's last message (1 when none)
-	source *Source // of turn n; nil when it had none
-	v1     bool    // turn n is of format version 1, or there is none
+	n      int64      // 0: the conversation had no turn
+	next   int64      // the seq after turn n's last message (1 when none)
+	source *Source    // of turn n; nil when it had none
+	v1     bool       // turn n is of format version 1, or there is none
+	st     *turnState // what turn n keeps of state
+}
+
+// stateTip is implemented by the stores of this package that are not
+// starters: what the conversation's newest turn keeps of state.
+type stateTip interface {
+	tipState(ctx context.Context, id events.Identity) (*turnState, error)
+}
+
+// scopeApplier is implemented by the stores of this package that keep
+// the user and tenant scopes: apply a turn's changes of them, per key,
+// over older stamps only (idempotent).
+type scopeApplier interface {
+	applyScoped(ctx context.Context, id events.Identity, st *turnState) error
+}
+
+// reapply rolls forward the user and tenant changes of the newest turn
+// again: its commit may have crashed before it did. Only a conversation
+// whose newest turn changed those scopes pays for it.
+func (p *Pending) reapply(ctx context.Context, st *turnState) error {
+	a, ok := p.store.(scopeApplier)
+	if !ok || !st.scoped() {
+		return nil
+	}
+	return a.applyScoped(ctx, p.id, st)
 }
 
 // starter is implemented by the stores of this package that answer Start
@@ -67,6 +97,10 @@ func (p *Pending) Start(ctx context.Context, n int) (Start, error) {
 		p.tip = tip
 		if st.Window != nil {
 			st.Window = append(st.Window, p.Message())
+			if err := p.reapply(ctx, tip.st); err != nil {
+				return Start{}, fmt.Errorf("start: %w", err)
+			}
+			st.State = tip.st.state()
 		}
 		return st, nil
 	}
@@ -100,5 +134,16 @@ func (p *Pending) Start(ctx context.Context, n int) (Start, error) {
 	if err != nil {
 		return Start{}, fmt.Errorf("start: %w", err)
 	}
-	return Start{Window: w, Steps: steps}, nil
+	start := Start{Window: w, Steps: steps}
+	if s, ok := p.store.(stateTip); ok {
+		ts, err := s.tipState(ctx, p.id)
+		if err != nil {
+			return Start{}, fmt.Errorf("start: %w", err)
+		}
+		if err := p.reapply(ctx, ts); err != nil {
+			return Start{}, fmt.Errorf("start: %w", err)
+		}
+		start.State = ts.state()
+	}
+	return start, nil
 }

@@ -17,8 +17,9 @@ import (
 // time.Now.
 type MemoryStore struct {
 	// mu guards convs and every memConv in it.
-	mu    sync.Mutex
-	convs map[string]*memConv // by identity key
+	mu     sync.Mutex
+	convs  map[string]*memConv // by identity key
+	scoped map[string]scopeDoc // user and tenant state, by document _id
 }
 
 type memConv struct {
@@ -73,7 +74,7 @@ var _ Store = (*MemoryStore)(nil)
 
 // NewMemoryStore returns an empty store.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{convs: make(map[string]*memConv)}
+	return &MemoryStore{convs: make(map[string]*memConv), scoped: make(map[string]scopeDoc)}
 }
 
 // Window implements Store.
@@ -124,8 +125,18 @@ func (s *MemoryStore) Commit(_ context.Context, id events.Identity, t Turn) (Com
 		t = asV1(t)
 	}
 	t.KeepV1 = false
-	c.turns = append(c.turns, numbered{n: n, seq: seq, t: t, v1: v1})
+	var prev *turnState
+	if len(c.turns) > 0 {
+		prev = c.turns[len(c.turns)-1].st
+	}
+	st, err := nextState(prev, cloneChange(t.State), t.CommittedAt, id.Key(), n)
+	if err != nil {
+		return Committed{}, fmt.Errorf("commit: %w", err)
+	}
+	t.State = nil
+	c.turns = append(c.turns, numbered{n: n, seq: seq, t: t, v1: v1, st: st})
 	c.requests[t.RequestID] = n
+	s.applyScopedLocked(id, st)
 	return Committed{N: n, Status: t.Status}, nil
 }
 
@@ -274,4 +285,84 @@ func (s *MemoryStore) LoadCheckpoint(_ context.Context, id events.Identity, name
 		return nil, false, nil
 	}
 	return append([]byte{}, data...), true, nil
+}
+
+var _ ScopeStore = (*MemoryStore)(nil)
+
+// cloneChange is a deep copy of c (the store keeps no caller's slices).
+func cloneChange(c *StateChange) *StateChange {
+	if c == nil {
+		return nil
+	}
+	cp := func(ops []StateOp) []StateOp {
+		if ops == nil {
+			return nil
+		}
+		out := make([]StateOp, len(ops))
+		for i, op := range ops {
+			out[i] = StateOp{Key: op.Key}
+			if op.Value != nil {
+				out[i].Value = append([]byte{}, op.Value...)
+			}
+		}
+		return out
+	}
+	return &StateChange{Conversation: cp(c.Conversation), User: cp(c.User), Tenant: cp(c.Tenant), Agent: c.Agent, From: c.From}
+}
+
+// tipState implements stateTip.
+func (s *MemoryStore) tipState(_ context.Context, id events.Identity) (*turnState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.convs[id.Key()]
+	if c == nil || len(c.turns) == 0 {
+		return nil, nil
+	}
+	return c.turns[len(c.turns)-1].st, nil
+}
+
+// applyScoped implements scopeApplier.
+func (s *MemoryStore) applyScoped(_ context.Context, id events.Identity, st *turnState) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.applyScopedLocked(id, st)
+	return nil
+}
+
+// applyScopedLocked applies st's user and tenant changes per key, over an
+// older stamp only, as MongoStore's conditional upserts do. s.mu must be
+// held.
+func (s *MemoryStore) applyScopedLocked(id events.Identity, st *turnState) {
+	if !st.scoped() {
+		return
+	}
+	apply := func(prefix, user string, ops []StateOp) {
+		for _, op := range ops {
+			docID := prefix + op.Key
+			if have, ok := s.scoped[docID]; ok && have.Stamp >= st.stamp {
+				continue
+			}
+			s.scoped[docID] = scopeDoc{ID: docID, Tenant: id.Tenant, User: user, Key: op.Key,
+				Value: string(op.Value), Del: op.Value == nil, Stamp: st.stamp}
+		}
+	}
+	apply(userScopePrefix(id.Tenant, id.User), id.User, st.user)
+	apply(tenantScopePrefix(id.Tenant), "", st.tenant)
+}
+
+// ScopeState implements ScopeStore.
+func (s *MemoryStore) ScopeState(_ context.Context, tenant, user string) (map[string][]byte, error) {
+	if err := validateScope(tenant, user); err != nil {
+		return nil, err
+	}
+	prefix := scopePrefix(tenant, user)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string][]byte{}
+	for docID, d := range s.scoped {
+		if strings.HasPrefix(docID, prefix) && !d.Del {
+			out[d.Key] = []byte(d.Value)
+		}
+	}
+	return out, nil
 }

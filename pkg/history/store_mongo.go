@@ -31,6 +31,9 @@ type MongoConfig struct {
 	// Checkpoints is the collection of agent checkpoints (one per
 	// interrupted run). Default "checkpoints".
 	Checkpoints string
+	// State is the collection of the user and tenant scopes of state (one
+	// document per key). Default "state".
+	State string
 	// ReadConcurrency is ignored: the store reads turns by range queries
 	// now, not by concurrent point reads.
 	//
@@ -76,6 +79,9 @@ func (c MongoConfig) withDefaults() MongoConfig {
 	if c.Checkpoints == "" {
 		c.Checkpoints = "checkpoints"
 	}
+	if c.State == "" {
+		c.State = "state"
+	}
 	if c.GroupCommitBatch == 0 {
 		c.GroupCommitBatch = 64
 	}
@@ -110,7 +116,7 @@ func (c MongoConfig) Validate() error {
 	if c.CommitAttempts < 1 {
 		errs = append(errs, fmt.Errorf("commit attempts %d: must be at least 1", c.CommitAttempts))
 	}
-	names := []string{c.Conversations, c.Turns, c.Requests, c.Summaries, c.Checkpoints}
+	names := []string{c.Conversations, c.Turns, c.Requests, c.Summaries, c.Checkpoints, c.State}
 	seen := make(map[string]bool, len(names))
 	for _, n := range names {
 		if seen[n] {
@@ -151,6 +157,12 @@ func (c MongoConfig) Validate() error {
 //     request (Journal, journal_mongo.go), found by Start's query of the
 //     request's outcome; expire_at carries a TTL index where the server
 //     has them (SweepSteps elsewhere).
+//   - A turn also keeps session state (Turn.State): the conversation's
+//     state after it, its active agent, and the run's user and tenant
+//     changes, rolled forward after the insert into
+//     state/<tenant>/<user>#u#<key> and state/<tenant>#t#<key>, one
+//     conditional upsert per key (state_mongo.go), and again by the
+//     conversation's next Start.
 //   - conversations/<key> holds turns, the highest turn number known
 //     committed, messages, the seq of its last message (absent when
 //     written before parts: then 2 × turns), and the times the
@@ -176,6 +188,7 @@ type MongoStore struct {
 	reqs      *mongo.Collection
 	summaries *mongo.Collection
 	cps       *mongo.Collection
+	state     *mongo.Collection
 
 	// Group commit of turn inserts and conversation roll-forwards.
 	turnWriter *groupWriter[any]
@@ -203,6 +216,7 @@ func NewMongoStore(ctx context.Context, db *mongo.Database, cfg MongoConfig) (*M
 
 		summaries: db.Collection(cfg.Summaries),
 		cps:       db.Collection(cfg.Checkpoints),
+		state:     db.Collection(cfg.State),
 	}
 	unordered := options.InsertMany().SetOrdered(false)
 	s.turnWriter = newGroupWriter(cfg.GroupCommitBatch, cfg.GroupCommitFlushes, cfg.GroupCommitTimeout,
@@ -305,6 +319,78 @@ type turnDoc struct {
 	Parts []partDoc `bson:"parts,omitempty"`
 	// Source is the request's record (absent for turns committed without).
 	Source *sourceDoc `bson:"source,omitempty"`
+	// State is the conversation's state after the turn, by key (absent
+	// when empty); ActiveAgent the agent the turn left it with (absent:
+	// the root); Scoped the run's changes of the user and tenant scopes.
+	State       []stateDoc `bson:"state,omitempty"`
+	ActiveAgent string     `bson:"active_agent,omitempty"`
+	FromAgent   string     `bson:"from_agent,omitempty"`
+	Scoped      *scopedDoc `bson:"scoped,omitempty"`
+}
+
+// stateDoc is one key of state: its JSON value, or a delete (Del, in a
+// turn's scoped changes only).
+type stateDoc struct {
+	Key   string `bson:"k"`
+	Value string `bson:"v,omitempty"`
+	Del   bool   `bson:"del,omitempty"`
+}
+
+// scopedDoc is a turn's changes of the user and tenant scopes, with the
+// stamp that orders them per key.
+type scopedDoc struct {
+	Stamp  string     `bson:"stamp"`
+	User   []stateDoc `bson:"user,omitempty"`
+	Tenant []stateDoc `bson:"tenant,omitempty"`
+}
+
+func toStateDocs(ops []StateOp) []stateDoc {
+	if len(ops) == 0 {
+		return nil
+	}
+	out := make([]stateDoc, len(ops))
+	for i, op := range ops {
+		out[i] = stateDoc{Key: op.Key, Value: string(op.Value), Del: op.Value == nil}
+	}
+	return out
+}
+
+func fromStateDocs(docs []stateDoc) []StateOp {
+	if len(docs) == 0 {
+		return nil
+	}
+	out := make([]StateOp, len(docs))
+	for i, d := range docs {
+		out[i] = StateOp{Key: d.Key}
+		if !d.Del {
+			out[i].Value = []byte(d.Value)
+		}
+	}
+	return out
+}
+
+// setState stores st in the turn document.
+func (d *turnDoc) setState(st *turnState) {
+	d.State, d.ActiveAgent, d.FromAgent, d.Scoped = nil, "", "", nil
+	if st == nil {
+		return
+	}
+	d.State, d.ActiveAgent, d.FromAgent = toStateDocs(st.values), st.agent, st.from
+	if st.scoped() {
+		d.Scoped = &scopedDoc{Stamp: st.stamp, User: toStateDocs(st.user), Tenant: toStateDocs(st.tenant)}
+	}
+}
+
+// turnState reads what the turn document keeps of state.
+func (d turnDoc) turnState() *turnState {
+	if len(d.State) == 0 && d.ActiveAgent == "" && d.FromAgent == "" && d.Scoped == nil {
+		return nil
+	}
+	st := &turnState{values: fromStateDocs(d.State), agent: d.ActiveAgent, from: d.FromAgent}
+	if d.Scoped != nil {
+		st.stamp, st.user, st.tenant = d.Scoped.Stamp, fromStateDocs(d.Scoped.User), fromStateDocs(d.Scoped.Tenant)
+	}
+	return st
 }
 
 type sourceDoc struct {
@@ -463,7 +549,7 @@ func (d turnDoc) numbered() numbered {
 			parts[i] = Part{Agent: p.Agent, Text: p.Content}
 		}
 	}
-	return numbered{n: d.N, seq: seq, v1: d.V < 2, t: Turn{
+	return numbered{n: d.N, seq: seq, v1: d.V < 2, st: d.turnState(), t: Turn{
 		RequestID:   d.RequestID,
 		User:        d.UserMessage.Content,
 		UserAt:      d.UserMessage.CreatedAt.UTC(),
@@ -610,7 +696,7 @@ func (s *MongoStore) start(ctx context.Context, p *Pending, n int) (Start, *tip,
 	t := &tip{v1: true}
 	if len(turns) > 0 {
 		last := turns[len(turns)-1]
-		t = &tip{n: last.n, next: last.end() + 1, source: last.t.Source, v1: last.v1}
+		t = &tip{n: last.n, next: last.end() + 1, source: last.t.Source, v1: last.v1, st: last.st}
 		if !p.source.follows(last.t.Source) {
 			// The record is not past the newest turn's: a redelivery of a
 			// request committed before the window, or one that will be
@@ -691,7 +777,7 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 		}
 		last = &tip{v1: true}
 		if len(turns) == 1 {
-			last = &tip{n: turns[0].n, next: turns[0].end() + 1, source: turns[0].t.Source, v1: turns[0].v1}
+			last = &tip{n: turns[0].n, next: turns[0].end() + 1, source: turns[0].t.Source, v1: turns[0].v1, st: turns[0].st}
 		}
 	}
 	// Fencing: the turn before the one we take must come from an older
@@ -711,10 +797,18 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 		}
 		return Committed{}, fmt.Errorf("commit: %w", ErrFenced)
 	}
-	n, seq, prevV1 := last.n+1, max(last.next, 1), last.v1
+	n, seq, prevV1, prevSt := last.n+1, max(last.next, 1), last.v1, last.st
 	for range s.cfg.CommitAttempts {
 		doc := newTurnDoc(id, n, seq, t, inV1(t, n, seq, prevV1))
-		err := s.turnWriter.do(ctx, doc)
+		// The conversation's state after this turn is the state of the
+		// turn it follows with the run's changes: computed again when a
+		// concurrent commit took the turn, so no change is lost.
+		st, err := nextState(prevSt, t.State, t.CommittedAt, key, n)
+		if err != nil {
+			return Committed{}, fmt.Errorf("commit: %w", err)
+		}
+		doc.setState(st)
+		err = s.turnWriter.do(ctx, doc)
 		switch {
 		case err == nil:
 			return s.finishCommit(ctx, id, doc.numbered(), false)
@@ -764,14 +858,27 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 		if len(after) > 0 {
 			taken = after[len(after)-1]
 		}
-		n, seq, prevV1 = taken.n+1, taken.end()+1, taken.v1
+		n, seq, prevV1, prevSt = taken.n+1, taken.end()+1, taken.v1, taken.st
 	}
 	return Committed{}, fmt.Errorf("commit: gave up after %d inserts found their turn taken", s.cfg.CommitAttempts)
 }
 
-// finishCommit rolls the conversation forward to a committed turn.
+// finishCommit rolls the conversation forward to a committed turn and,
+// at the same time, the user and tenant keys the turn changed.
 func (s *MongoStore) finishCommit(ctx context.Context, id events.Identity, x numbered, duplicate bool) (Committed, error) {
-	if err := s.rollForward(ctx, id, x.n, x.end(), x.t.CommittedAt); err != nil {
+	var serr error
+	done := make(chan struct{})
+	if x.st.scoped() {
+		go func() {
+			defer close(done)
+			serr = s.applyScoped(ctx, id, x.st)
+		}()
+	} else {
+		close(done)
+	}
+	err := s.rollForward(ctx, id, x.n, x.end(), x.t.CommittedAt)
+	<-done
+	if err := errors.Join(err, serr); err != nil {
 		return Committed{}, fmt.Errorf("commit: %w", err)
 	}
 	return Committed{N: x.n, Status: x.t.Status, Duplicate: duplicate}, nil

@@ -107,6 +107,28 @@
 // agent between all runs: only for agents safe for that, such as a
 // ChatModelAgent without tools.
 //
+// # Session state and the active agent
+//
+// An agent's tools keep state across turns through StateFromContext, the
+// one way to do it (eino's session values still live for one run): Get,
+// Set and Delete JSON values under keys scoped by prefix: none for the
+// conversation, UserPrefix ("user:") for every conversation of the user,
+// TenantPrefix ("tenant:") for the tenant's, TempPrefix ("temp:") for the
+// run only. The run's changes commit with its turn (a run that persists
+// nothing changes nothing) and the next run of the conversation starts
+// from them; user: and tenant: keys are read on their first use in a run
+// and rolled forward per key after the commit, the newest commit winning
+// per key. Limits (history.MaxStateKeys, MaxStateKeyBytes,
+// MaxStateValueBytes, MaxStateBytes) make Set fail with ErrStateLimit;
+// nothing is truncated. A State is safe for concurrent use.
+//
+// A run that ends transferred to a sub-agent (adk.SetSubAgents, without a
+// supervisor's hand-back) leaves the conversation with it: the next run
+// starts from that agent, found in the agent tree by name (run.started
+// names it), or from the root when the tree no longer has it. A transfer
+// back to the root returns the conversation to it. See DESIGN.md "Session
+// state and the active agent" and docs/api.md.
+//
 // # Interrupts
 //
 // A tool interrupts with eino's tool.Interrupt (or uses AskUser). The run

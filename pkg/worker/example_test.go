@@ -17,6 +17,7 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/bridge"
 	"github.com/turnpike-dev/turnpike/pkg/echo"
 	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
@@ -254,3 +255,46 @@ func ExampleToolStepFromContext() {
 	})
 	_ = charge
 }
+
+type languageArgs struct {
+	Set string `json:"set,omitempty"`
+}
+
+// A tool that remembers the user's preferred language across their
+// conversations: a user: key of the run's session state. The change is
+// committed with the turn; the user's next conversation reads it.
+func ExampleStateFromContext() {
+	language, _ := utils.InferTool("language", "Sets or tells the user's preferred language.", func(ctx context.Context, a languageArgs) (string, error) {
+		st := worker.StateFromContext(ctx)
+		if a.Set != "" {
+			return "set to " + a.Set, st.Set("user:lang", a.Set)
+		}
+		var lang string
+		if found, err := st.Get(ctx, "user:lang", &lang); err != nil || !found {
+			return "no preference", err
+		}
+		return lang, nil
+	})
+	model, _ := echo.New(echo.Config{}) // any eino ToolCallingChatModel
+	step, _ := worker.NewStep(worker.DefaultConfig(), worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "assistant", Description: "Remembers languages.", Model: model,
+			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{language}}}})
+	}))
+	store := history.NewMemoryStore() // the worker's MongoStore in production
+	for _, r := range []struct{ conversation, content string }{
+		{"first", `[[call:language]] {"set":"fr"}`},
+		{"second", `[[call:language]]`},
+	} {
+		res, err := step.Run(context.Background(), events.Request{V: events.Version, Tenant: "acme", User: "ann",
+			Conversation: r.conversation, RequestID: "r1", Content: r.content}, store, discard{})
+		fmt.Println(res.Answer, err)
+	}
+	// Output:
+	// echo #1: set to fr <nil>
+	// echo #1: fr <nil>
+}
+
+// discard is a sink that keeps no event.
+type discard struct{}
+
+func (discard) Emit(context.Context, events.Identity, events.Event) error { return nil }

@@ -197,8 +197,8 @@ func (jr *journalRun) record(ctx context.Context, kind string, s history.Step) e
 	if err := ctx.Err(); err != nil {
 		return err // the run is stopping: it records nothing more
 	}
-	if len(s.Data) > jr.stepBytes {
-		jr.skipped(kind, "step", len(s.Data))
+	if len(s.Data)+len(s.State) > jr.stepBytes {
+		jr.skipped(kind, "step", len(s.Data)+len(s.State))
 		return nil
 	}
 	got, err := jr.j.RecordStep(ctx, jr.id, jr.requestID, jr.owner, s, jr.limits)
@@ -352,14 +352,30 @@ func (h *durableHandler) WrapInvokableToolCall(_ context.Context, endpoint adk.I
 		if err != nil {
 			return "", err
 		}
+		st := StateFromContext(ctx)
 		if rec != nil {
+			// The state the call changed in its first run is changed
+			// again, as if it ran.
+			if err := st.replay(rec.State); err != nil {
+				return "", err
+			}
 			return string(rec.Data), nil
+		}
+		// The call's changes of the session state are journaled with its
+		// result, in the same step.
+		view, changes := st.recording()
+		if view != nil {
+			ctx = withState(ctx, view)
 		}
 		out, err := endpoint(context.WithValue(ctx, toolStepKey{}, ToolStep{Key: jr.requestID + "/" + key, Attempt: jr.attempt()}), args, opts...)
 		if err != nil {
 			return out, err // not recorded: an interrupt is an error too
 		}
-		if err := jr.record(ctx, "tool", history.Step{Key: key, Hash: hash, Data: []byte(out)}); err != nil {
+		state, err := changes.encode()
+		if err != nil {
+			return "", fmt.Errorf("journal: encode the state of step %s: %w", key, err)
+		}
+		if err := jr.record(ctx, "tool", history.Step{Key: key, Hash: hash, Data: []byte(out), State: state}); err != nil {
 			return "", err
 		}
 		return out, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/cloudwego/eino/adk"
 
@@ -20,7 +21,10 @@ import (
 // req's own id first, so the checkpoint of ResumeOf never changes: a
 // re-run of req after a crash resumes from the same state, and an
 // interrupt of the resumed run saves its checkpoint under req's id.
-func (w *Step) resume(runCtx, ctx context.Context, store history.Store, id events.Identity, req events.Request) (*adk.AsyncIterator[*adk.AgentEvent], error) {
+//
+// The resumed run starts from the agent the interrupted one started from
+// (from, "": the root), as its checkpoint was taken from there.
+func (w *Step) resume(runCtx, ctx context.Context, store history.Store, id events.Identity, req events.Request, from string, turn *stateTurn, log *slog.Logger) (*adk.AsyncIterator[*adk.AgentEvent], error) {
 	last, err := store.Window(ctx, id, 1)
 	if err != nil {
 		return nil, fmt.Errorf("read the latest turn: %w", err)
@@ -55,6 +59,7 @@ func (w *Step) resume(runCtx, ctx context.Context, store history.Store, id event
 	if err != nil {
 		return nil, fmt.Errorf("build agent: %w", err)
 	}
+	ag = w.startAgent(runCtx, ag, from, turn, log)
 	iter, err := newRunner(runCtx, ag, store).ResumeWithParams(runCtx, checkpointKey(id, req.RequestID), &adk.ResumeParams{Targets: targets})
 	if err != nil {
 		// The checkpoint no longer fits the agents (a changed agent

@@ -263,6 +263,12 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 	if jr != nil {
 		ctx = withJournal(ctx, jr)
 	}
+	// The session state as the conversation's newest turn left it: the
+	// agent and its tools read and change it (StateFromContext), and the
+	// turn's commit keeps the changes.
+	state := newState(id, st.State, store)
+	ctx = withState(ctx, state)
+	turn := &stateTurn{Pending: pending, state: state, agent: st.State.Agent}
 
 	runID := newRunID()
 	log = log.With(slog.String("run_id", runID))
@@ -274,7 +280,7 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		// A resume continues the interrupted run from its checkpoint; the
 		// answer is this request's (persisted) user message.
 		var err error
-		if iter, err = s.resume(runCtx, ctx, store, id, req); errors.Is(err, errNothingToResume) || errors.As(err, new(badAnswer)) {
+		if iter, err = s.resume(runCtx, ctx, store, id, req, st.State.From, turn, log); errors.Is(err, errNothingToResume) || errors.As(err, new(badAnswer)) {
 			log.Info("resume rejected", slog.String("resume_of", req.ResumeOf), slog.Any("reason", err))
 			if jr != nil && jr.exists() {
 				s.dropJournal(ctx, store, id, req.RequestID, owner, &history.Steps{}, log)
@@ -293,6 +299,8 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		if err != nil {
 			return bridge.Result{}, fmt.Errorf("build agent: %w", err)
 		}
+		// The conversation was left with a sub-agent: the run starts there.
+		ag = s.startAgent(runCtx, ag, st.State.Agent, turn, log)
 		// An interrupt saves the run's checkpoint under this request's id.
 		iter = newRunner(runCtx, ag, store).Run(runCtx, input, adk.WithCheckPointID(checkpointKey(id, req.RequestID)))
 	}
@@ -305,9 +313,10 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		Identity:       id,
 		RequestID:      req.RequestID,
 		RunID:          runID,
-		Turn:           pending,
+		Turn:           turn,
 		StopGeneration: stopGeneration,
 		Sink:           sink,
+		Agent:          turn.from,
 	}, iter)
 	if jr != nil {
 		jr.setAbort(h.Abort)
@@ -365,6 +374,25 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 	log.Info("run completed", slog.String("status", string(res.Status)), slog.Int64("turn", res.Committed.N),
 		slog.Int("tokens", res.Tokens), slog.Duration("took", s.now().Sub(start)))
 	return res, nil
+}
+
+// startAgent is the agent of the tree under root a run starts from to
+// start from agent name ("": the root), and sets turn's root and from.
+// An agent the tree no longer has (the code or the agent file changed
+// since the turn that left the conversation with it) is logged, and the
+// run starts from the root.
+func (s *Step) startAgent(ctx context.Context, root adk.Agent, name string, turn *stateTurn, log *slog.Logger) adk.Agent {
+	turn.root, turn.from = root.Name(ctx), ""
+	if name == "" || name == turn.root {
+		return root
+	}
+	if a := findAgent(ctx, root, name); a != nil {
+		turn.from = name
+		return a
+	}
+	log.Warn("active agent not in the agent tree: the run starts from the root", slog.String("agent", name), slog.String("root", turn.root))
+	turn.agent = ""
+	return root
 }
 
 // ended completes a request that did not run (decided, cancelled,

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -216,5 +217,72 @@ func TestATurnWithToolsCostsOneJournalWritePerStepAndACleanup(t *testing.T) {
 	if want := maxCommandsPerTurn + r + c + 1; len(names) != want {
 		t.Fatalf("the turn issued %d store commands (%s), want %d: 4, one journal write per step, one delete",
 			len(names), strings.Join(names, " "), want)
+	}
+}
+
+// A turn whose run changes k user: keys costs the ordinary turn's
+// commands plus one conditional upsert per key, issued with the
+// conversation's roll-forward. The conversation's next turn re-applies
+// those keys after Start (a crash may have left them in the turn only):
+// k commands more; the turn after it,
+// which changed nothing of the user's, costs what a turn without state
+// does. (Step.Run has no record coordinates, so from the second turn on
+// its Start adds the read of the request id's index and a wave: the
+// worker's consumer does not, see TestOrdinaryTurnStaysWithinTheStoreCommandBound.)
+// Commands are counted, not waves: the command log pairs commands issued
+// together, and three at once (the roll-forward and two upserts) may be
+// seen as two waves or three depending on scheduling.
+func TestATurnThatChangesUserStateCostsOneUpsertPerKey(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	dbName := testenv.Name(t, "tp")
+	log := newCommandLog(dbName)
+	client, err := mongo.Connect(options.Client().ApplyURI(testenv.MongoURI(t)).SetTimeout(30 * time.Second).SetMonitor(log.monitor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := client.Database(dbName)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = db.Drop(ctx)
+		_ = client.Disconnect(ctx)
+	})
+	store, err := history.NewMongoStore(ctx, db, history.MongoConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const k = 2
+	const stepRead = 1 // Step.Run's read of the request id's index
+	set := stateTool{name: "set", body: func(ctx context.Context, st *worker.State) (string, error) {
+		return "ok", errors.Join(st.Set("user:lang", "fr"), st.Set("user:tz", "CET"), st.Set("step", 1))
+	}}
+	plain := stateTool{name: "set", body: func(context.Context, *worker.State) (string, error) { return "ok", nil }}
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "user-state"}
+	for _, tc := range []struct {
+		name     string
+		tool     stateTool
+		commands int
+	}{
+		{"the turn that changes the user's keys", set, maxCommandsPerTurn + k},
+		{"the next turn, re-applying them", plain, maxCommandsPerTurn + stepRead + k},
+		{"the turn after it", plain, maxCommandsPerTurn + stepRead},
+	} {
+		st := stateStep(t, tc.tool, echoResult)
+		log.partnerWait = 0
+		log.arm()
+		res, err := st.Run(ctx, stepRequest(id, testenv.Name(t, "r"), "set"), store, newRecordingSink())
+		names, waves := log.disarm()
+		if err != nil || res.Status != events.StatusComplete {
+			t.Fatalf("%s: %+v, %v", tc.name, res, err)
+		}
+		t.Logf("%s: %d commands in %d waves: %s", tc.name, len(names), waves, strings.Join(names, " "))
+		if len(names) != tc.commands {
+			t.Errorf("%s issued %d store commands (%s), want %d", tc.name, len(names), strings.Join(names, " "), tc.commands)
+		}
+	}
+	m, err := store.ScopeState(ctx, "acme", "ann")
+	if err != nil || string(m["lang"]) != `"fr"` || string(m["tz"]) != `"CET"` {
+		t.Fatalf("user state %q, %v", m, err)
 	}
 }

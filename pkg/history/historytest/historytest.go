@@ -80,6 +80,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"With KeepV1 a conversation of version 1 turns (or none) gets one assistant message per turn, the parts joined; one with a version 2 turn keeps its parts", testKeepV1},
 		{"With KeepV1 a commit whose expected turn was taken by a version 2 turn meanwhile is version 2 too", testKeepV1AfterStaleStart},
 	}
+	tests = append(tests, stateTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

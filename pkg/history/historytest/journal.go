@@ -103,6 +103,14 @@ func testJournalRecord(t *testing.T, ctx context.Context, _ history.Store, j his
 	if _, found := journalOf(t, ctx, j, id, "r2"); found {
 		t.Error("another request of the conversation has a journal")
 	}
+	// A step's state changes come back with it, and count in its size.
+	withState := step("t/a/1/c2", "result")
+	withState.State = []byte(`[{"k":"user:lang","v":"\"fr\""}]`)
+	record(t, ctx, j, id, "r1", 7, withState)
+	js, _ = journalOf(t, ctx, j, id, "r1")
+	if got := js.Steps[len(js.Steps)-1]; string(got.State) != string(withState.State) || js.Steps[0].State != nil {
+		t.Errorf("the steps' state %q and %q, want %q and none", got.State, js.Steps[0].State, withState.State)
+	}
 }
 
 func testJournalFenced(t *testing.T, ctx context.Context, _ history.Store, j history.Journal) {

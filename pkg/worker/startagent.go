@@ -1,0 +1,79 @@
+package worker
+
+import (
+	"context"
+	"reflect"
+	"unsafe"
+
+	"github.com/cloudwego/eino/adk"
+
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+)
+
+// findAgent is the agent named name in the tree under root (root itself
+// included), as eino runs it: the node adk.SetSubAgents made, which keeps
+// its parent and sub-agents, so a run started from it can still transfer
+// back to its parent. nil when there is none.
+//
+// eino v0.9.21 exports no way to walk a tree of agents: the nodes
+// (adk's flowAgent) keep their sub-agents in an unexported field, which
+// this reads by reflection. Pinned by TestFindAgentWalksEinosAgentTree;
+// if a later eino moves the field, nothing is found and the run starts
+// from the root (logged).
+func findAgent(ctx context.Context, root adk.Agent, name string) adk.Agent {
+	if root == nil {
+		return nil
+	}
+	if root.Name(ctx) == name {
+		return root
+	}
+	v := reflect.ValueOf(root)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	subs := v.Elem().FieldByName("subAgents")
+	if !subs.IsValid() || subs.Kind() != reflect.Slice {
+		return nil
+	}
+	for i := range subs.Len() {
+		e := subs.Index(i) // addressable: an element of a slice
+		sub, ok := reflect.NewAt(e.Type(), unsafe.Pointer(e.UnsafeAddr())).Elem().Interface().(adk.Agent)
+		if !ok {
+			continue
+		}
+		if found := findAgent(ctx, sub, name); found != nil {
+			return found
+		}
+	}
+	return nil
+}
+
+// stateTurn is the run's pending turn with its session state: its commit
+// keeps what the run changed of state and the agent the run leaves the
+// conversation with (the destination of its last transfer, the root as
+// "").
+type stateTurn struct {
+	*history.Pending
+	state *State
+	root  string // the root agent's name
+	from  string // the agent the run started from ("": the root)
+	agent string // the active agent now
+}
+
+var _ bridge.TransferTurn = (*stateTurn)(nil)
+var _ bridge.AnswerTurn = (*stateTurn)(nil)
+
+// Transferred implements bridge.TransferTurn.
+func (t *stateTurn) Transferred(_, to string) {
+	t.agent = to
+	if to == t.root {
+		t.agent = ""
+	}
+}
+
+// CommitAnswer commits the answer with the run's state change.
+func (t *stateTurn) CommitAnswer(ctx context.Context, a history.Answer) (history.Committed, error) {
+	a.State = t.state.change(t.agent, t.from)
+	return t.Pending.CommitAnswer(ctx, a)
+}
