@@ -721,3 +721,131 @@ func TestARerunOfASupervisorTransfersAgainAndReplaysTheSubAgent(t *testing.T) {
 		t.Errorf("desk's model ran %d times, orders' %d, the charge %d: want each model call once (2 and 2) and one charge", d, o, charge.effects)
 	}
 }
+
+// crashingLookup counts its side effects by query; its first call for query
+// crashAt stops the run (a crash) before the side effect.
+type crashingLookup struct {
+	mu      sync.Mutex
+	crashAt string
+	crashed bool
+	crash   func()
+	effects map[string]int
+}
+
+func (t *crashingLookup) Info(context.Context) (*schema.ToolInfo, error) {
+	return &schema.ToolInfo{Name: "lookup", Desc: "looks a subject up"}, nil
+}
+
+func (t *crashingLookup) InvokableRun(ctx context.Context, args string, _ ...tool.Option) (string, error) {
+	t.mu.Lock()
+	crash := strings.Contains(args, t.crashAt) && !t.crashed
+	if crash {
+		t.crashed = true
+	} else {
+		t.effects[args]++
+	}
+	t.mu.Unlock()
+	if crash {
+		t.crash()
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	return "facts", nil
+}
+
+// REVIEW: a durable agent used as a tool (adk.NewAgentTool, as eino's
+// deep agents do) by a durable supervisor, called twice, in two rounds. The
+// first run stops in the second call's tool. On the re-run the first call's
+// result is replayed from the supervisor's journal, so the sub-agent's
+// model calls of that first call do not happen; the second call's first
+// model call then takes the key m/researcher/1, which holds the FIRST
+// call's output: a divergence. Under "fail" the request is dead-lettered;
+// under "live" the journal is truncated from there and the second call's
+// recorded model output is generated again. Durable's doc says to apply it
+// to each sub-agent, and the keys promise "the same on every run".
+func TestARerunReplaysADurableAgentUsedAsAToolWithoutDiverging(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{worker.DivergenceLive, worker.DivergenceFail} {
+		t.Run("With policy "+policy+".", func(t *testing.T) {
+			t.Parallel()
+			ctx := testenv.Context(t, 60*time.Second)
+			researchCall := func(id, subject string) *schema.Message {
+				return schema.AssistantMessage("", []schema.ToolCall{{ID: id, Type: "function",
+					Function: schema.FunctionCall{Name: "researcher", Arguments: `{"request":"` + subject + `"}`}}})
+			}
+			desk := &scripted{reply: func(in []*schema.Message) *schema.Message {
+				results := 0
+				for _, m := range in {
+					if m.Role == schema.Tool {
+						results++
+					}
+				}
+				switch results {
+				case 0:
+					return researchCall("call-a", "alpha")
+				case 1:
+					return researchCall("call-b", "beta")
+				}
+				return schema.AssistantMessage("Both researched.", nil)
+			}}
+			researcher := &scripted{reply: func(in []*schema.Message) *schema.Message {
+				if last := lastOf(in); last.Role == schema.Tool {
+					return schema.AssistantMessage("found "+last.Content, nil)
+				}
+				var subject string
+				for _, m := range in {
+					if m.Role == schema.User {
+						subject = m.Content
+					}
+				}
+				return schema.AssistantMessage("", []schema.ToolCall{{ID: "call-lookup", Type: "function",
+					Function: schema.FunctionCall{Name: "lookup", Arguments: `{"q":"` + subject + `"}`}}})
+			}}
+			lookup := &crashingLookup{crashAt: "beta", effects: map[string]int{}}
+			factory := func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+				sub, err := adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "researcher", Description: "Researches a subject.",
+					Instruction: "Research.", Model: researcher,
+					ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{lookup}}}}))
+				if err != nil {
+					return nil, err
+				}
+				return adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "desk", Description: "Answers.",
+					Instruction: "Answer.", Model: desk,
+					ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{adk.NewAgentTool(ctx, sub)}}}}))
+			}
+			c := stepConfig()
+			c.JournalDivergence = policy
+			reg := prometheus.NewRegistry()
+			store := history.NewMemoryStore()
+			id := events.Identity{Tenant: "acme", User: "ann", Conversation: testenv.Name(t, "research")}
+			req := stepRequest(id, "r1", "research alpha and beta")
+			firstCtx, crash := context.WithCancel(ctx)
+			lookup.crash = crash
+			if _, err := newStep(t, c, worker.WithAgentFactory(factory)).Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+				t.Fatalf("the first run = %v, want aborted in the second lookup", err)
+			}
+			betaCalls := func() int { // the researcher's model calls for beta without a tool result
+				n := 0
+				for _, in := range researcher.seen() {
+					if lastOf(in).Role != schema.Tool && strings.Contains(fmt.Sprint(in), "beta") {
+						n++
+					}
+				}
+				return n
+			}
+			if n := betaCalls(); n != 1 {
+				t.Fatalf("the researcher's first model call for beta ran %d times in the first run, want 1", n)
+			}
+			res, err := newStep(t, c, worker.WithAgentFactory(factory), worker.WithRegistry(reg)).Run(ctx, req, store, newRecordingSink())
+			if err != nil || res.Status != events.StatusComplete {
+				t.Fatalf("the re-run: %+v, %v; want complete (nothing changed between the runs)", res, err)
+			}
+			if n := counterValue(t, reg, "turnpike_worker_journal_divergences_total"); n != 0 {
+				t.Errorf("divergences counted: %v, want 0 (nothing changed between the runs)", n)
+			}
+			if n := betaCalls(); n != 1 {
+				t.Errorf("the researcher's first model call for beta ran %d times over both runs, want 1 (it was recorded)", n)
+			}
+		})
+	}
+}
