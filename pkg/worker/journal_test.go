@@ -849,3 +849,41 @@ func TestARerunReplaysADurableAgentUsedAsAToolWithoutDiverging(t *testing.T) {
 		})
 	}
 }
+
+// REVIEW: ToolStep's doc: "A step whose Attempt is 1 never ran before; a
+// higher one may have." When the model output that asked for the tool was
+// not recorded (over JournalStepBytes here; past JournalBytes likewise),
+// a run cut between the tool's side effect and its record leaves no
+// journal at all, and the re-run's tool gets Attempt 1 again although it
+// ran before: a tool that skips its deduplication on Attempt 1 repeats its
+// side effect.
+func TestAToolThatRanBeforeNeverGetsAttemptOneAgain(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	a := newJournalAgent()
+	c := stepConfig()
+	c.JournalStepBytes = 8 // "charged" fits; no model output does
+	st := newStep(t, c, worker.WithAgentFactory(a.factory()))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: testenv.Name(t, "attempt")}
+	req := stepRequest(id, "r1", "charge and mail")
+	firstCtx, crash := context.WithCancel(ctx)
+	a.mu.Lock()
+	a.crashAt, a.crash = afterChargeEffect, crash
+	a.mu.Unlock()
+	if _, err := st.Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+		t.Fatalf("the first run = %v, want aborted", err)
+	}
+	if _, err := st.Run(ctx, req, store, newRecordingSink()); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	charges := a.steps["charge"]
+	if len(charges) != 2 || charges[0].Key != charges[1].Key {
+		t.Fatalf("the charge's steps %+v, want two runs of one key", charges)
+	}
+	if charges[1].Attempt == 1 {
+		t.Errorf("the charge ran again with Attempt 1 (%+v): ToolStep says Attempt 1 never ran before", charges)
+	}
+}
