@@ -887,3 +887,72 @@ func TestAToolThatRanBeforeNeverGetsAttemptOneAgain(t *testing.T) {
 		t.Errorf("the charge ran again with Attempt 1 (%+v): ToolStep says Attempt 1 never ran before", charges)
 	}
 }
+
+// flakySummarizer fails its first summary request (a timeout, a 503) and
+// answers the later ones.
+type flakySummarizer struct {
+	mu    sync.Mutex
+	calls int
+}
+
+func (s *flakySummarizer) Generate(context.Context, []*schema.Message, ...model.Option) (*schema.Message, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if s.calls == 1 {
+		return nil, errors.New("summarizer: 503")
+	}
+	return schema.AssistantMessage("They talked about orders.", nil), nil
+}
+
+func (s *flakySummarizer) Stream(context.Context, []*schema.Message, ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	return nil, errors.New("the summarizer is only asked to generate")
+}
+
+// REVIEW: with compaction on, the window of a request's re-run is not the
+// window of its first run when the first run's summarizer call failed (the
+// window is then kept as it is, compact.go) and the re-run's succeeds (or
+// the first run's SaveSummary failed and the re-run summarizes again: an
+// LLM's summary differs). Nothing about the request or the agent changed,
+// yet the first model step diverges: under "fail" the request is
+// dead-lettered, under "live" the whole journal is dropped and every tool
+// runs again (the charge twice).
+func TestARerunAfterATransientSummarizerFailureReplaysItsJournal(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{worker.DivergenceLive, worker.DivergenceFail} {
+		t.Run("With policy "+policy+".", func(t *testing.T) {
+			t.Parallel()
+			ctx := testenv.Context(t, 60*time.Second)
+			store := history.NewMemoryStore()
+			id := events.Identity{Tenant: "acme", User: "ann", Conversation: testenv.Name(t, "compact")}
+			seed := newStep(t, stepConfig())
+			for i := range 4 {
+				req := stepRequest(id, fmt.Sprintf("seed-%d", i), strings.Repeat("an earlier question about orders ", 20))
+				if _, err := seed.Run(ctx, req, store, newRecordingSink()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a := newJournalAgent()
+			c := stepConfig()
+			c.JournalDivergence = policy
+			c.CompactTokens, c.CompactKeep = 100, 1
+			sum := &flakySummarizer{}
+			req := stepRequest(id, "r1", "charge and mail")
+			firstCtx, crash := context.WithCancel(ctx)
+			a.mu.Lock()
+			a.crashAt, a.crash = beforeMail, crash
+			a.mu.Unlock()
+			st := newStep(t, c, worker.WithAgentFactory(a.factory()), worker.WithSummarizer(sum))
+			if _, err := st.Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+				t.Fatalf("the first run = %v, want aborted", err)
+			}
+			res, err := st.Run(ctx, req, store, newRecordingSink())
+			if err != nil || res.Status != events.StatusComplete {
+				t.Fatalf("the re-run: %+v, %v; want complete", res, err)
+			}
+			if got, want := a.counts(), "models 1 1 1, charge 1, mail 1"; got != want {
+				t.Errorf("executions %q, want %q: the journal's steps replayed", got, want)
+			}
+		})
+	}
+}
