@@ -432,3 +432,27 @@ func TestHistoryV1DecidesTheFormatOfANewConversationsTurns(t *testing.T) {
 		})
 	}
 }
+
+// REVIEW: NewStep validates the step's settings (validateStep) but not the
+// journal's, which only the consumer's validation checks: a Step (the
+// shadow replay's, a pipeline of one's own) with JournalBytes past
+// history.MaxJournalBytes is built, and then every journal write of a
+// durable agent fails as invalid (the request fails permanently); a
+// JournalDivergence that is neither "live" nor "fail" silently means live.
+func TestNewStepRefusesTheJournalSettingsTheWorkerRefuses(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		set  func(*worker.Config)
+	}{
+		{"A journal limit past history.MaxJournalBytes is refused.", func(c *worker.Config) { c.JournalBytes = history.MaxJournalBytes + 1 }},
+		{"A divergence policy that is neither live nor fail is refused.", func(c *worker.Config) { c.JournalDivergence = "Fail" }},
+		{"A negative journal TTL is refused.", func(c *worker.Config) { c.JournalTTL = -time.Hour }},
+	} {
+		c := stepConfig()
+		tt.set(&c)
+		if _, err := worker.NewStep(c, worker.WithLogger(slog.New(slog.DiscardHandler))); err == nil {
+			t.Errorf("%s NewStep accepted it", tt.name)
+		}
+	}
+}
