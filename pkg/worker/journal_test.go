@@ -1120,3 +1120,88 @@ func TestARerunAfterATransientSummarizerFailureReplaysItsJournal(t *testing.T) {
 		})
 	}
 }
+
+// Two parallel calls of one durable agent used as a tool (one model output
+// asking for both) key their steps apart: each call's steps are scoped by
+// the call's own journal key. Sharing keys, one call's first model output
+// would be recorded and the other's found different: a divergence on the
+// re-run (or in the first run already, under "fail").
+func TestARerunReplaysParallelCallsOfADurableAgentUsedAsAToolWithoutDiverging(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{worker.DivergenceLive, worker.DivergenceFail} {
+		t.Run("With policy "+policy+".", func(t *testing.T) {
+			t.Parallel()
+			ctx := testenv.Context(t, 60*time.Second)
+			researchCall := func(id, subject string) schema.ToolCall {
+				return schema.ToolCall{ID: id, Type: "function",
+					Function: schema.FunctionCall{Name: "researcher", Arguments: `{"request":"` + subject + `"}`}}
+			}
+			desk := &scripted{reply: func(in []*schema.Message) *schema.Message {
+				if lastOf(in).Role == schema.Tool {
+					return schema.AssistantMessage("Both researched.", nil)
+				}
+				return schema.AssistantMessage("", []schema.ToolCall{researchCall("call-a", "alpha"), researchCall("call-b", "beta")})
+			}}
+			researcher := &scripted{reply: func(in []*schema.Message) *schema.Message {
+				if last := lastOf(in); last.Role == schema.Tool {
+					return schema.AssistantMessage("found "+last.Content, nil)
+				}
+				var subject string
+				for _, m := range in {
+					if m.Role == schema.User {
+						subject = m.Content
+					}
+				}
+				return schema.AssistantMessage("", []schema.ToolCall{{ID: "call-lookup", Type: "function",
+					Function: schema.FunctionCall{Name: "lookup", Arguments: `{"q":"` + subject + `"}`}}})
+			}}
+			lookup := &crashingLookup{crashAt: "beta", effects: map[string]int{}}
+			factory := func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+				sub, err := adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "researcher", Description: "Researches a subject.",
+					Instruction: "Research.", Model: researcher,
+					ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{lookup}}}}))
+				if err != nil {
+					return nil, err
+				}
+				return adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "desk", Description: "Answers.",
+					Instruction: "Answer.", Model: desk,
+					ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{adk.NewAgentTool(ctx, sub)}}}}))
+			}
+			c := stepConfig()
+			c.JournalDivergence = policy
+			reg := prometheus.NewRegistry()
+			store := history.NewMemoryStore()
+			id := events.Identity{Tenant: "acme", User: "ann", Conversation: testenv.Name(t, "parallel")}
+			req := stepRequest(id, "r1", "research alpha and beta at once")
+			firstCtx, crash := context.WithCancel(ctx)
+			lookup.crash = crash
+			if _, err := newStep(t, c, worker.WithAgentFactory(factory)).Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+				t.Fatalf("the first run = %v, want aborted in beta's lookup", err)
+			}
+			betaCalls := func() int { // the researcher's model calls for beta without a tool result
+				n := 0
+				for _, in := range researcher.seen() {
+					if lastOf(in).Role != schema.Tool && strings.Contains(fmt.Sprint(in), "beta") {
+						n++
+					}
+				}
+				return n
+			}
+			res, err := newStep(t, c, worker.WithAgentFactory(factory), worker.WithRegistry(reg)).Run(ctx, req, store, newRecordingSink())
+			if err != nil || res.Status != events.StatusComplete {
+				t.Fatalf("the re-run: %+v, %v; want complete (nothing changed between the runs)", res, err)
+			}
+			if n := counterValue(t, reg, "turnpike_worker_journal_divergences_total"); n != 0 {
+				t.Errorf("divergences counted: %v, want 0 (nothing changed between the runs)", n)
+			}
+			if n := betaCalls(); n != 1 {
+				t.Errorf("the researcher's first model call for beta ran %d times over both runs, want 1 (it was recorded)", n)
+			}
+			lookup.mu.Lock()
+			defer lookup.mu.Unlock()
+			if n := lookup.effects[`{"q":"beta"}`]; n != 1 {
+				t.Errorf("beta's lookup had %d effects, want 1 (cut before its effect once, then run once)", n)
+			}
+		})
+	}
+}
