@@ -225,7 +225,7 @@ func (jr *journalRun) record(ctx context.Context, kind string, s history.Step) e
 	return ctx.Err()
 }
 
-// collided handles step key recorded by another call of this run for
+// collided handles a step key that another call of this run recorded for
 // another input: a divergence within the run.
 func (jr *journalRun) collided(ctx context.Context, kind, key string) error {
 	jr.metrics.journalDivergences.Inc()
