@@ -1121,6 +1121,24 @@ func TestARerunAfterATransientSummarizerFailureReplaysItsJournal(t *testing.T) {
 	}
 }
 
+// perCallAgentTool is adk.NewAgentTool over a sub-agent built for each
+// call: eino v0.9.21's ChatModelAgent writes its run configuration on each
+// Run, so one instance run by two parallel calls races with itself (-race).
+type perCallAgentTool struct {
+	info  *schema.ToolInfo
+	build func(context.Context) (adk.Agent, error)
+}
+
+func (t *perCallAgentTool) Info(context.Context) (*schema.ToolInfo, error) { return t.info, nil }
+
+func (t *perCallAgentTool) InvokableRun(ctx context.Context, args string, opts ...tool.Option) (string, error) {
+	a, err := t.build(ctx)
+	if err != nil {
+		return "", err
+	}
+	return adk.NewAgentTool(ctx, a).(tool.InvokableTool).InvokableRun(ctx, args, opts...)
+}
+
 // Two parallel calls of one durable agent used as a tool (one model output
 // asking for both) key their steps apart: each call's steps are scoped by
 // the call's own journal key. Sharing keys, one call's first model output
@@ -1157,15 +1175,22 @@ func TestARerunReplaysParallelCallsOfADurableAgentUsedAsAToolWithoutDiverging(t 
 			}}
 			lookup := &crashingLookup{crashAt: "beta", effects: map[string]int{}}
 			factory := func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
-				sub, err := adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "researcher", Description: "Researches a subject.",
-					Instruction: "Research.", Model: researcher,
-					ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{lookup}}}}))
+				sub := func(ctx context.Context) (adk.Agent, error) {
+					return adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "researcher", Description: "Researches a subject.",
+						Instruction: "Research.", Model: researcher,
+						ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{lookup}}}}))
+				}
+				proto, err := sub(ctx)
+				if err != nil {
+					return nil, err
+				}
+				info, err := adk.NewAgentTool(ctx, proto).Info(ctx)
 				if err != nil {
 					return nil, err
 				}
 				return adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "desk", Description: "Answers.",
 					Instruction: "Answer.", Model: desk,
-					ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{adk.NewAgentTool(ctx, sub)}}}}))
+					ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{&perCallAgentTool{info: info, build: sub}}}}}))
 			}
 			c := stepConfig()
 			c.JournalDivergence = policy
