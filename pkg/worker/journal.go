@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/cloudwego/eino/adk"
@@ -57,7 +58,8 @@ type ToolStep struct {
 	// Key is the same on every run of the request that replays the model
 	// output that asked for the tool: the request id, the agent, the
 	// ordinal of the model call and the tool call's id, which the model
-	// chose. A model output the journal did not keep (over the step or
+	// chose (for an agent used as a tool, after the key of the tool call
+	// that runs it). A model output the journal did not keep (over the step or
 	// journal limit, or expired with the journal) is generated again on
 	// a re-run, and a model may then choose other call ids: key such a
 	// side effect on the request (RequestFromContext) and its own
@@ -123,7 +125,7 @@ type journalRun struct {
 	mu       sync.Mutex // guards the fields below
 	recorded map[string]history.Step
 	order    []string       // recorded's keys in the journal's order
-	models   map[string]int // each agent's completed model calls
+	models   map[string]int // each agent's completed model calls, by scope and agent
 	runs     int            // this run's number
 	touched  bool           // the journal exists (found or written): delete it at the end
 	failed   error          // a journal write failed: the run stops with it
@@ -212,6 +214,14 @@ func (jr *journalRun) record(ctx context.Context, kind string, s history.Step) e
 		return jr.stop(ctx, fmt.Errorf("journal %s step: %w", kind, err))
 	case got.Owner != jr.owner:
 		return jr.stop(ctx, errStepRaced)
+	case got.Hash != s.Hash:
+		// Another call of this run recorded the key for another input:
+		// the key does not tell the two apart (a model that gave two
+		// calls of one round the same id). Recording neither over the
+		// other, this call's result is used unrecorded (it runs again
+		// on a re-run, whose lookup diverges there) or, under
+		// DivergenceFail, the run fails.
+		return jr.collided(ctx, kind, s.Key)
 	}
 	jr.metrics.journalSteps.WithLabelValues(kind, "recorded").Inc()
 	jr.mu.Lock()
@@ -221,6 +231,19 @@ func (jr *journalRun) record(ctx context.Context, kind string, s history.Step) e
 	jr.recorded[s.Key] = got
 	jr.touched = true
 	jr.mu.Unlock()
+	return ctx.Err()
+}
+
+// collided handles a step key that another call of this run recorded for
+// another input: a divergence within the run.
+func (jr *journalRun) collided(ctx context.Context, kind, key string) error {
+	jr.metrics.journalDivergences.Inc()
+	jr.log.Warn("journal: another call of the run recorded the step for another input: this call's is not recorded",
+		slog.String("kind", kind), slog.String("step", key),
+		slog.String("policy", map[bool]string{true: DivergenceFail, false: DivergenceLive}[jr.fail]))
+	if jr.fail {
+		return jr.stop(ctx, Permanent(fmt.Errorf("%w at step %s: two calls of the run, one key", errDiverged, key)))
+	}
 	return ctx.Err()
 }
 
@@ -253,6 +276,12 @@ func (jr *journalRun) lookup(ctx context.Context, kind, key, hash string) (*hist
 	}
 	jr.mu.Lock()
 	i := slices.Index(jr.order, key)
+	if i < 0 {
+		// Another call's divergence, at an earlier step, truncated the
+		// journal meanwhile: the run is live from there already.
+		jr.mu.Unlock()
+		return nil, nil
+	}
 	for _, k := range jr.order[i:] {
 		delete(jr.recorded, k)
 	}
@@ -267,25 +296,48 @@ func (jr *journalRun) lookup(ctx context.Context, kind, key, hash string) (*hist
 	return nil, nil
 }
 
-// modelKey is the key of agent's next model call; done counts it
-// completed.
-func (jr *journalRun) modelKey(agent string) (key string, done func()) {
+// stepScopeKey is the context key of the journal key of the tool call
+// the context belongs to (see withStepScope).
+type stepScopeKey struct{}
+
+// withStepScope returns ctx inside journaled tool call key: the steps of a
+// durable agent that the tool runs (adk.NewAgentTool) are keyed under it.
+func withStepScope(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, stepScopeKey{}, key)
+}
+
+// stepScope is the prefix of the keys of the steps run in ctx: "" at the
+// run's top level (the keys of existing journals), "<tool key>/" inside a
+// journaled tool call. A durable agent used as a tool thus counts its
+// model calls per call of the tool: a replayed call skips its steps
+// without shifting the next call's, and two parallel calls do not share
+// keys.
+func stepScope(ctx context.Context) string {
+	if s, _ := ctx.Value(stepScopeKey{}).(string); s != "" {
+		return s + "/"
+	}
+	return ""
+}
+
+// modelKey is the key of agent's next model call in scope; done counts
+// it completed.
+func (jr *journalRun) modelKey(scope, agent string) (key string, done func()) {
 	jr.mu.Lock()
-	k := jr.models[agent] + 1
+	k := jr.models[scope+agent] + 1
 	jr.mu.Unlock()
-	return fmt.Sprintf("m/%s/%d", agent, k), func() {
+	return fmt.Sprintf("%sm/%s/%d", scope, agent, k), func() {
 		jr.mu.Lock()
-		jr.models[agent] = k
+		jr.models[scope+agent] = k
 		jr.mu.Unlock()
 	}
 }
 
 // toolKey is the key of tool call callID, asked for by agent's latest
-// completed model call.
-func (jr *journalRun) toolKey(agent, callID string) string {
+// completed model call in scope.
+func (jr *journalRun) toolKey(scope, agent, callID string) string {
 	jr.mu.Lock()
 	defer jr.mu.Unlock()
-	return fmt.Sprintf("t/%s/%d/%s", agent, jr.models[agent], callID)
+	return fmt.Sprintf("%st/%s/%d/%s", scope, agent, jr.models[scope+agent], callID)
 }
 
 // exists reports whether the request has a journal: found at the start,
@@ -347,7 +399,7 @@ func (h *durableHandler) WrapInvokableToolCall(_ context.Context, endpoint adk.I
 		if jr == nil {
 			return endpoint(ctx, args, opts...)
 		}
-		key, hash := jr.toolKey(h.agent, tc.CallID), hashOf(tc.Name, args)
+		key, hash := jr.toolKey(stepScope(ctx), h.agent, tc.CallID), hashOf(tc.Name, args)
 		rec, err := jr.lookup(ctx, "tool", key, hash)
 		if err != nil {
 			return "", err
@@ -367,7 +419,7 @@ func (h *durableHandler) WrapInvokableToolCall(_ context.Context, endpoint adk.I
 		if view != nil {
 			ctx = withState(ctx, view)
 		}
-		out, err := endpoint(context.WithValue(ctx, toolStepKey{}, ToolStep{Key: jr.requestID + "/" + key, Attempt: jr.attempt()}), args, opts...)
+		out, err := endpoint(withStepScope(context.WithValue(ctx, toolStepKey{}, ToolStep{Key: jr.requestID + "/" + key, Attempt: jr.attempt()}), key), args, opts...)
 		if err != nil {
 			return out, err // not recorded: an interrupt is an error too
 		}
@@ -393,7 +445,7 @@ type journalModel struct {
 // begin finds the call's step: its key, its input's hash and, when it is
 // recorded for that input, the recorded output.
 func (m *journalModel) begin(ctx context.Context, in []*schema.Message) (key, hash string, done func(), replay *schema.Message, err error) {
-	key, done = m.jr.modelKey(m.agent)
+	key, done = m.jr.modelKey(stepScope(ctx), m.agent)
 	hash = hashModelInput(in, m.tools)
 	rec, err := m.jr.lookup(ctx, "model", key, hash)
 	if err != nil || rec == nil {
@@ -507,17 +559,32 @@ func replayStream(msg *schema.Message) *schema.StreamReader[*schema.Message] {
 	return schema.StreamReaderFromArray(append(chunks, &rest))
 }
 
-// hashModelInput fingerprints a model call's input: each message's role,
-// content, name, tool call id and tool calls, and the tools offered.
+// hashModelInput fingerprints what identifies a model call's step, not the
+// conversation's history: the system messages (the agent's instruction;
+// not the worker's summary of the history), the tools offered, and the
+// messages from the last user message on (the request's own message, or
+// the context eino gives an agent after a transfer or as a tool, and the
+// steps after it), each message's role, content, name, tool call id and
+// tool calls. The window before the last user message is left out:
+// compaction may rewrite it between two runs of a request (a summarizer
+// that failed in one and not the other, a summary saved in neither) when
+// nothing about the request or the agent changed. Any step before it
+// that changed diverged first (its own input or output is in the journal).
 func hashModelInput(in []*schema.Message, tools []string) string {
 	type call struct{ ID, Name, Args string }
 	type msg struct {
 		Role, Content, Name, ToolCallID string
 		Calls                           []call
 	}
+	last := -1 // the last user message
+	for i, m := range in {
+		if m != nil && m.Role == schema.User {
+			last = i
+		}
+	}
 	ms := make([]msg, 0, len(in))
-	for _, m := range in {
-		if m == nil {
+	for i, m := range in {
+		if m == nil || i < last && (m.Role != schema.System || strings.HasPrefix(m.Content, summaryPrefix)) {
 			continue
 		}
 		x := msg{Role: string(m.Role), Content: m.Content, Name: m.Name, ToolCallID: m.ToolCallID}

@@ -885,3 +885,308 @@ func TestARejectedResumeDeletesTheJournalItsEarlierRunLeft(t *testing.T) {
 		t.Errorf("the journal of the rejected resume is still there: %d steps (%v)", len(js.Steps), err)
 	}
 }
+
+// crashingLookup counts its side effects by query; its first call for query
+// crashAt stops the run (a crash) before the side effect.
+type crashingLookup struct {
+	mu      sync.Mutex
+	crashAt string
+	crashed bool
+	crash   func()
+	effects map[string]int
+}
+
+func (t *crashingLookup) Info(context.Context) (*schema.ToolInfo, error) {
+	return &schema.ToolInfo{Name: "lookup", Desc: "looks a subject up"}, nil
+}
+
+func (t *crashingLookup) InvokableRun(ctx context.Context, args string, _ ...tool.Option) (string, error) {
+	t.mu.Lock()
+	crash := strings.Contains(args, t.crashAt) && !t.crashed
+	if crash {
+		t.crashed = true
+	} else {
+		t.effects[args]++
+	}
+	t.mu.Unlock()
+	if crash {
+		t.crash()
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	return "facts", nil
+}
+
+// A durable agent used as a tool (adk.NewAgentTool, as eino's
+// deep agents do) by a durable supervisor, called twice, in two rounds. The
+// first run stops in the second call's tool. On the re-run the first call's
+// result is replayed from the supervisor's journal, so the sub-agent's
+// model calls of that first call do not happen. The second call's steps
+// are keyed under its own tool call, so they replay without a divergence
+// (found in review: with keys counted per agent across the run, the second
+// call's first model call took the first call's key m/researcher/1 and
+// diverged).
+func TestARerunReplaysADurableAgentUsedAsAToolWithoutDiverging(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{worker.DivergenceLive, worker.DivergenceFail} {
+		t.Run("With policy "+policy+".", func(t *testing.T) {
+			t.Parallel()
+			ctx := testenv.Context(t, 60*time.Second)
+			researchCall := func(id, subject string) *schema.Message {
+				return schema.AssistantMessage("", []schema.ToolCall{{ID: id, Type: "function",
+					Function: schema.FunctionCall{Name: "researcher", Arguments: `{"request":"` + subject + `"}`}}})
+			}
+			desk := &scripted{reply: func(in []*schema.Message) *schema.Message {
+				results := 0
+				for _, m := range in {
+					if m.Role == schema.Tool {
+						results++
+					}
+				}
+				switch results {
+				case 0:
+					return researchCall("call-a", "alpha")
+				case 1:
+					return researchCall("call-b", "beta")
+				}
+				return schema.AssistantMessage("Both researched.", nil)
+			}}
+			researcher := &scripted{reply: func(in []*schema.Message) *schema.Message {
+				if last := lastOf(in); last.Role == schema.Tool {
+					return schema.AssistantMessage("found "+last.Content, nil)
+				}
+				var subject string
+				for _, m := range in {
+					if m.Role == schema.User {
+						subject = m.Content
+					}
+				}
+				return schema.AssistantMessage("", []schema.ToolCall{{ID: "call-lookup", Type: "function",
+					Function: schema.FunctionCall{Name: "lookup", Arguments: `{"q":"` + subject + `"}`}}})
+			}}
+			lookup := &crashingLookup{crashAt: "beta", effects: map[string]int{}}
+			factory := func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+				sub, err := adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "researcher", Description: "Researches a subject.",
+					Instruction: "Research.", Model: researcher,
+					ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{lookup}}}}))
+				if err != nil {
+					return nil, err
+				}
+				return adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "desk", Description: "Answers.",
+					Instruction: "Answer.", Model: desk,
+					ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{adk.NewAgentTool(ctx, sub)}}}}))
+			}
+			c := stepConfig()
+			c.JournalDivergence = policy
+			reg := prometheus.NewRegistry()
+			store := history.NewMemoryStore()
+			id := events.Identity{Tenant: "acme", User: "ann", Conversation: testenv.Name(t, "research")}
+			req := stepRequest(id, "r1", "research alpha and beta")
+			firstCtx, crash := context.WithCancel(ctx)
+			lookup.crash = crash
+			if _, err := newStep(t, c, worker.WithAgentFactory(factory)).Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+				t.Fatalf("the first run = %v, want aborted in the second lookup", err)
+			}
+			betaCalls := func() int { // the researcher's model calls for beta without a tool result
+				n := 0
+				for _, in := range researcher.seen() {
+					if lastOf(in).Role != schema.Tool && strings.Contains(fmt.Sprint(in), "beta") {
+						n++
+					}
+				}
+				return n
+			}
+			if n := betaCalls(); n != 1 {
+				t.Fatalf("the researcher's first model call for beta ran %d times in the first run, want 1", n)
+			}
+			res, err := newStep(t, c, worker.WithAgentFactory(factory), worker.WithRegistry(reg)).Run(ctx, req, store, newRecordingSink())
+			if err != nil || res.Status != events.StatusComplete {
+				t.Fatalf("the re-run: %+v, %v; want complete (nothing changed between the runs)", res, err)
+			}
+			if n := counterValue(t, reg, "turnpike_worker_journal_divergences_total"); n != 0 {
+				t.Errorf("divergences counted: %v, want 0 (nothing changed between the runs)", n)
+			}
+			if n := betaCalls(); n != 1 {
+				t.Errorf("the researcher's first model call for beta ran %d times over both runs, want 1 (it was recorded)", n)
+			}
+		})
+	}
+}
+
+// flakySummarizer fails its first summary request (a timeout, a 503) and
+// answers the later ones.
+type flakySummarizer struct {
+	mu    sync.Mutex
+	calls int
+}
+
+func (s *flakySummarizer) Generate(context.Context, []*schema.Message, ...model.Option) (*schema.Message, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if s.calls == 1 {
+		return nil, errors.New("summarizer: 503")
+	}
+	return schema.AssistantMessage("They talked about orders.", nil), nil
+}
+
+func (s *flakySummarizer) Stream(context.Context, []*schema.Message, ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	return nil, errors.New("the summarizer is only asked to generate")
+}
+
+// With compaction on, the window of a request's re-run is not the window
+// of its first run when the first run's summarizer call failed (the window
+// is then kept as it is, compact.go) and the re-run's succeeds (or the
+// first run's SaveSummary failed and the re-run summarizes again: an LLM's
+// summary differs). Nothing about the request or the agent changed, so the
+// re-run replays its journal: the window is not part of a step's
+// fingerprint (found in review: it was, and the re-run diverged).
+func TestARerunAfterATransientSummarizerFailureReplaysItsJournal(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{worker.DivergenceLive, worker.DivergenceFail} {
+		t.Run("With policy "+policy+".", func(t *testing.T) {
+			t.Parallel()
+			ctx := testenv.Context(t, 60*time.Second)
+			store := history.NewMemoryStore()
+			id := events.Identity{Tenant: "acme", User: "ann", Conversation: testenv.Name(t, "compact")}
+			seed := newStep(t, stepConfig())
+			for i := range 4 {
+				req := stepRequest(id, fmt.Sprintf("seed-%d", i), strings.Repeat("an earlier question about orders ", 20))
+				if _, err := seed.Run(ctx, req, store, newRecordingSink()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a := newJournalAgent()
+			c := stepConfig()
+			c.JournalDivergence = policy
+			c.CompactTokens, c.CompactKeep = 100, 1
+			sum := &flakySummarizer{}
+			req := stepRequest(id, "r1", "charge and mail")
+			firstCtx, crash := context.WithCancel(ctx)
+			a.mu.Lock()
+			a.crashAt, a.crash = beforeMail, crash
+			a.mu.Unlock()
+			st := newStep(t, c, worker.WithAgentFactory(a.factory()), worker.WithSummarizer(sum))
+			if _, err := st.Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+				t.Fatalf("the first run = %v, want aborted", err)
+			}
+			res, err := st.Run(ctx, req, store, newRecordingSink())
+			if err != nil || res.Status != events.StatusComplete {
+				t.Fatalf("the re-run: %+v, %v; want complete", res, err)
+			}
+			if got, want := a.counts(), "models 1 1 1, charge 1, mail 1"; got != want {
+				t.Errorf("executions %q, want %q: the journal's steps replayed", got, want)
+			}
+		})
+	}
+}
+
+// perCallAgentTool is adk.NewAgentTool over a sub-agent built for each
+// call: eino v0.9.21's ChatModelAgent writes its run configuration on each
+// Run, so one instance run by two parallel calls races with itself (-race).
+type perCallAgentTool struct {
+	info  *schema.ToolInfo
+	build func(context.Context) (adk.Agent, error)
+}
+
+func (t *perCallAgentTool) Info(context.Context) (*schema.ToolInfo, error) { return t.info, nil }
+
+func (t *perCallAgentTool) InvokableRun(ctx context.Context, args string, opts ...tool.Option) (string, error) {
+	a, err := t.build(ctx)
+	if err != nil {
+		return "", err
+	}
+	return adk.NewAgentTool(ctx, a).(tool.InvokableTool).InvokableRun(ctx, args, opts...)
+}
+
+// Two parallel calls of one durable agent used as a tool (one model output
+// asking for both) key their steps apart: each call's steps are scoped by
+// the call's own journal key. Sharing keys, one call's first model output
+// would be recorded and the other's found different: a divergence on the
+// re-run (or in the first run already, under "fail").
+func TestARerunReplaysParallelCallsOfADurableAgentUsedAsAToolWithoutDiverging(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{worker.DivergenceLive, worker.DivergenceFail} {
+		t.Run("With policy "+policy+".", func(t *testing.T) {
+			t.Parallel()
+			ctx := testenv.Context(t, 60*time.Second)
+			researchCall := func(id, subject string) schema.ToolCall {
+				return schema.ToolCall{ID: id, Type: "function",
+					Function: schema.FunctionCall{Name: "researcher", Arguments: `{"request":"` + subject + `"}`}}
+			}
+			desk := &scripted{reply: func(in []*schema.Message) *schema.Message {
+				if lastOf(in).Role == schema.Tool {
+					return schema.AssistantMessage("Both researched.", nil)
+				}
+				return schema.AssistantMessage("", []schema.ToolCall{researchCall("call-a", "alpha"), researchCall("call-b", "beta")})
+			}}
+			researcher := &scripted{reply: func(in []*schema.Message) *schema.Message {
+				if last := lastOf(in); last.Role == schema.Tool {
+					return schema.AssistantMessage("found "+last.Content, nil)
+				}
+				var subject string
+				for _, m := range in {
+					if m.Role == schema.User {
+						subject = m.Content
+					}
+				}
+				return schema.AssistantMessage("", []schema.ToolCall{{ID: "call-lookup", Type: "function",
+					Function: schema.FunctionCall{Name: "lookup", Arguments: `{"q":"` + subject + `"}`}}})
+			}}
+			lookup := &crashingLookup{crashAt: "beta", effects: map[string]int{}}
+			factory := func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+				sub := func(ctx context.Context) (adk.Agent, error) {
+					return adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "researcher", Description: "Researches a subject.",
+						Instruction: "Research.", Model: researcher,
+						ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{lookup}}}}))
+				}
+				proto, err := sub(ctx)
+				if err != nil {
+					return nil, err
+				}
+				info, err := adk.NewAgentTool(ctx, proto).Info(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "desk", Description: "Answers.",
+					Instruction: "Answer.", Model: desk,
+					ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{&perCallAgentTool{info: info, build: sub}}}}}))
+			}
+			c := stepConfig()
+			c.JournalDivergence = policy
+			reg := prometheus.NewRegistry()
+			store := history.NewMemoryStore()
+			id := events.Identity{Tenant: "acme", User: "ann", Conversation: testenv.Name(t, "parallel")}
+			req := stepRequest(id, "r1", "research alpha and beta at once")
+			firstCtx, crash := context.WithCancel(ctx)
+			lookup.crash = crash
+			if _, err := newStep(t, c, worker.WithAgentFactory(factory)).Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+				t.Fatalf("the first run = %v, want aborted in beta's lookup", err)
+			}
+			betaCalls := func() int { // the researcher's model calls for beta without a tool result
+				n := 0
+				for _, in := range researcher.seen() {
+					if lastOf(in).Role != schema.Tool && strings.Contains(fmt.Sprint(in), "beta") {
+						n++
+					}
+				}
+				return n
+			}
+			res, err := newStep(t, c, worker.WithAgentFactory(factory), worker.WithRegistry(reg)).Run(ctx, req, store, newRecordingSink())
+			if err != nil || res.Status != events.StatusComplete {
+				t.Fatalf("the re-run: %+v, %v; want complete (nothing changed between the runs)", res, err)
+			}
+			if n := counterValue(t, reg, "turnpike_worker_journal_divergences_total"); n != 0 {
+				t.Errorf("divergences counted: %v, want 0 (nothing changed between the runs)", n)
+			}
+			if n := betaCalls(); n != 1 {
+				t.Errorf("the researcher's first model call for beta ran %d times over both runs, want 1 (it was recorded)", n)
+			}
+			lookup.mu.Lock()
+			defer lookup.mu.Unlock()
+			if n := lookup.effects[`{"q":"beta"}`]; n != 1 {
+				t.Errorf("beta's lookup had %d effects, want 1 (cut before its effect once, then run once)", n)
+			}
+		})
+	}
+}
