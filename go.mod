@@ -17,6 +17,8 @@ require (
 	golang.org/x/sync v0.23.0
 )
 
+require github.com/kylelemons/godebug v1.1.0 // indirect
+
 require (
 	github.com/cloudwego/eino-ext/components/model/openai v0.1.7
 	github.com/cloudwego/eino-ext/libs/acl/openai v0.1.11 // indirect

@@ -54,6 +54,25 @@ func (c *cutter) dial(ctx context.Context, network, addr string) (net.Conn, erro
 	return conn, err
 }
 
+// awaitConn waits until the cutter has opened a connection (the live
+// reader opens its partition's on demand, after the subscribe).
+func (c *cutter) awaitConn(ctx context.Context, t *testing.T) {
+	t.Helper()
+	for {
+		c.mu.Lock()
+		n := len(c.conns)
+		c.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the live reader never connected to the broker")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 func (c *cutter) cutAll() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -109,6 +128,10 @@ func TestAReplicaIsUnreadyWhileItsLiveReadersCannotReachTheBrokerAndReadyOnceThe
 	f.start(ctx, nil, nil)
 	conv, _ := aliceConv(t)
 	f.dial(ctx, token(t, auth.DefaultTenant, "alice")).subscribed(ctx, conv, "")
+	// Cut a connection the reader holds: a reader whose first dial came
+	// after the cut would hang in it until kafka-go's 10 s dial timeout,
+	// a time the test does not control.
+	c.awaitConn(ctx, t)
 
 	c.cutAll()
 	awaitReady(ctx, t, f.gw, "while the live readers' connections are cut", readersFailing)
