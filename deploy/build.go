@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/types"
@@ -24,9 +25,17 @@ func Build(dir string) ([]Object, error) {
 	return Decode("kustomize build "+filepath.ToSlash(dir), y)
 }
 
+// kustomizeMu serializes kustomize runs: kustomize's kyaml/openapi package
+// loads its schema into package state without a lock, so two builds at once
+// race.
+var kustomizeMu sync.Mutex
+
 // BuildYAML runs kustomize on the kustomization in dir and returns its
-// output, the documents `kubectl apply -k dir` would send.
+// output, the documents `kubectl apply -k dir` would send. It is safe for
+// concurrent use; concurrent calls run one at a time.
 func BuildYAML(dir string) ([]byte, error) {
+	kustomizeMu.Lock()
+	defer kustomizeMu.Unlock()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
 	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {

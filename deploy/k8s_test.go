@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"bytes"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -156,6 +157,29 @@ func TestEachBuildPassesTheChecks(t *testing.T) {
 				t.Errorf("kustomize build %s:\n%v", dir, err)
 			}
 		})
+	}
+}
+
+// TestBuildIsSafeForConcurrentUse runs every build twice at once. Under
+// -race it fails if BuildYAML lets kustomize's unlocked schema loading run
+// in two goroutines (CI failed on that, from the parallel tests above).
+func TestBuildIsSafeForConcurrentUse(t *testing.T) {
+	t.Parallel()
+	dirs := []string{baseDir, devDir, prodDir, baseDir, devDir, prodDir}
+	out := make([][]byte, len(dirs))
+	errs := make([]error, len(dirs))
+	var wg sync.WaitGroup
+	for i, dir := range dirs {
+		wg.Go(func() { out[i], errs[i] = BuildYAML(dir) })
+	}
+	wg.Wait()
+	for i := range dirs {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if j := i % 3; !bytes.Equal(out[i], out[j]) {
+			t.Errorf("two concurrent builds of %s differ", dirs[i])
+		}
 	}
 }
 
