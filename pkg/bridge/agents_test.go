@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/cloudwego/eino/adk"
 	"github.com/cloudwego/eino/schema"
@@ -572,5 +574,63 @@ func TestAnAnswerOfMoreThanMaxPartsEndsIncompleteAtTheCap(t *testing.T) {
 	}
 	if s := streamedStretches(sink.snapshot()); len(s) != history.MaxParts+2 {
 		t.Errorf("streamed %d stretches, want all %d: the cap is the persisted answer's only", len(s), history.MaxParts+2)
+	}
+}
+
+// transferTurn is a fakeTurn that is told of the run's transfers, and
+// notes which it had been told of when it was committed.
+type transferTurn struct {
+	fakeTurn
+	transfers    []string
+	beforeCommit []string
+}
+
+func (t *transferTurn) Transferred(from, to string) {
+	t.mu.Lock()
+	t.transfers = append(t.transfers, from+" -> "+to)
+	t.mu.Unlock()
+}
+
+func (t *transferTurn) Commit(ctx context.Context, answer, agent string, status events.Status, at time.Time) (history.Committed, error) {
+	t.mu.Lock()
+	t.beforeCommit = slices.Clone(t.transfers)
+	t.mu.Unlock()
+	return t.fakeTurn.Commit(ctx, answer, agent, status, at)
+}
+
+// The worker keeps a conversation's active agent with its turn: it learns
+// the run's transfers from the bridge, all of them and in order, before
+// the turn commits; and a run started from a sub-agent says so on
+// run.started.
+func TestATransferTurnLearnsEveryTransferBeforeItCommitsAndRunStartedNamesTheStart(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	sink := &recordingSink{}
+	b := newBridge(t, sink, nil)
+	iter, done := script(ctx,
+		step{agent: "researcher", chunks: []*schema.Message{text("Handing over. "), toolCall()}},
+		step{agent: "researcher", role: schema.Tool, whole: schema.ToolMessage("transferred", "call-1"), action: transfer("supervisor")},
+		step{agent: "supervisor", chunks: []*schema.Message{text("Booking. "), toolCall()}},
+		step{agent: "supervisor", role: schema.Tool, whole: schema.ToolMessage("transferred", "call-2"), action: transfer("booker")},
+		step{agent: "booker", chunks: []*schema.Message{text("Booked.")}},
+	)
+	turn := &transferTurn{}
+	_, err := b.Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Agent: "researcher", Turn: turn}, iter)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"researcher -> supervisor", "supervisor -> booker"}
+	turn.mu.Lock()
+	defer turn.mu.Unlock()
+	if len(turn.committed) != 1 || !reflect.DeepEqual(turn.beforeCommit, want) {
+		t.Errorf("commits %q, transfers known at the commit %q, want one commit after %q", turn.committed, turn.beforeCommit, want)
+	}
+	evs := sink.snapshot()
+	if len(evs) == 0 {
+		t.Fatal("no events")
+	}
+	if s, ok := evs[0].(*events.RunStartedEvent); !ok || s.Agent != "researcher" {
+		t.Errorf("first event %#v, want run.started from researcher", evs[0])
 	}
 }
