@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -396,6 +397,10 @@ func TestUsageCountsWhereverTheModelReportsIt(t *testing.T) {
 			{agent: "a", role: schema.Tool, whole: schema.ToolMessage("12:00", "call-1")},
 			{agent: "a", chunks: []*schema.Message{withUsage(text("noon"), 20, 8)}},
 		}, events.Usage{PromptTokens: 30, CompletionTokens: 10, TotalTokens: 40}},
+		{"An interrupted run whose only model call ended in the tool call keeps that call's usage.", []step{
+			{agent: "a", chunks: []*schema.Message{text("Let me ask. "), withUsage(toolCall(), 12, 3)}},
+			{agent: "a", action: askUser("a", "Which city?")},
+		}, events.Usage{PromptTokens: 12, CompletionTokens: 3, TotalTokens: 15}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -632,5 +637,56 @@ func TestATransferTurnLearnsEveryTransferBeforeItCommitsAndRunStartedNamesTheSta
 	}
 	if s, ok := evs[0].(*events.RunStartedEvent); !ok || s.Agent != "researcher" {
 		t.Errorf("first event %#v, want run.started from researcher", evs[0])
+	}
+}
+
+// A cancel drops what the run had not streamed yet, but not the usage the
+// model already reported for it: those tokens were spent. The cancel here
+// comes while the reader has handed over a tool call whose chunk carries
+// the usage, before the coordinator took it.
+func TestACancelKeepsTheUsageTheModelAlreadyReported(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	hold := make(chan struct{})
+	reached := make(chan struct{}) // the reader is past the tool call
+	var reachedOnce, firstToken sync.Once
+	handle := make(chan *bridge.Handle, 1)
+	sink := &recordingSink{}
+	sink.onEmit = func(e events.Event) {
+		if _, ok := e.(*events.TokenEvent); !ok {
+			return
+		}
+		firstToken.Do(func() {
+			close(hold)
+			select {
+			case <-reached:
+			case <-ctx.Done():
+				return
+			}
+			(<-handle).Cancel()
+		})
+	}
+	b := newBridge(t, sink, func(c *bridge.Config) {
+		c.Stream = func(s bridge.Source) bool {
+			if s.Agent == "next" {
+				reachedOnce.Do(func() { close(reached) })
+			}
+			return s.Role == schema.Assistant
+		}
+	})
+	iter, done := script(ctx,
+		step{agent: "a", chunks: []*schema.Message{text("Let me check. ")}},
+		step{agent: "a", chunks: []*schema.Message{withUsage(toolCall(), 5, 2)}, hold: hold},
+		step{agent: "next", whole: text("never streamed")},
+	)
+	h := b.Start(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: &answerTurn{}}, iter)
+	handle <- h
+	res, err := h.Wait()
+	<-done
+	if err != nil || res.Status != events.StatusCancelled {
+		t.Fatalf("result %+v %v, want cancelled", res, err)
+	}
+	if res.Usage == nil || res.Usage.TotalTokens != 7 {
+		t.Errorf("usage %+v, want the 7 tokens the tool call reported", res.Usage)
 	}
 }

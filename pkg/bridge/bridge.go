@@ -581,6 +581,13 @@ loop:
 			case <-r.h.abort:
 				return aborted()
 			case <-r.h.cancel:
+				// The batch is left out, but not the usage the model
+				// reported in it: those tokens were spent.
+				for _, it := range batch {
+					if it.kind == itemUsage {
+						usage[it.msg] = it
+					}
+				}
 				cancelled = true
 				break loop
 			default:

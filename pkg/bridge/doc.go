@@ -34,7 +34,8 @@
 //     AnswerTurn), then run.interrupted is emitted before run.completed.
 //   - usage: the token usage of every model call of the run (selected or
 //     not, tool-call rounds included) is summed, committed with the answer
-//     and sent on run.completed.
+//     and sent on run.completed; a cancelled run keeps the usage the model
+//     reported before the cancel took effect, though not the text.
 //
 // Every emitted event carries request_id, run_id, a contiguous seq starting
 // at 1, and ts. A turn is committed before its run.completed is emitted.
