@@ -53,3 +53,31 @@ func TestAWindowOfOneMessageIsTheNewest(t *testing.T) {
 		t.Fatalf("windowMessages(…, 0) = %#v, want empty, not nil", got)
 	}
 }
+
+// Start skips the read by request id only for a record past the newest
+// turn's in the same partition of the same topic: every other record (a
+// redelivery, a record fenced later, one without a source, the first of
+// another partition or topic after a move) may already be a committed turn
+// that only the request id's index finds.
+func TestOnlyARecordPastTheNewestTurnsSkipsTheReadByRequestID(t *testing.T) {
+	t.Parallel()
+	last := &Source{Topic: "requests", Partition: 3, Offset: 100}
+	for _, tc := range []struct {
+		name string
+		src  *Source
+		last *Source
+		want bool
+	}{
+		{"A later record of the same partition follows.", &Source{Topic: "requests", Partition: 3, Offset: 101}, last, true},
+		{"The same record does not follow (a redelivery).", &Source{Topic: "requests", Partition: 3, Offset: 100}, last, false},
+		{"An earlier record does not follow.", &Source{Topic: "requests", Partition: 3, Offset: 99}, last, false},
+		{"A record of another partition does not follow.", &Source{Topic: "requests", Partition: 4, Offset: 101}, last, false},
+		{"A record of another topic does not follow.", &Source{Topic: "replayed", Partition: 3, Offset: 101}, last, false},
+		{"A request without a source does not follow.", nil, last, false},
+		{"Nothing follows a turn without a source.", &Source{Topic: "requests", Partition: 3, Offset: 101}, nil, false},
+	} {
+		if got := tc.src.follows(tc.last); got != tc.want {
+			t.Errorf("%s follows = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
