@@ -70,6 +70,8 @@ func runServiceProcess(role string) int {
 		return runWorkerProcess(ln)
 	case "durable-worker":
 		return runDurableWorkerProcess(ln)
+	case "state-worker":
+		return runStateWorkerProcess(ln)
 	case "pushgw":
 		c, err := pushgw.LoadConfig(nil, os.LookupEnv)
 		if err != nil {

@@ -647,3 +647,100 @@ func TestAResumedShadowReplayRebuildsTurnsOfSeveralPartsFromTheReport(t *testing
 		t.Errorf("the rebuilt history\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// prefsTool is a tool on the run's session state: it reports the
+// conversation's "topic" and the user's "user:lang" as it found them,
+// then sets those given as "set topic=… lang=…" in its arguments.
+type prefsTool struct{}
+
+func (prefsTool) Info(context.Context) (*schema.ToolInfo, error) {
+	return &schema.ToolInfo{Name: "prefs", Desc: "remembers the topic and the language"}, nil
+}
+
+func (prefsTool) InvokableRun(ctx context.Context, args string, _ ...tool.Option) (string, error) {
+	st := worker.StateFromContext(ctx)
+	var topic, lang string
+	if _, err := st.Get(ctx, "topic", &topic); err != nil {
+		return "", err
+	}
+	if _, err := st.Get(ctx, worker.UserPrefix+"lang", &lang); err != nil {
+		return "", err
+	}
+	if rest, ok := strings.CutPrefix(args, "set "); ok {
+		for _, kv := range strings.Fields(rest) {
+			k, v, _ := strings.Cut(kv, "=")
+			if k == "lang" {
+				k = worker.UserPrefix + k
+			}
+			if err := st.Set(k, v); err != nil {
+				return "", err
+			}
+		}
+	}
+	return fmt.Sprintf("topic=%s lang=%s", topic, lang), nil
+}
+
+// prefsAgent calls prefs with the user's message, then answers with what
+// it said.
+func prefsAgent(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+	m := replyModel(func(in []*schema.Message) *schema.Message {
+		last := in[len(in)-1]
+		if last.Role == schema.Tool {
+			return schema.AssistantMessage("I knew "+last.Content, nil)
+		}
+		return schema.AssistantMessage("", []schema.ToolCall{{ID: "call-prefs", Type: "function",
+			Function: schema.FunctionCall{Name: "prefs", Arguments: last.Content}}})
+	})
+	return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "assistant", Description: "remembers", Model: m,
+		ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{prefsTool{}}}}})
+}
+
+// A shadow replay restores the session state each request saw: a
+// conversation whose turns 2 and 3 answer from the state turn 1 set (its
+// own key and a user: key), run live and then replayed in shadow, gives
+// each request the answer the worker persisted.
+func TestAShadowReplayRestoresTheStateEachRequestSaw(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	e := newEnv(t)
+	id := events.Identity{Tenant: "acme", User: "ivy", Conversation: "prefs"}
+	contents := []string{"set topic=trains lang=fr", "what do you know?", "set topic=boats"}
+	var msgs []kafka.Message
+	for i, c := range contents {
+		msgs = append(msgs, request(id, fmt.Sprintf("s%d", i+1), c))
+	}
+	e.produce(t, ctx, e.names.Requests, msgs...)
+	live := history.NewMemoryStore()
+	stop := e.startWorkerWith(t, ctx, live, nil, worker.WithAgentFactory(prefsAgent))
+	liveMsgs := waitTurns(t, ctx, live, map[events.Identity]int{id: len(contents)})[id]
+	stop()
+	persisted := map[string]string{}
+	for _, m := range liveMsgs {
+		if m.Role == history.RoleAssistant {
+			persisted[m.RequestID] = m.Content
+		}
+	}
+	// What the test is about: the worker's turn 2 read turn 1's state.
+	if got := persisted["s2"]; got != "I knew topic=trains lang=fr" {
+		t.Fatalf("the worker answered turn 2 %q, want it from the state turn 1 set", got)
+	}
+
+	cfg := e.config(modeShadow, "state")
+	deps, closeDeps, err := connect(ctx, cfg, io.Discard, []worker.Option{worker.WithAgentFactory(prefsAgent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeDeps)
+	if _, err := runReplay(ctx, cfg, deps); err != nil {
+		t.Fatal(err)
+	}
+	lines := readReport(t, cfg.Report)
+	if len(lines) != len(contents) {
+		t.Fatalf("the report has %d lines, want %d", len(lines), len(contents))
+	}
+	for _, l := range lines {
+		if l.Status != string(events.StatusComplete) || l.Answer != persisted[l.RequestID] {
+			t.Errorf("%s %q: the shadow replay answered %q (%s), the worker persisted %q", l.RequestID, l.Content, l.Answer, l.Status, persisted[l.RequestID])
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -142,7 +143,23 @@ func buildAgents(ctx context.Context, cfg Config, spec *agentConfig, d deps) (*a
 				}
 				members = append(members, m)
 			}
-			if root, err = supervisor.New(ctx, &supervisor.Config{Supervisor: root, SubAgents: members}); err != nil {
+			if !slices.ContainsFunc(spec.Agent.SubAgents, func(s agentSpec) bool { return s.Sticky }) {
+				if root, err = supervisor.New(ctx, &supervisor.Config{Supervisor: root, SubAgents: members}); err != nil {
+					return nil, fmt.Errorf("supervisor %s: %w", spec.Agent.Name, err)
+				}
+				return root, nil
+			}
+			// A sticky sub-agent: the supervisor's tree built by hand, the
+			// sticky ones without supervisor.New's hand-back. Its nodes
+			// are eino's own (no supervisor container), so findAgent
+			// reaches a sticky agent a conversation was left with.
+			for i, s := range spec.Agent.SubAgents {
+				if !s.Sticky {
+					members[i] = adk.AgentWithDeterministicTransferTo(ctx, &adk.DeterministicTransferConfig{
+						Agent: members[i], ToAgentNames: []string{spec.Agent.Name}})
+				}
+			}
+			if root, err = adk.SetSubAgents(ctx, root, members); err != nil {
 				return nil, fmt.Errorf("supervisor %s: %w", spec.Agent.Name, err)
 			}
 		}

@@ -66,8 +66,13 @@ type agentSpec struct {
 	Tools []string `json:"tools,omitempty"`
 	// SubAgents, on the root agent only, makes it a supervisor: it can
 	// transfer the conversation to each of them, and each hands it back
-	// when done.
+	// when done, unless it is Sticky.
 	SubAgents []agentSpec `json:"sub_agents,omitempty"`
+	// Sticky, on a sub-agent only, builds it without the hand-back: the
+	// conversation stays with it when its run ends, and the
+	// conversation's next request runs from it (it can still transfer
+	// back to the root, which its model decides). Default false.
+	Sticky bool `json:"sticky,omitempty"`
 	// MaxIterations bounds the model calls of one run of this agent (tool
 	// calls loop). Default 20.
 	MaxIterations int `json:"max_iterations,omitempty"`
@@ -199,6 +204,9 @@ func (c *agentConfig) validate() error {
 		}
 		if a.MaxIterations < 0 {
 			fail(where+".max_iterations", "%d < 0", a.MaxIterations)
+		}
+		if root && a.Sticky {
+			fail(where+".sticky", "only a sub-agent can be sticky: the root agent is where a conversation starts")
 		}
 		if !root && len(a.SubAgents) > 0 {
 			fail(where+".sub_agents", "only the root agent may have sub-agents")

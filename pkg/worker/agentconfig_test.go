@@ -18,14 +18,15 @@ func TestParseAgentConfigAcceptsAGoodFile(t *testing.T) {
 		           "local": {"provider": "echo"}},
 		"agent": {"name": "supervisor", "instruction": "Route the question.", "tools": ["current_time"],
 			"sub_agents": [{"name": "booker", "description": "Books tables.", "model": "fast", "tools": ["ask_user", "current_time"]},
-			               {"name": "chatter", "description": "Small talk.", "model": "local"}]},
+			               {"name": "chatter", "description": "Small talk.", "model": "local", "sticky": true}]},
 		"stream": ["supervisor", "booker"], "persist": ["*"],
 		"summarizer": {"model": "fast", "instruction": "Be brief."}
 	}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Agent.SubAgents[0].Model != "fast" || c.Models["fast"].APIKeyEnv != "VLLM_KEY" || c.Summarizer.Instruction != "Be brief." {
+	if c.Agent.SubAgents[0].Model != "fast" || c.Models["fast"].APIKeyEnv != "VLLM_KEY" || c.Summarizer.Instruction != "Be brief." ||
+		c.Agent.SubAgents[0].Sticky || !c.Agent.SubAgents[1].Sticky {
 		t.Fatalf("parsed %+v", c)
 	}
 }
@@ -40,6 +41,8 @@ func TestParseAgentConfigReportsEveryProblem(t *testing.T) {
 		{"Not JSON is rejected.", `{"agent":`, []string{"decode"}},
 		{"An unknown field is rejected.", `{"agent":{"name":"a","temperature":1}}`, []string{"unknown field"}},
 		{"Trailing data is rejected.", `{"agent":{"name":"a"}} {}`, []string{"trailing"}},
+		{"A sticky root agent is rejected.", `{"agent":{"name":"a","sticky":true}}`, []string{`agent.sticky: only a sub-agent can be sticky`}},
+		{"Sticky takes a boolean only.", `{"agent":{"name":"a","sub_agents":[{"name":"b","description":"d","sticky":"yes"}]}}`, []string{"decode"}},
 		{"Every problem is reported at once, with where it is.", `{
 			"models": {"default": {"provider": "echo"}, "bad": {"provider": "anthropic"}, "nomodel": {"provider": "openai", "base_url": "ftp://x"}},
 			"agent": {"name": "bad name", "model": "missing", "tools": ["rm_rf", "current_time", "current_time"], "max_iterations": -1,

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cloudwego/eino/adk"
 	"github.com/cloudwego/eino/components/model"
 	"github.com/cloudwego/eino/schema"
 	"github.com/prometheus/client_golang/prometheus"
@@ -437,5 +439,79 @@ func TestASubAgentsInterruptIsResumedThroughTheSupervisor(t *testing.T) {
 	msgs, err := store.Window(ctx, id, 2)
 	if err != nil || len(msgs) != 2 || msgs[1].Content != "All set." || msgs[1].Agent != "concierge" {
 		t.Fatalf("history %+v %v: want the concierge's answer persisted alone", msgs, err)
+	}
+}
+
+// A sub-agent of an agent file marked sticky keeps the conversation: the
+// desk transfers a question to "orders" in turn 1, and turn 2 runs from
+// orders (run.started names it; the desk's model is not called). Without
+// sticky, orders hands the conversation back and turn 2 runs from the
+// desk.
+func TestAStickySubAgentOfAnAgentFileAnswersTheNextTurn(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		sticky    bool
+		wantAgent string // run.started's agent of turn 2
+	}{
+		{"A sticky sub-agent answers turn 2 without the desk.", true, "orders"},
+		{"A sub-agent that is not sticky hands back: turn 2 starts at the desk.", false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testenv.Context(t, 60*time.Second)
+			store := history.NewMemoryStore()
+			s := newStack(t, store)
+			desk := &scripted{reply: func(in []*schema.Message) *schema.Message {
+				for _, m := range in {
+					if strings.Contains(m.Content, "[orders] said:") {
+						return schema.AssistantMessage("desk done", nil)
+					}
+				}
+				if strings.Contains(lastOf(in).Content, "order") {
+					return call(adk.TransferToAgentToolName, `{"agent_name":"orders"}`)
+				}
+				return schema.AssistantMessage("desk here", nil)
+			}}
+			orders := &scripted{reply: func([]*schema.Message) *schema.Message { return schema.AssistantMessage("orders here", nil) }}
+			cfg := agentConfig(t, fmt.Sprintf(`{
+				"models": {"orders": {"provider": "openai", "model": "orders-model"}},
+				"agent": {"name": "desk", "instruction": "Route.",
+					"sub_agents": [{"name": "orders", "description": "Knows orders.", "model": "orders", "sticky": %t}]}
+			}`, tt.sticky))
+			id := events.Identity{Tenant: "acme", User: "ann", Conversation: testenv.Name(t, "sticky")}
+			s.produce(t, ctx, id.Key(), request(id, "req-1", "where is my order?"))
+			s.produce(t, ctx, id.Key(), request(id, "req-2", "and the invoice?"))
+			s.start(t, ctx, worker.Deps{Model: desk, ModelName: "desk-model", Agent: cfg,
+				Models: map[string]model.ToolCallingChatModel{"orders": orders}})
+			got := s.stream(t).untilCompleted(t, ctx, 2)
+			if txt, st := text(got["req-1"]); !strings.HasPrefix(txt, "orders here") || st != events.StatusComplete {
+				t.Fatalf("turn 1 streamed %q %s, want orders' answer first", txt, st)
+			}
+			var started *events.RunStartedEvent
+			for _, e := range got["req-2"] {
+				if e, ok := e.(*events.RunStartedEvent); ok {
+					started = e
+				}
+			}
+			if started == nil || started.Agent != tt.wantAgent {
+				t.Fatalf("turn 2's run.started %+v, want agent %q", started, tt.wantAgent)
+			}
+			n := 0 // the desk's calls in turn 2
+			for _, in := range desk.seen() {
+				if slices.ContainsFunc(in, func(m *schema.Message) bool { return strings.Contains(m.Content, "invoice") }) {
+					n++
+				}
+			}
+			if tt.sticky && n != 0 {
+				t.Errorf("the desk's model was called %d times in turn 2, want none", n)
+			} else if !tt.sticky && n == 0 {
+				t.Error("the desk's model was not called in turn 2")
+			}
+			if txt, _ := text(got["req-2"]); tt.sticky && txt != "orders here" {
+				t.Errorf("turn 2 streamed %q, want orders' answer", txt)
+			}
+		})
 	}
 }

@@ -126,7 +126,8 @@
 // supervisor's hand-back) leaves the conversation with it: the next run
 // starts from that agent, found in the agent tree by name (run.started
 // names it), or from the root when the tree no longer has it. A transfer
-// back to the root returns the conversation to it. See DESIGN.md "Session
+// back to the root returns the conversation to it. In an agent file, a
+// sub-agent with "sticky": true is built that way. See DESIGN.md "Session
 // state and the active agent" and docs/api.md.
 //
 // # Interrupts
