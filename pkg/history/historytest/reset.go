@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
@@ -22,6 +23,7 @@ var resetTests = []struct {
 	{"A turn of a record older than the reset, committed after it by a fenced worker, does not bring the old state back", testResetCoversOlderRecord},
 	{"A reset delivered again, or repeated at a later offset, is decided once and erases nothing committed after it", testResetOnce},
 	{"A reset adds no message, no turn and no conversation to the listing", testResetAddsNoMessage},
+	{"A reset covers the newest turn by number when no record orders them", testResetWithoutRecords},
 }
 
 // reset starts request rid of id (record at offset off) and resets r.
@@ -182,4 +184,22 @@ func messageIDs(msgs []history.Message) string {
 		fmt.Fprintf(&b, "%d:%s ", m.Seq, m.RequestID)
 	}
 	return b.String()
+}
+
+func testResetWithoutRecords(t *testing.T, ctx context.Context, s history.Store) {
+	id := newIdentity(t, "reset-unsourced")
+	tr := stateTurn(1, &history.StateChange{Conversation: []history.StateOp{op("a", `1`)}, Agent: "billing"})
+	tr.Source = nil
+	commit(t, ctx, s, id, tr)
+	p := history.Begin(s, id, "r2", "", base.Add(time.Hour))
+	if st := start(t, ctx, p, 0); st.Decided || st.Cancelled {
+		t.Fatalf("Start(r2) = %+v", st)
+	}
+	if _, err := p.Reset(ctx, resetBoth); err != nil {
+		t.Fatalf("Reset(r2): %v", err)
+	}
+	p3 := history.Begin(s, id, "r3", "question r3", base.Add(time.Hour))
+	if got := stateString(start(t, ctx, p3, 20).State); got != "@" {
+		t.Fatalf("state after a reset of a turn without a record = %q, want empty at the root", got)
+	}
 }
