@@ -98,8 +98,33 @@ func (c *Client) Cancel(ctx context.Context, conversation, requestID string) (Ac
 	return c.post(ctx, conversation, "cancel", body, "")
 }
 
+// ResetOptions say what Reset clears.
+type ResetOptions struct {
+	// State clears the conversation's state (its conversation-scoped
+	// keys; user: and tenant: keys are shared by other conversations and
+	// are kept); Agent returns the conversation to the root agent. Both
+	// false: both are reset.
+	State, Agent bool
+	// IdempotencyKey, if set, makes retries of the same reset one request.
+	IdempotencyKey string
+}
+
+// Reset resets the conversation's state and/or returns it to the root
+// agent (POST …/state/reset). It returns once the reset is durably queued:
+// the worker applies it in the conversation's order, after the requests
+// queued before it, and completes it complete (its run.completed, under
+// Accepted.RequestID, says when it took effect). The conversation's
+// messages are kept.
+func (c *Client) Reset(ctx context.Context, conversation string, o ResetOptions) (Accepted, error) {
+	if !o.State && !o.Agent {
+		o.State, o.Agent = true, true
+	}
+	body := map[string]bool{"state": o.State, "agent": o.Agent}
+	return c.post(ctx, conversation, "state/reset", body, o.IdempotencyKey)
+}
+
 // post posts body to the conversation's endpoint and decodes the 202.
-func (c *Client) post(ctx context.Context, conversation, endpoint string, body map[string]string, idempotencyKey string) (Accepted, error) {
+func (c *Client) post(ctx context.Context, conversation, endpoint string, body any, idempotencyKey string) (Accepted, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return Accepted{}, err

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -90,5 +91,40 @@ func TestTurnsGroupsAPageByTurnWithOneAssistantMessagePerAgent(t *testing.T) {
 	}
 	if _, ok := got[2].Last(); ok {
 		t.Errorf("Last of a turn without assistant messages reported one")
+	}
+}
+
+// Reset posts the parts it names to …/state/reset (both when none is
+// named), with the Idempotency-Key, and reads the 202.
+func TestResetPostsThePartsToTheResetResource(t *testing.T) {
+	t.Parallel()
+	type seen struct{ path, body, key string }
+	got := make(chan seen, 3)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.Method + " " + r.URL.EscapedPath(), string(b), r.Header.Get("Idempotency-Key")}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		w.Write([]byte(`{"request_id":"r9","conversation":"c 1","status":"queued"}`))
+	}))
+	t.Cleanup(srv.Close)
+	c := &Client{BaseURL: srv.URL, Token: "t"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		o    ResetOptions
+		want seen
+	}{
+		{ResetOptions{}, seen{"POST /v1/conversations/c%201/state/reset", `{"agent":true,"state":true}`, ""}},
+		{ResetOptions{Agent: true, IdempotencyKey: "k1"}, seen{"POST /v1/conversations/c%201/state/reset", `{"agent":true,"state":false}`, "k1"}},
+		{ResetOptions{State: true}, seen{"POST /v1/conversations/c%201/state/reset", `{"agent":false,"state":true}`, ""}},
+	} {
+		a, err := c.Reset(ctx, "c 1", tc.o)
+		if err != nil || a != (Accepted{RequestID: "r9", Conversation: "c 1", Status: "queued"}) {
+			t.Fatalf("Reset(%+v) = %+v, %v", tc.o, a, err)
+		}
+		if s := <-got; s != tc.want {
+			t.Errorf("Reset(%+v) sent %+v, want %+v", tc.o, s, tc.want)
+		}
 	}
 }

@@ -77,6 +77,37 @@ type Request struct {
 	// ResumeOf is not the conversation's latest turn or that turn is not
 	// interrupted.
 	ResumeOf string `json:"resume_of,omitempty"`
+	// Reset, when set, makes the record a reset (an extension, in
+	// docs/api.md "Resetting a conversation's state"): it carries no
+	// content, and the worker clears the parts of the conversation's state
+	// it names, in the conversation's order, instead of running an agent.
+	Reset *Reset `json:"reset,omitempty"`
+}
+
+// Reset is what a reset record clears: the conversation's state (its
+// conversation-scoped keys; never user: or tenant: keys), the agent the
+// conversation is left with (it returns to the root), or both. At least
+// one is true.
+type Reset struct {
+	State bool `json:"state"`
+	Agent bool `json:"agent"`
+}
+
+var resetKeys = map[string]bool{"state": true, "agent": true}
+
+// UnmarshalJSON decodes a reset as strictly as the record around it:
+// unknown and duplicated members are refused.
+func (r *Reset) UnmarshalJSON(b []byte) error {
+	if err := checkKeys(b, len(b), resetKeys); err != nil {
+		return fmt.Errorf("reset: %w", err)
+	}
+	type plain Reset
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return fmt.Errorf("%w reset: %w", ErrInvalid, err)
+	}
+	*r = Reset(p)
+	return nil
 }
 
 // Identity returns the identity triple of the request.
@@ -94,12 +125,37 @@ func (r *Request) Validate(maxContent int) error {
 	if r.RequestID != "" {
 		errs = append(errs, ValidateID("request_id", r.RequestID))
 	}
-	errs = append(errs, r.Identity().Validate(), ValidateContent(r.Content, maxContent), r.Strategy.Validate())
+	errs = append(errs, r.Identity().Validate(), r.Strategy.Validate())
+	if r.Reset != nil {
+		errs = append(errs, r.validateReset())
+	} else {
+		errs = append(errs, ValidateContent(r.Content, maxContent))
+	}
 	if r.ResumeOf != "" {
 		errs = append(errs, ValidateID("resume_of", r.ResumeOf))
 		if r.RequestID != "" && r.ResumeOf == r.RequestID {
 			errs = append(errs, fmt.Errorf("%w resume_of: a request cannot resume itself", ErrInvalid))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// validateReset checks a reset record: it names a part to clear, and has
+// no content, no resume_of and no strategy but enqueue (a reset waits for
+// the conversation's running request; it never cancels or refuses one).
+func (r *Request) validateReset() error {
+	var errs []error
+	if !r.Reset.State && !r.Reset.Agent {
+		errs = append(errs, fmt.Errorf("%w reset: clears nothing (want state, agent or both true)", ErrInvalid))
+	}
+	if r.Content != "" {
+		errs = append(errs, fmt.Errorf("%w reset: a reset has no content", ErrInvalid))
+	}
+	if r.ResumeOf != "" {
+		errs = append(errs, fmt.Errorf("%w reset: a reset is not a resume", ErrInvalid))
+	}
+	if r.Strategy != "" && r.Strategy != StrategyEnqueue {
+		errs = append(errs, fmt.Errorf("%w reset: strategy %q, want enqueue", ErrInvalid, r.Strategy))
 	}
 	return errors.Join(errs...)
 }
@@ -129,7 +185,7 @@ func ValidateContent(s string, max int) error {
 
 var requestKeys = map[string]bool{
 	"v": true, "request_id": true, "tenant": true, "user": true, "conversation": true,
-	"content": true, "strategy": true, "created_at": true, "resume_of": true,
+	"content": true, "strategy": true, "created_at": true, "resume_of": true, "reset": true,
 }
 
 // DecodeRequest strictly decodes and validates a request record value.

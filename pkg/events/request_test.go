@@ -94,6 +94,15 @@ func TestDecodeRequestAcceptsGoodRecords(t *testing.T) {
 		{"A resume names the interrupted request.", record(map[string]string{"resume_of": `"r-0"`}), 0,
 			with(func(r *events.Request) { r.ResumeOf = "r-0" })},
 		{"An empty resume_of counts as absent.", record(map[string]string{"resume_of": `""`}), 0, base},
+		{"A reset of the state and the agent has no content.", record(map[string]string{"content": "", "reset": `{"state":true,"agent":true}`}), 0,
+			with(func(r *events.Request) { r.Content, r.Reset = "", &events.Reset{State: true, Agent: true} })},
+		{"A reset may carry an empty content and the enqueue strategy.", record(map[string]string{"content": `""`, "strategy": `"enqueue"`, "reset": `{"agent":true}`}), 0,
+			with(func(r *events.Request) {
+				r.Content, r.Strategy, r.Reset = "", events.StrategyEnqueue, &events.Reset{Agent: true}
+			})},
+		{"A reset of the state alone keeps the agent.", record(map[string]string{"content": "", "reset": `{"state":true,"agent":false}`}), 0,
+			with(func(r *events.Request) { r.Content, r.Reset = "", &events.Reset{State: true} })},
+		{"A null reset counts as absent.", record(map[string]string{"reset": "null"}), 0, base},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -121,6 +130,16 @@ func TestDecodeRequestRejectsBadRecords(t *testing.T) {
 		{"A resume_of breaking the ID rule is rejected.", record(map[string]string{"resume_of": `"r 0"`}), 0, false},
 		{"A request resuming itself is rejected.", record(map[string]string{"request_id": `"r-1"`, "resume_of": `"r-1"`}), 0, false},
 		{"A version of 2 is rejected.", record(map[string]string{"v": "2"}), 0, false},
+		{"A reset that clears nothing is rejected.", record(map[string]string{"content": "", "reset": `{"state":false,"agent":false}`}), 0, false},
+		{"An empty reset object is rejected.", record(map[string]string{"content": "", "reset": `{}`}), 0, false},
+		{"A reset with content is rejected.", record(map[string]string{"reset": `{"state":true}`}), 0, false},
+		{"A reset that is also a resume is rejected.", record(map[string]string{"content": "", "resume_of": `"r-0"`, "reset": `{"state":true}`}), 0, false},
+		{"A reset with the reject strategy is rejected.", record(map[string]string{"content": "", "strategy": `"reject"`, "reset": `{"state":true}`}), 0, false},
+		{"A reset with the interrupt strategy is rejected.", record(map[string]string{"content": "", "strategy": `"interrupt"`, "reset": `{"state":true}`}), 0, false},
+		{"A reset with an unknown member is rejected.", record(map[string]string{"content": "", "reset": `{"state":true,"user":true}`}), 0, false},
+		{"A reset with a duplicated member is rejected.", record(map[string]string{"content": "", "reset": `{"state":true,"state":false}`}), 0, false},
+		{"A reset given as true is rejected.", record(map[string]string{"content": "", "reset": `true`}), 0, false},
+		{"A reset part given as a string is rejected.", record(map[string]string{"content": "", "reset": `{"state":"true"}`}), 0, false},
 		{"A missing version is rejected.", record(map[string]string{"v": ""}), 0, false},
 		{"A null version is rejected.", record(map[string]string{"v": "null"}), 0, false},
 		{"A version given as a string is rejected.", record(map[string]string{"v": `"1"`}), 0, false},
@@ -423,6 +442,10 @@ func requestsEqual(a, b events.Request) bool {
 		return false
 	}
 	a.CreatedAt, b.CreatedAt = time.Time{}, time.Time{}
+	if (a.Reset == nil) != (b.Reset == nil) || a.Reset != nil && *a.Reset != *b.Reset {
+		return false
+	}
+	a.Reset, b.Reset = nil, nil
 	return a == b
 }
 

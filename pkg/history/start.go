@@ -39,7 +39,8 @@ type tip struct {
 	next   int64      // the seq after turn n's last message (1 when none)
 	source *Source    // of turn n; nil when it had none
 	v1     bool       // turn n is of format version 1, or there is none
-	st     *turnState // what turn n keeps of state
+	st     *turnState // what turn n keeps of state, as the resets leave it
+	resets resetMarks // the conversation's newest resets
 }
 
 // stateTip is implemented by the stores of this package that are not

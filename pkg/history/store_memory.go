@@ -30,6 +30,7 @@ type memConv struct {
 	outcomes    map[string]events.Status // request id -> outcome without a turn
 	cancels     map[int]cancelState      // by partition of the requests topic
 	journals    map[string]*Steps        // request id -> its step journal
+	resets      resetMarks               // the newest reset of each part of its state
 }
 
 // conv returns the conversation of key, creating it. s.mu must be held.
@@ -127,7 +128,8 @@ func (s *MemoryStore) Commit(_ context.Context, id events.Identity, t Turn) (Com
 	t.KeepV1 = false
 	var prev *turnState
 	if len(c.turns) > 0 {
-		prev = c.turns[len(c.turns)-1].st
+		last := c.turns[len(c.turns)-1]
+		prev = c.resets.apply(last.st, last.n, last.t.Source)
 	}
 	st, err := nextState(prev, cloneChange(t.State), t.CommittedAt, id.Key(), n)
 	if err != nil {
@@ -318,7 +320,39 @@ func (s *MemoryStore) tipState(_ context.Context, id events.Identity) (*turnStat
 	if c == nil || len(c.turns) == 0 {
 		return nil, nil
 	}
-	return c.turns[len(c.turns)-1].st, nil
+	last := c.turns[len(c.turns)-1]
+	return c.resets.apply(last.st, last.n, last.t.Source), nil
+}
+
+// reset implements resetter.
+func (s *MemoryStore) reset(_ context.Context, id events.Identity, requestID string, r Reset, n int64, src *Source) (Committed, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.conv(id.Key())
+	if k, ok := c.requests[requestID]; ok {
+		return Committed{N: k, Status: c.turns[k-1].t.Status, Duplicate: true}, nil
+	}
+	if st, ok := c.outcomes[requestID]; ok {
+		return Committed{Status: st, Duplicate: true}, nil
+	}
+	if n < 0 {
+		n = int64(len(c.turns))
+	}
+	var m *resetMark
+	if src != nil {
+		cp := *src
+		m = &resetMark{n: n, source: &cp}
+	} else {
+		m = &resetMark{n: n}
+	}
+	if r.State && m.after(c.resets.state) {
+		c.resets.state = m
+	}
+	if r.Agent && m.after(c.resets.agent) {
+		c.resets.agent = m
+	}
+	c.outcomes[requestID] = events.StatusComplete
+	return Committed{Status: events.StatusComplete}, nil
 }
 
 // applyScoped implements scopeApplier.

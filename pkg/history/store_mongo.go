@@ -634,7 +634,8 @@ func (s *MongoStore) start(ctx context.Context, p *Pending, n int) (Start, *tip,
 	reqID, jid := requestDocID(key, p.requestID), journalDocID(key, p.requestID)
 	// The request's step journal, if it has one, is found by the same
 	// query: a re-run learns what to replay for no extra command.
-	ids := bson.A{reqID, jid}
+	// And the conversation's reset marks: a reset's run needs no more.
+	ids := bson.A{reqID, jid, resetDocID(key, resetState), resetDocID(key, resetAgent)}
 	if p.source != nil {
 		ids = append(ids, cancelDocID(key, p.source.Partition))
 	}
@@ -663,9 +664,17 @@ func (s *MongoStore) start(ctx context.Context, p *Pending, n int) (Start, *tip,
 		decisions []decisionDoc
 		cancels   *decisionDoc
 		steps     *Steps
+		resets    resetMarks
 	)
 	for _, raw := range raws {
-		if docID, _ := raw.Lookup("_id").StringValueOK(); docID == jid {
+		docID, _ := raw.Lookup("_id").StringValueOK()
+		if m, ok, err := resets.read(key, docID, raw); err != nil {
+			return Start{}, nil, err
+		} else if ok {
+			resets = m
+			continue
+		}
+		if docID == jid {
 			var j journalDoc
 			if err := bson.Unmarshal(raw, &j); err != nil {
 				return Start{}, nil, fmt.Errorf("read journal: %w", err)
@@ -712,6 +721,9 @@ func (s *MongoStore) start(ctx context.Context, p *Pending, n int) (Start, *tip,
 			}
 		}
 	}
+	// The state the next run starts from is the newest turn's as the
+	// resets leave it.
+	t.resets, t.st = resets, resets.apply(t.st, t.n, t.source)
 	if cancels != nil && p.source != nil &&
 		(cancelState{topic: cancels.Topic, before: cancels.Before, requests: cancels.Requests}).covers(p.requestID, *p.source) {
 		return Start{Cancelled: true, Steps: steps}, nil, nil
@@ -775,10 +787,15 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 		if err != nil {
 			return Committed{}, fmt.Errorf("commit: %w", err)
 		}
+		resets, err := s.resetMarks(ctx, key)
+		if err != nil {
+			return Committed{}, fmt.Errorf("commit: %w", err)
+		}
 		last = &tip{v1: true}
 		if len(turns) == 1 {
 			last = &tip{n: turns[0].n, next: turns[0].end() + 1, source: turns[0].t.Source, v1: turns[0].v1, st: turns[0].st}
 		}
+		last.resets, last.st = resets, resets.apply(last.st, last.n, last.source)
 	}
 	// Fencing: the turn before the one we take must come from an older
 	// record. Every later candidate predecessor is checked below, as the
@@ -859,6 +876,7 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 			taken = after[len(after)-1]
 		}
 		n, seq, prevV1, prevSt = taken.n+1, taken.end()+1, taken.v1, taken.st
+		prevSt = last.resets.apply(prevSt, taken.n, taken.t.Source)
 	}
 	return Committed{}, fmt.Errorf("commit: gave up after %d inserts found their turn taken", s.cfg.CommitAttempts)
 }

@@ -183,6 +183,8 @@ func (s *service) routes() http.Handler {
 		{conversationsPath, server.MethodNotAllowed("GET, HEAD")},
 		{"POST " + resumePath, s.authed(s.postResume)},
 		{resumePath, server.MethodNotAllowed("POST")},
+		{"POST " + resetPath, s.authed(s.postReset)},
+		{resetPath, server.MethodNotAllowed("POST")},
 		{"/", http.HandlerFunc(server.NotFound)},
 	}
 	if s.cancels != nil {

@@ -58,6 +58,9 @@ func TestInvalidRecordsGoToTheDeadLetterTopicAndTheNextIsProcessed(t *testing.T)
 		{"wrong version", id.Key(), []byte(`{"v":2,"tenant":"acme","user":"ann","conversation":"c1","content":"x"}`), "v: 2"},
 		{"a key of another identity", other.Key(), request(id, "req-x", "spoof"), "does not match"},
 		{"unknown field", id.Key(), []byte(`{"v":1,"tenant":"acme","user":"ann","conversation":"c1","content":"x","admin":true}`), "unknown field"},
+		{"a reset with content", id.Key(), []byte(`{"v":1,"tenant":"acme","user":"ann","conversation":"c1","content":"x","reset":{"state":true}}`), "a reset has no content"},
+		{"a reset that clears nothing", id.Key(), []byte(`{"v":1,"tenant":"acme","user":"ann","conversation":"c1","content":"","reset":{}}`), "clears nothing"},
+		{"a reset with an unknown part", id.Key(), []byte(`{"v":1,"tenant":"acme","user":"ann","conversation":"c1","content":"","reset":{"state":true,"user":true}}`), "unknown field"},
 	}
 	for _, b := range bad {
 		s.produce(t, ctx, b.key, b.value)

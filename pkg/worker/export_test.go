@@ -60,3 +60,6 @@ func NewOwnerTokens() func(gen int32) int64 { return (&consumer{}).ownerToken }
 // SetJournalSweeps makes w sweep expired step journals at each value of
 // ticks instead of every hour. Call it before Run.
 func SetJournalSweeps(w *Consumer, ticks <-chan time.Time) { w.sweepTicks = ticks }
+
+// GoOptions are a Go agent's options, as Deps.Go takes them.
+func GoOptions(opts ...Option) *options { return collect(opts) }

@@ -221,8 +221,8 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 	// completed as it was the first time, without running the model
 	// again), cancelled, or the window.
 	windowMessages := s.cfg.WindowMessages
-	if req.ResumeOf != "" {
-		windowMessages = 0 // a resume reads its checkpoint instead
+	if req.ResumeOf != "" || req.Reset != nil {
+		windowMessages = 0 // a resume reads its checkpoint instead; a reset runs nothing
 	}
 	st, err := pending.Start(ctx, windowMessages)
 	if err != nil {
@@ -251,6 +251,10 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		s.metrics.runs.WithLabelValues(string(c.Status)).Inc()
 		s.dropJournal(ctx, store, id, req.RequestID, s.ownerOf(sr), st.Steps, log)
 		return s.ended(ctx, sink, id, req.RequestID, c, "")
+	}
+
+	if req.Reset != nil {
+		return s.reset(ctx, pending, sink, id, req, log)
 	}
 
 	// The step journal: what an earlier run of the request recorded is

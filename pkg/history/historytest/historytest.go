@@ -81,6 +81,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"With KeepV1 a commit whose expected turn was taken by a version 2 turn meanwhile is version 2 too", testKeepV1AfterStaleStart},
 	}
 	tests = append(tests, stateTests...)
+	tests = append(tests, resetTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
