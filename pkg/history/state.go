@@ -22,7 +22,7 @@ const (
 	// tenant scopes one run changes.
 	MaxStateKeys = 128
 	// MaxStateKeyBytes bounds a key, without its scope prefix.
-	MaxStateKeyBytes = 128
+	MaxStateKeyBytes = events.MaxStateKeyBytes
 	// MaxStateValueBytes bounds one value (its JSON encoding).
 	MaxStateValueBytes = 16 << 10
 	// MaxStateBytes bounds the conversation's state a turn holds (keys and
