@@ -100,7 +100,7 @@ func (s *MongoStore) ScopeState(ctx context.Context, tenant, user string) (map[s
 	if err := validateScope(tenant, user); err != nil {
 		return nil, err
 	}
-	docs, err := s.scopeDocs(ctx, tenant, user)
+	docs, err := s.scopeDocs(ctx, scopePrefix(tenant, user))
 	if err != nil {
 		return nil, fmt.Errorf("scope state: %w", err)
 	}
@@ -113,10 +113,9 @@ func (s *MongoStore) ScopeState(ctx context.Context, tenant, user string) (map[s
 	return out, nil
 }
 
-// scopeDocs reads every document of the user's scope (user != "") or the
-// tenant's: one range query on _id.
-func (s *MongoStore) scopeDocs(ctx context.Context, tenant, user string) ([]scopeDoc, error) {
-	prefix := scopePrefix(tenant, user)
+// scopeDocs reads every document of one scope, whose _ids start with
+// prefix (scopePrefix): one range query on _id.
+func (s *MongoStore) scopeDocs(ctx context.Context, prefix string) ([]scopeDoc, error) {
 	cur, err := s.state.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: prefix}, {Key: "$lt", Value: scopeEnd(prefix)}}}})
 	if err != nil {
 		return nil, err
@@ -144,7 +143,7 @@ func (s *MongoStore) ConversationState(ctx context.Context, id events.Identity) 
 	)
 	go func() {
 		defer close(done)
-		user, uerr = s.scopeDocs(ctx, id.Tenant, id.User)
+		user, uerr = s.scopeDocs(ctx, userScopePrefix(id.Tenant, id.User))
 	}()
 	turns, terr := s.newest(ctx, id.Key(), 1)
 	<-done
