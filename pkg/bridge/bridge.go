@@ -63,6 +63,19 @@ type AnswerTurn interface {
 	CommitAnswer(ctx context.Context, a history.Answer) (history.Committed, error)
 }
 
+// StateTurn is a Turn whose commit may change session state (the
+// worker's is). After a commit that wrote the turn (not a duplicate: that
+// run's changes are not the ones kept), the bridge emits state.changed
+// with the keys it names, right before run.interrupted and run.completed;
+// never when the run persisted nothing.
+type StateTurn interface {
+	Turn
+	// StateChanged names the keys of the conversation and the user scopes
+	// the committed turn set or deleted (without their prefix, sorted):
+	// both empty when it changed none.
+	StateChanged() (conversation, user []string)
+}
+
 // Skip tells an OnSkip observer what the bridge left out and why.
 type Skip struct {
 	Source Source
@@ -764,6 +777,14 @@ loop:
 		}
 		res.Committed = c
 		res.Status = c.Status // a duplicate reports the status first committed
+	}
+	// Only a turn this run wrote changed state: nothing for a run that
+	// persisted nothing, nor for a duplicate (the earlier run's turn, and
+	// its changes, are the ones kept).
+	if st, ok := r.run.Turn.(StateTurn); ok && res.Committed.N > 0 && !res.Committed.Duplicate {
+		if conv, user := st.StateChanged(); len(conv)+len(user) > 0 {
+			emit(func() error { return r.emit.StateChanged(ctx, conv, user) })
+		}
 	}
 	if res.Status == events.StatusInterrupted && res.Interrupt != nil {
 		in := events.Interrupt{Agent: res.Interrupt.Agent, Tool: res.Interrupt.Tool, Question: res.Interrupt.Question}

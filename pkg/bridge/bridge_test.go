@@ -954,3 +954,99 @@ func TestATransientModelErrorBeforeAnyContentAsksForARetry(t *testing.T) {
 		})
 	}
 }
+
+// stateTurn is an answerTurn whose commit changed the keys conv and user
+// (what the worker's turn reports); duplicate makes its commit report an
+// earlier run's turn. committedAt records how many commits it had when
+// each event was emitted (set as the sink's onEmit).
+type stateTurn struct {
+	answerTurn
+	conv, user []string
+	duplicate  bool
+}
+
+func (t *stateTurn) CommitAnswer(ctx context.Context, a history.Answer) (history.Committed, error) {
+	c, err := t.answerTurn.CommitAnswer(ctx, a)
+	c.Duplicate = t.duplicate
+	return c, err
+}
+
+func (t *stateTurn) StateChanged() (conv, user []string) { return t.conv, t.user }
+
+func (t *stateTurn) commits() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.committed)
+}
+
+func TestStateChangedFollowsTheCommitOfATurnThatChangedState(t *testing.T) {
+	t.Parallel()
+	answer := []step{{agent: "a", chunks: []*schema.Message{text("Noted, "), text("in French.")}}}
+	tests := []struct {
+		name      string
+		steps     []step
+		conv      []string
+		user      []string
+		duplicate bool
+		cancel    bool
+		want      []events.Type
+	}{
+		{name: "A committed turn that changed keys is followed by state.changed naming exactly them, right before run.completed.",
+			steps: answer, conv: []string{"cart", "step"}, user: []string{"language"},
+			want: []events.Type{events.TypeRunStarted, events.TypeToken, events.TypeStateChanged, events.TypeRunCompleted}},
+		{name: "Keys of one scope only are listed with the other scope empty.",
+			steps: answer, user: []string{"language"},
+			want: []events.Type{events.TypeRunStarted, events.TypeToken, events.TypeStateChanged, events.TypeRunCompleted}},
+		{name: "A committed turn that changed no key emits no state.changed.",
+			steps: answer,
+			want:  []events.Type{events.TypeRunStarted, events.TypeToken, events.TypeRunCompleted}},
+		{name: "A run that persisted nothing (no content: discarded) emits no state.changed whatever its turn reports.",
+			steps: []step{{agent: "a", chunks: []*schema.Message{text("")}}}, conv: []string{"cart"}, user: []string{"language"},
+			want: []events.Type{events.TypeRunStarted, events.TypeRunCompleted}},
+		{name: "A run cancelled before any content persisted nothing and emits no state.changed.",
+			steps: []step{{agent: "a", hold: make(chan struct{}), chunks: []*schema.Message{text("never")}}}, cancel: true, conv: []string{"cart"},
+			want: []events.Type{events.TypeRunStarted, events.TypeRunCompleted}},
+		{name: "A commit that found the request already committed by an earlier run emits no state.changed: that run's changes are kept.",
+			steps: answer, conv: []string{"cart"}, duplicate: true,
+			want: []events.Type{events.TypeRunStarted, events.TypeToken, events.TypeRunCompleted}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			genCtx, stopGen := context.WithCancel(ctx)
+			defer stopGen()
+			iter, done := script(genCtx, tt.steps...)
+			turn := &stateTurn{conv: tt.conv, user: tt.user, duplicate: tt.duplicate}
+			var commitsAtEvent []int
+			sink := &recordingSink{onEmit: func(events.Event) { commitsAtEvent = append(commitsAtEvent, turn.commits()) }}
+			h := newBridge(t, sink, nil).Start(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn, StopGeneration: stopGen}, iter)
+			if tt.cancel {
+				sink.waitEvents(t, ctx, 1)
+				h.Cancel()
+			}
+			if _, err := h.Wait(); err != nil {
+				t.Fatalf("Wait: %v", err)
+			}
+			<-done
+			evs := sink.snapshot()
+			var types []events.Type
+			for i, e := range evs {
+				types = append(types, e.Type())
+				sc, ok := e.(*events.StateChangedEvent)
+				if !ok {
+					continue
+				}
+				if !slices.Equal(sc.Conversation, tt.conv) || !slices.Equal(sc.User, tt.user) || sc.Truncated {
+					t.Errorf("state.changed lists %q and %q (truncated %v), want %q and %q", sc.Conversation, sc.User, sc.Truncated, tt.conv, tt.user)
+				}
+				if commitsAtEvent[i] != 1 {
+					t.Errorf("state.changed emitted with %d commits made, want it after the one commit", commitsAtEvent[i])
+				}
+			}
+			if !slices.Equal(types, tt.want) {
+				t.Fatalf("events %v, want %v", types, tt.want)
+			}
+		})
+	}
+}

@@ -102,3 +102,27 @@ func (e *Emitter) Interrupted(ctx context.Context, in events.Interrupt) error {
 	in.Question = truncateText(in.Question, events.MaxQuestionBytes)
 	return e.sink.Emit(ctx, e.id, &events.RunInterruptedEvent{Meta: e.meta(), Interrupt: in})
 }
+
+// StateChanged emits state.changed: the keys of the conversation and the
+// user scopes a committed turn set or deleted. Keys are listed in order,
+// conversation first, up to events.MaxStateChangedKeys per scope and
+// events.MaxStateChangedBytes in all; beyond, the event says Truncated.
+func (e *Emitter) StateChanged(ctx context.Context, conversation, user []string) error {
+	ev := &events.StateChangedEvent{Meta: e.meta()}
+	budget := events.MaxStateChangedBytes
+	take := func(keys []string) []string {
+		var out []string
+		for _, k := range keys {
+			if len(out) == events.MaxStateChangedKeys || len(k) > budget {
+				ev.Truncated = true
+				break
+			}
+			out = append(out, k)
+			budget -= len(k)
+		}
+		return out
+	}
+	ev.Conversation = take(conversation)
+	ev.User = take(user)
+	return e.sink.Emit(ctx, e.id, ev)
+}

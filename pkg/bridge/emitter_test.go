@@ -1,6 +1,8 @@
 package bridge_test
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -155,5 +157,54 @@ func TestEmittedTextsOfStrayContinuationBytesOverTheirLimitAreCutToNothing(t *te
 	}
 	if n, in := evs[0].(*events.NoticeEvent), evs[1].(*events.RunInterruptedEvent); n.Message != "" || in.Interrupt.Question != "" || in.Interrupt.Agent != "" {
 		t.Fatalf("notice of %d bytes, question of %d, agent of %d; want all cut to nothing", len(n.Message), len(in.Interrupt.Question), len(in.Interrupt.Agent))
+	}
+}
+
+// keys returns n distinct keys of size bytes each, prefixed by p.
+func keys(p string, n, size int) []string {
+	out := make([]string, n)
+	for i := range out {
+		k := fmt.Sprintf("%s%d-", p, i)
+		out[i] = k + strings.Repeat("k", size-len(k))
+	}
+	return out
+}
+
+func TestStateChangedListsTheKeysWithinTheEventsBounds(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name          string
+		conv, user    []string
+		wantConv      []string
+		wantUser      []string
+		wantTruncated bool
+	}{
+		{name: "Keys within the bounds are all listed, in order.", conv: []string{"a", "b"}, user: []string{"lang"},
+			wantConv: []string{"a", "b"}, wantUser: []string{"lang"}},
+		{name: "The most keys a run can change in each scope (128 of 64 bytes) are all listed.", conv: keys("c", 128, 64), user: keys("u", 128, 64),
+			wantConv: keys("c", 128, 64), wantUser: keys("u", 128, 64)},
+		{name: "Keys past 16 KiB in all are left out and the event says truncated.", conv: keys("c", 128, 128), user: keys("u", 128, 128),
+			wantConv: keys("c", 128, 128), wantTruncated: true},
+		{name: "More than 128 keys of a scope are cut at 128 and the event says truncated.", conv: keys("c", 130, 8),
+			wantConv: keys("c", 128, 8), wantTruncated: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			sink := &recordingSink{}
+			e := bridge.NewEmitter(sink, testID, "req-1", "run-1", nil)
+			if err := e.StateChanged(testCtx(t), tt.conv, tt.user); err != nil {
+				t.Fatal(err)
+			}
+			ev := sink.snapshot()[0].(*events.StateChangedEvent)
+			if !slices.Equal(ev.Conversation, tt.wantConv) || !slices.Equal(ev.User, tt.wantUser) || ev.Truncated != tt.wantTruncated {
+				t.Fatalf("listed %d conversation and %d user keys, truncated %v; want %d, %d, %v",
+					len(ev.Conversation), len(ev.User), ev.Truncated, len(tt.wantConv), len(tt.wantUser), tt.wantTruncated)
+			}
+			// What the emitter writes, a client decodes.
+			if _, err := events.DecodeEvent(events.MarshalEvent(ev)); err != nil {
+				t.Fatalf("DecodeEvent of the emitted event: %v", err)
+			}
+		})
 	}
 }

@@ -108,6 +108,10 @@ type Frame struct {
 	Shard int
 	// Code and Message are set on error frames.
 	Code, Message string
+	// Cursor is set on a stream event of a type this client does not
+	// know (Event nil): a later server's addition, which clients ignore
+	// (docs/api.md), and which a Subscription skips, resuming after it.
+	Cursor string
 	// Raw is the frame as received.
 	Raw []byte
 }
@@ -153,6 +157,19 @@ func decodeFrame(b []byte) (Frame, error) {
 			f.Code, f.Message = c.Code, c.Message
 		}
 	default:
+		if !knownType(head.Type) {
+			// A newer server's event: ignored, but its conversation and
+			// cursor let a subscription resume after it.
+			var u struct {
+				Conversation string `json:"conversation"`
+				Cursor       string `json:"cursor"`
+			}
+			if err := json.Unmarshal(b, &u); err != nil || head.Type == "" {
+				return Frame{}, fmt.Errorf("turnpike: bad frame of type %q", head.Type)
+			}
+			f.Conversation, f.Cursor = u.Conversation, u.Cursor
+			return f, nil
+		}
 		e, err := decodeEvent(b)
 		if err != nil {
 			return Frame{}, fmt.Errorf("turnpike: bad event frame: %w", err)
@@ -168,13 +185,24 @@ var (
 	eventMembers = map[string]bool{
 		"type": true, "conversation": true, "request_id": true, "run_id": true, "seq": true, "ts": true,
 		"cursor": true, "delta": true, "agent": true, "role": true, "message": true, "status": true,
-		"from": true, "to": true, "usage": true, "interrupt": true,
+		"from": true, "to": true, "usage": true, "interrupt": true, "keys": true, "truncated": true,
 	}
 	nestedMembers = map[string]map[string]bool{
 		"usage":     {"prompt_tokens": true, "completion_tokens": true, "total_tokens": true},
 		"interrupt": {"agent": true, "tool": true, "question": true},
+		"keys":      {"conversation": true, "user": true},
 	}
 )
+
+// knownType reports whether t is a stream event type this client decodes.
+func knownType(t string) bool {
+	switch events.Type(t) {
+	case events.TypeRunStarted, events.TypeToken, events.TypeNotice, events.TypeRunCompleted,
+		events.TypeAgentTransfer, events.TypeRunInterrupted, events.TypeStateChanged:
+		return true
+	}
+	return false
+}
 
 // decodeEvent decodes a stream event from the gateway: the members it
 // knows are checked as events.DecodeEvent checks them (types, identifiers,

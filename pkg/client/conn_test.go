@@ -112,6 +112,7 @@ func everyEvent() []events.Event {
 		&events.NoticeEvent{Meta: m, Message: "retrying"},
 		&events.AgentTransferEvent{Meta: m, From: "supervisor", To: "researcher"},
 		&events.RunInterruptedEvent{Meta: m, Interrupt: events.Interrupt{Agent: "assistant", Tool: "ask_user", Question: "Which one?"}},
+		&events.StateChangedEvent{Meta: m, Conversation: []string{"cart"}, User: []string{"language"}},
 		&events.RunCompletedEvent{Meta: m, Status: events.StatusComplete, Usage: &events.Usage{PromptTokens: 5, CompletionTokens: 7, TotalTokens: 12}},
 	}
 }
@@ -124,6 +125,7 @@ func withUnknownMembers(frame []byte) []byte {
 	s = strings.TrimSuffix(s, "}") + `,"x_last":"later"}`
 	s = strings.Replace(s, `"usage":{`, `"usage":{"cached_tokens":3,`, 1)
 	s = strings.Replace(s, `"interrupt":{`, `"interrupt":{"options":["a","b"],`, 1)
+	s = strings.Replace(s, `"keys":{`, `"keys":{"app":["x"],`, 1)
 	return []byte(s)
 }
 
@@ -300,5 +302,68 @@ func TestAWebSocketSubscriptionReconnectsWithItsConversationsShardHint(t *testin
 	}
 	if f, err := decodeFrame([]byte(`{"type":"subscribed","conversation":"c1"}`)); err != nil || f.Shard != -1 {
 		t.Fatalf("a subscribed frame without shard: %+v, %v; want Shard -1", f, err)
+	}
+}
+
+// docs/api.md: clients ignore event types they do not know (a later server
+// adds types without a version bump). A Subscription skips such an event
+// and, reconnecting, resumes after it rather than receiving it again.
+func TestASubscriptionSkipsAnEventOfATypeItDoesNotKnowAndResumesAfterIt(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	future := []byte(`{"type":"future.event","conversation":"c1","request_id":"r","run_id":"u","seq":2,"ts":1,"anything":{"x":[1]},"cursor":"1-2-2"}`)
+	token := func(seq int64) []byte {
+		return events.AppendEvent(nil, &events.TokenEvent{Meta: events.Meta{Conversation: "c1", RequestID: "r", RunID: "u", Seq: seq, TS: 1,
+			Cursor: fmt.Sprintf("1-2-%d", seq)}, Delta: "w", Agent: "echo", Role: "assistant"})
+	}
+	var mu sync.Mutex
+	var sinces []string
+	up := websocket.Upgrader{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.Close()
+		var sub struct{ Since string }
+		if err := ws.ReadJSON(&sub); err != nil {
+			return
+		}
+		mu.Lock()
+		sinces = append(sinces, sub.Since)
+		first := len(sinces) == 1
+		mu.Unlock()
+		_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"subscribed","conversation":"c1"}`))
+		if first {
+			// Token 1, the unknown event, then the connection breaks.
+			_ = ws.WriteMessage(websocket.TextMessage, token(1))
+			_ = ws.WriteMessage(websocket.TextMessage, future)
+			return
+		}
+		_ = ws.WriteMessage(websocket.TextMessage, token(3))
+		_, _, _ = ws.ReadMessage()
+	}))
+	t.Cleanup(srv.Close)
+	c := &Client{StreamURL: "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/stream", Token: "t"}
+	sub, err := c.Subscribe(ctx, "c1", SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for _, want := range []int64{1, 3} {
+		if e, err := sub.Next(ctx); err != nil || e.Header().Seq != want {
+			t.Fatalf("want the token of seq %d: %v, %v", want, e, err)
+		}
+	}
+	mu.Lock()
+	got := strings.Join(sinces, ",")
+	mu.Unlock()
+	if got != ",1-2-2" {
+		t.Fatalf("subscribed since %q, want from the start, then after the unknown event (1-2-2)", got)
+	}
+	f, err := decodeFrame(future)
+	if err != nil || f.Event != nil || f.Type != "future.event" || f.Cursor != "1-2-2" || f.Conversation != "c1" {
+		t.Fatalf("decodeFrame of an unknown event type = %+v, %v; want no event and no error, with its cursor", f, err)
 	}
 }

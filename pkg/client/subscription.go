@@ -170,7 +170,15 @@ func (s *Subscription) Next(ctx context.Context) (events.Event, error) {
 			backoff = min(2*backoff, s.opts.MaxBackoff)
 			continue
 		}
-		if f.Event == nil || f.Event.Header().Conversation != s.conv {
+		if f.Event == nil {
+			// An event of a type this client does not know: skipped, and
+			// a reconnection resumes after it.
+			if f.Cursor != "" && f.Conversation == s.conv {
+				s.cursor = f.Cursor
+			}
+			continue
+		}
+		if f.Event.Header().Conversation != s.conv {
 			continue
 		}
 		s.cursor = f.Event.Header().Cursor

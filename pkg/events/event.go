@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -22,6 +23,10 @@ const (
 	// the user something.
 	TypeAgentTransfer  Type = "agent.transfer"
 	TypeRunInterrupted Type = "run.interrupted"
+	// TypeStateChanged extends the contract (docs/api.md "state.changed"):
+	// the run's committed turn changed session state; it names the keys,
+	// never their values.
+	TypeStateChanged Type = "state.changed"
 )
 
 // Status is how a request ended, carried by run.completed and by assistant
@@ -72,7 +77,17 @@ const (
 	MaxQuestionBytes = 4 << 10
 	MaxEventBytes    = 64 << 10
 	maxRoleBytes     = 32
-	maxMetaIDFields  = MaxIDLen
+	// MaxStateKeyBytes bounds a session-state key (without its scope
+	// prefix): history.MaxStateKeyBytes is this.
+	MaxStateKeyBytes = 128
+	// MaxStateChangedKeys bounds the keys of one scope a state.changed
+	// event lists (a run changes at most history.MaxStateKeys of each).
+	MaxStateChangedKeys = 128
+	// MaxStateChangedBytes bounds the bytes of all the keys one
+	// state.changed event lists; the emitter lists fewer and sets
+	// Truncated beyond it.
+	MaxStateChangedBytes = 16 << 10
+	maxMetaIDFields      = MaxIDLen
 )
 
 // Meta holds the fields every stream event carries.
@@ -90,8 +105,8 @@ type Meta struct {
 }
 
 // Event is one stream event. The concrete types are *RunStartedEvent,
-// *TokenEvent, *NoticeEvent, *RunCompletedEvent, *AgentTransferEvent and
-// *RunInterruptedEvent.
+// *TokenEvent, *NoticeEvent, *RunCompletedEvent, *AgentTransferEvent,
+// *RunInterruptedEvent and *StateChangedEvent.
 type Event interface {
 	Type() Type
 	// Header returns the common fields; callers may modify them.
@@ -154,6 +169,25 @@ type RunInterruptedEvent struct {
 	Interrupt Interrupt
 }
 
+// StateChangedEvent says the run's turn, now committed, changed session
+// state: the keys it set or deleted, by scope, without their values (the
+// stream reaches every subscriber of the conversation; GET
+// /v1/conversations/{conversation}/state returns the values to the
+// identity alone). Only the conversation and the user scopes are listed,
+// the ones that GET returns; temp: keys are never saved and tenant: keys
+// are not shown. It comes right before run.interrupted or run.completed
+// and is never emitted for a run that persisted nothing.
+type StateChangedEvent struct {
+	Meta
+	// Conversation and User are the keys set or deleted (sorted, without
+	// their scope prefix; a deleted key is listed as a set one is: GET
+	// tells which remain). At least one of the two is non-empty.
+	Conversation, User []string
+	// Truncated says keys were left out to keep the event within
+	// MaxStateChangedBytes: re-read the whole state.
+	Truncated bool
+}
+
 // Interrupt describes what an interrupted run waits for.
 type Interrupt struct {
 	// Agent is the agent that was interrupted.
@@ -171,6 +205,8 @@ func (*NoticeEvent) Type() Type              { return TypeNotice }
 func (*RunCompletedEvent) Type() Type        { return TypeRunCompleted }
 func (*AgentTransferEvent) Type() Type       { return TypeAgentTransfer }
 func (*RunInterruptedEvent) Type() Type      { return TypeRunInterrupted }
+func (*StateChangedEvent) Type() Type        { return TypeStateChanged }
+func (e *StateChangedEvent) Header() *Meta   { return &e.Meta }
 func (e *AgentTransferEvent) Header() *Meta  { return &e.Meta }
 func (e *RunInterruptedEvent) Header() *Meta { return &e.Meta }
 func (e *RunStartedEvent) Header() *Meta     { return &e.Meta }
@@ -236,11 +272,32 @@ func AppendEvent(dst []byte, e Event) []byte {
 		dst = append(dst, `,"question":`...)
 		dst = appendString(dst, e.Interrupt.Question)
 		dst = append(dst, '}')
+	case *StateChangedEvent:
+		dst = append(dst, `,"keys":{"conversation":`...)
+		dst = appendStrings(dst, e.Conversation)
+		dst = append(dst, `,"user":`...)
+		dst = appendStrings(dst, e.User)
+		dst = append(dst, '}')
+		if e.Truncated {
+			dst = append(dst, `,"truncated":true`...)
+		}
 	}
 	if m.Cursor != "" {
 		return AppendCursor(dst, m.Cursor)
 	}
 	return append(dst, '}')
+}
+
+// appendStrings appends ss as a JSON array of strings ([] when empty).
+func appendStrings(dst []byte, ss []string) []byte {
+	dst = append(dst, '[')
+	for i, s := range ss {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendString(dst, s)
+	}
+	return append(dst, ']')
 }
 
 // AppendCursor appends `,"cursor":"…"}` to dst. With dst holding an encoded
@@ -331,17 +388,20 @@ type wireEvent struct {
 	// Nested objects are checked as strictly as the event itself.
 	Usage     json.RawMessage `json:"usage"`
 	Interrupt json.RawMessage `json:"interrupt"`
+	Keys      json.RawMessage `json:"keys"`
+	Truncated *bool           `json:"truncated"`
 }
 
 var eventKeys = map[string]bool{
 	"type": true, "conversation": true, "request_id": true, "run_id": true, "seq": true, "ts": true,
 	"cursor": true, "delta": true, "agent": true, "role": true, "message": true, "status": true,
-	"from": true, "to": true, "usage": true, "interrupt": true,
+	"from": true, "to": true, "usage": true, "interrupt": true, "keys": true, "truncated": true,
 }
 
 var (
 	usageKeys     = map[string]bool{"prompt_tokens": true, "completion_tokens": true, "total_tokens": true}
 	interruptKeys = map[string]bool{"agent": true, "tool": true, "question": true}
+	stateKeysKeys = map[string]bool{"conversation": true, "user": true}
 )
 
 // isNull reports whether a raw JSON value is absent or null.
@@ -394,6 +454,62 @@ func decodeInterrupt(raw json.RawMessage) (Interrupt, error) {
 	return Interrupt{Agent: *w.Agent, Tool: *w.Tool, Question: *w.Question}, nil
 }
 
+// decodeStateKeys strictly decodes state.changed's keys object: both
+// lists, each of at most MaxStateChangedKeys distinct keys of
+// 1..MaxStateKeyBytes bytes without control characters, at most
+// MaxStateChangedBytes of keys in all, and at least one key.
+func decodeStateKeys(raw json.RawMessage) (conv, user []string, err error) {
+	if err := checkKeys(raw, MaxEventBytes, stateKeysKeys); err != nil {
+		return nil, nil, fmt.Errorf("keys: %w", err)
+	}
+	var w struct {
+		Conversation *[]string `json:"conversation"`
+		User         *[]string `json:"user"`
+	}
+	if err := decodeStrict(raw, MaxEventBytes, &w); err != nil {
+		return nil, nil, fmt.Errorf("keys: %w", err)
+	}
+	if w.Conversation == nil || w.User == nil {
+		return nil, nil, fmt.Errorf("%w keys: want conversation and user", ErrInvalid)
+	}
+	size := 0
+	for _, scope := range []struct {
+		name string
+		keys []string
+	}{{"conversation", *w.Conversation}, {"user", *w.User}} {
+		if len(scope.keys) > MaxStateChangedKeys {
+			return nil, nil, fmt.Errorf("%w keys: %s: %d keys, at most %d", ErrInvalid, scope.name, len(scope.keys), MaxStateChangedKeys)
+		}
+		seen := make(map[string]bool, len(scope.keys))
+		for _, k := range scope.keys {
+			switch {
+			case k == "" || len(k) > MaxStateKeyBytes:
+				return nil, nil, fmt.Errorf("%w keys: %s: a key of %d bytes, want 1..%d", ErrInvalid, scope.name, len(k), MaxStateKeyBytes)
+			case strings.ContainsFunc(k, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+				return nil, nil, fmt.Errorf("%w keys: %s: a key with a control character", ErrInvalid, scope.name)
+			case seen[k]:
+				return nil, nil, fmt.Errorf("%w keys: %s: key %q listed twice", ErrInvalid, scope.name, k)
+			}
+			seen[k] = true
+			size += len(k)
+		}
+	}
+	if size > MaxStateChangedBytes {
+		return nil, nil, fmt.Errorf("%w keys: %d bytes of keys, at most %d", ErrInvalid, size, MaxStateChangedBytes)
+	}
+	if len(*w.Conversation) == 0 && len(*w.User) == 0 {
+		return nil, nil, fmt.Errorf("%w keys: no key", ErrInvalid)
+	}
+	// An empty list decodes as nil, as the encoder's [] is written from.
+	if len(*w.Conversation) > 0 {
+		conv = *w.Conversation
+	}
+	if len(*w.User) > 0 {
+		user = *w.User
+	}
+	return conv, user, nil
+}
+
 // DecodeEvent strictly decodes one stream event, as read from the stream
 // topic or from the push gateway's WebSocket (where it carries a cursor).
 // Fields of another event type, unknown or duplicated fields, a missing
@@ -420,13 +536,13 @@ func DecodeEvent(b []byte) (Event, error) {
 	// is optional (on run.completed only) and checked apart.
 	present := map[string]bool{"delta": w.Delta != nil, "agent": w.Agent != nil, "role": w.Role != nil,
 		"message": w.Message != nil, "status": w.Status != nil, "from": w.From != nil, "to": w.To != nil,
-		"interrupt": !isNull(w.Interrupt)}
+		"interrupt": !isNull(w.Interrupt), "keys": !isNull(w.Keys)}
 	allowed := func(fields ...string) error {
 		want := make(map[string]bool, len(fields))
 		for _, f := range fields {
 			want[f] = true
 		}
-		for _, name := range []string{"delta", "agent", "role", "message", "status", "from", "to", "interrupt"} {
+		for _, name := range []string{"delta", "agent", "role", "message", "status", "from", "to", "interrupt", "keys"} {
 			if present[name] != want[name] {
 				if want[name] {
 					return fmt.Errorf("%w %s event: missing %s", ErrInvalid, w.Type, name)
@@ -436,6 +552,9 @@ func DecodeEvent(b []byte) (Event, error) {
 		}
 		if !isNull(w.Usage) && w.Type != TypeRunCompleted {
 			return fmt.Errorf("%w %s event: unexpected field usage", ErrInvalid, w.Type)
+		}
+		if w.Truncated != nil && w.Type != TypeStateChanged {
+			return fmt.Errorf("%w %s event: unexpected field truncated", ErrInvalid, w.Type)
 		}
 		return nil
 	}
@@ -510,6 +629,23 @@ func DecodeEvent(b []byte) (Event, error) {
 			return nil, fmt.Errorf("run.interrupted event: %w", err)
 		}
 		return &RunInterruptedEvent{Meta: m, Interrupt: in}, nil
+	case TypeStateChanged:
+		if err := allowed("keys"); err != nil {
+			return nil, err
+		}
+		conv, user, err := decodeStateKeys(w.Keys)
+		if err != nil {
+			return nil, fmt.Errorf("state.changed event: %w", err)
+		}
+		e := &StateChangedEvent{Meta: m, Conversation: conv, User: user}
+		if w.Truncated != nil {
+			// One encoding per value: absent, never false.
+			if !*w.Truncated {
+				return nil, fmt.Errorf("%w state.changed event: truncated is true or absent", ErrInvalid)
+			}
+			e.Truncated = true
+		}
+		return e, nil
 	case "":
 		return nil, fmt.Errorf("%w event: missing type", ErrInvalid)
 	}

@@ -29,6 +29,7 @@ var (
 	transferJSON    = `{"type":"agent.transfer","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":2,"ts":1700000000123456789,"from":"supervisor","to":"researcher"}`
 	interruptedJSON = `{"type":"run.interrupted","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":3,"ts":1700000000123456789,"interrupt":{"agent":"assistant","tool":"ask_user","question":"Which city?"}}`
 	usageJSON       = `{"type":"run.completed","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":4,"ts":1700000000123456789,"status":"complete","usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}`
+	stateJSON       = `{"type":"state.changed","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":3,"ts":1700000000123456789,"keys":{"conversation":["cart","step"],"user":["language"]}}`
 )
 
 // splice replaces the first occurrence of old in s, failing loudly when the
@@ -86,6 +87,14 @@ func TestDecodeEventAcceptsEveryType(t *testing.T) {
 		{"A null usage counts as absent.", splice(runCompletedJSON, `}`, `,"usage":null}`), &events.RunCompletedEvent{Meta: meta(4, ""), Status: events.StatusIncomplete}},
 		{"Usage members may come in any order.", splice(usageJSON, `"prompt_tokens":12,"completion_tokens":5,"total_tokens":17`, `"total_tokens":17,"prompt_tokens":12,"completion_tokens":5`),
 			&events.RunCompletedEvent{Meta: meta(4, ""), Status: events.StatusComplete, Usage: &events.Usage{PromptTokens: 12, CompletionTokens: 5, TotalTokens: 17}}},
+		{"A state.changed event decodes with its keys.", stateJSON,
+			&events.StateChangedEvent{Meta: meta(3, ""), Conversation: []string{"cart", "step"}, User: []string{"language"}}},
+		{"A state.changed event with an empty list decodes it as none.", splice(stateJSON, `["cart","step"]`, `[]`),
+			&events.StateChangedEvent{Meta: meta(3, ""), User: []string{"language"}}},
+		{"A truncated state.changed event decodes truncated.", splice(stateJSON, `}}`, `},"truncated":true}`),
+			&events.StateChangedEvent{Meta: meta(3, ""), Conversation: []string{"cart", "step"}, User: []string{"language"}, Truncated: true}},
+		{"A state key of 128 bytes is accepted.", splice(stateJSON, `"language"`, `"`+strings.Repeat("k", 128)+`"`),
+			&events.StateChangedEvent{Meta: meta(3, ""), Conversation: []string{"cart", "step"}, User: []string{strings.Repeat("k", 128)}}},
 		{"The largest seq and ts are accepted.", splice(splice(runStartedJSON, `"seq":1`, `"seq":9223372036854775807`), `"ts":1700000000123456789`, `"ts":9223372036854775807`),
 			&events.RunStartedEvent{Meta: events.Meta{Conversation: "c1", RequestID: "r-1", RunID: "run-1", Seq: 1<<63 - 1, TS: 1<<63 - 1}}},
 	}
@@ -190,6 +199,27 @@ func TestDecodeEventRejectsBadEvents(t *testing.T) {
 		{"agent.transfer to an empty agent is rejected.", splice(transferJSON, `"researcher"`, `""`)},
 		{"agent.transfer to an agent of 257 bytes is rejected.", splice(transferJSON, `"researcher"`, `"`+strings.Repeat("a", 257)+`"`)},
 		{"agent.transfer with a delta is rejected.", splice(transferJSON, `}`, `,"delta":"x"}`)},
+		{"state.changed without keys is rejected.", splice(stateJSON, `,"keys":{"conversation":["cart","step"],"user":["language"]}`, ``)},
+		{"state.changed with null keys is rejected.", splice(stateJSON, `{"conversation":["cart","step"],"user":["language"]}`, `null`)},
+		{"state.changed without the user list is rejected.", splice(stateJSON, `,"user":["language"]`, ``)},
+		{"state.changed without the conversation list is rejected.", splice(stateJSON, `"conversation":["cart","step"],`, ``)},
+		{"state.changed with a null list is rejected.", splice(stateJSON, `["language"]`, `null`)},
+		{"state.changed listing no key at all is rejected.", splice(splice(stateJSON, `["cart","step"]`, `[]`), `["language"]`, `[]`)},
+		{"state.changed with a value is rejected.", splice(stateJSON, `"user":["language"]`, `"user":["language"],"values":{"language":"fr"}`)},
+		{"state.changed with a key object instead of a name is rejected.", splice(stateJSON, `"language"`, `{"k":"language","v":"fr"}`)},
+		{"state.changed with a tenant list is rejected.", splice(stateJSON, `"user":["language"]`, `"user":["language"],"tenant":["plan"]`)},
+		{"state.changed with a duplicated list is rejected.", splice(stateJSON, `"user":["language"]`, `"user":["language"],"user":["x"]`)},
+		{"state.changed with a case variant of a list is rejected.", splice(stateJSON, `"user":`, `"User":`)},
+		{"state.changed listing a key twice is rejected.", splice(stateJSON, `["cart","step"]`, `["cart","cart"]`)},
+		{"state.changed with an empty key is rejected.", splice(stateJSON, `"step"`, `""`)},
+		{"state.changed with a key of 129 bytes is rejected.", splice(stateJSON, `"step"`, `"`+strings.Repeat("k", 129)+`"`)},
+		{"state.changed with a key holding a control character is rejected.", splice(stateJSON, `"step"`, `"st\u0001ep"`)},
+		{"state.changed with 129 keys of a scope is rejected.", splice(stateJSON, `["language"]`, keyList(129, 8))},
+		{"state.changed with more than 16 KiB of keys is rejected.", splice(splice(stateJSON, `["language"]`, keyList(128, 100)), `["cart","step"]`, keyList(128, 100))},
+		{"state.changed with truncated false is rejected.", splice(stateJSON, `}}`, `},"truncated":false}`)},
+		{"state.changed with a status is rejected.", splice(stateJSON, `}}`, `},"status":"complete"}`)},
+		{"truncated on another event type is rejected.", splice(runCompletedJSON, `}`, `,"truncated":true}`)},
+		{"keys on another event type is rejected.", splice(runCompletedJSON, `}`, `,"keys":{"conversation":["a"],"user":[]}}`)},
 		{"A token with a to field is rejected.", splice(tokenJSON, `}`, `,"to":"x"}`)},
 		{"run.interrupted without interrupt is rejected.", splice(interruptedJSON, `,"interrupt":{"agent":"assistant","tool":"ask_user","question":"Which city?"}`, ``)},
 		{"run.interrupted with a null interrupt is rejected.", splice(interruptedJSON, `{"agent":"assistant","tool":"ask_user","question":"Which city?"}`, `null`)},
@@ -249,6 +279,12 @@ func TestAppendEventWritesTheDocumentedShape(t *testing.T) {
 			Interrupt: events.Interrupt{Agent: "assistant", Tool: "ask_user", Question: "Which city?"}}, interruptedJSON},
 		{"run.completed carries usage when it is known.", &events.RunCompletedEvent{Meta: meta(4), Status: events.StatusComplete,
 			Usage: &events.Usage{PromptTokens: 12, CompletionTokens: 5, TotalTokens: 17}}, usageJSON},
+		{"state.changed carries the keys of each scope.", &events.StateChangedEvent{Meta: meta(3), Conversation: []string{"cart", "step"},
+			User: []string{"language"}}, stateJSON},
+		{"state.changed writes an empty scope as an empty list.", &events.StateChangedEvent{Meta: meta(3), User: []string{"language"}},
+			splice(stateJSON, `["cart","step"]`, `[]`)},
+		{"state.changed writes truncated only when set.", &events.StateChangedEvent{Meta: meta(3), Conversation: []string{"cart", "step"},
+			User: []string{"language"}, Truncated: true}, splice(stateJSON, `}}`, `},"truncated":true}`)},
 		{"A cursor in the header is written last.", &events.TokenEvent{Meta: events.Meta{Conversation: "c1", RequestID: "r-1", RunID: "run-1",
 			Seq: 2, TS: 1700000000123456789, Cursor: "0-17"}, Delta: "echo ", Agent: "echo", Role: "assistant"}, tokenCursorJSON},
 	}
@@ -437,6 +473,7 @@ func TestMaximalEventsFitTheEventLimit(t *testing.T) {
 				Tool: rep(events.MaxAgentBytes), Question: rep(events.MaxQuestionBytes)}},
 			&events.RunCompletedEvent{Meta: maxMeta, Status: events.StatusInterrupted,
 				Usage: &events.Usage{PromptTokens: 1<<63 - 1, CompletionTokens: 1<<63 - 1, TotalTokens: 1<<63 - 1}},
+			maximalStateChanged(maxMeta, fill),
 		} {
 			b := events.MarshalEvent(e)
 			if len(b) > events.MaxEventBytes {
@@ -478,10 +515,42 @@ func TestStatusPersisted(t *testing.T) {
 func TestHeaderGivesAccessToTheCommonFields(t *testing.T) {
 	t.Parallel()
 	for _, e := range []events.Event{&events.RunStartedEvent{}, &events.TokenEvent{}, &events.NoticeEvent{}, &events.RunCompletedEvent{},
-		&events.AgentTransferEvent{}, &events.RunInterruptedEvent{}} {
+		&events.AgentTransferEvent{}, &events.RunInterruptedEvent{}, &events.StateChangedEvent{}} {
 		e.Header().Seq = 7
 		if e.Header().Seq != 7 {
 			t.Errorf("%s: Header() does not point into the event", e.Type())
 		}
 	}
+}
+
+// keyList is a JSON array of n distinct state keys of size bytes each.
+func keyList(n, size int) string {
+	keys := make([]string, n)
+	for i := range keys {
+		k := fmt.Sprintf("%d-", i)
+		keys[i] = `"` + k + strings.Repeat("k", size-len(k)) + `"`
+	}
+	return "[" + strings.Join(keys, ",") + "]"
+}
+
+// maximalStateChanged is a state.changed event listing keys of MaxStateChangedBytes
+// in all, each of them fill repeated (made distinct by a suffix), as many
+// as fit in MaxStateChangedKeys per scope. A fill that is a control
+// character (which keys may not hold) is replaced by a quote.
+func maximalStateChanged(m events.Meta, fill string) *events.StateChangedEvent {
+	if fill < " " {
+		fill = `"`
+	}
+	e := &events.StateChangedEvent{Meta: m, Truncated: true}
+	per := events.MaxStateChangedBytes / (2 * events.MaxStateChangedKeys) // bytes per key
+	for i := range 2 * events.MaxStateChangedKeys {
+		suffix := fmt.Sprintf("%03d", i)
+		k := strings.Repeat(fill, (per-len(suffix))/len(fill)) + suffix
+		if i%2 == 0 {
+			e.Conversation = append(e.Conversation, k)
+		} else {
+			e.User = append(e.User, k)
+		}
+	}
+	return e
 }

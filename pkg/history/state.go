@@ -22,7 +22,7 @@ const (
 	// tenant scopes one run changes.
 	MaxStateKeys = 128
 	// MaxStateKeyBytes bounds a key, without its scope prefix.
-	MaxStateKeyBytes = 128
+	MaxStateKeyBytes = events.MaxStateKeyBytes
 	// MaxStateValueBytes bounds one value (its JSON encoding).
 	MaxStateValueBytes = 16 << 10
 	// MaxStateBytes bounds the conversation's state a turn holds (keys and
@@ -262,4 +262,65 @@ func validateScope(tenant, user string) error {
 		return fmt.Errorf("scope state: %w", err)
 	}
 	return nil
+}
+
+// ConversationState is a conversation's session state as its identity
+// may see it (GET /v1/conversations/{conversation}/state): the
+// conversation's state and active agent as its newest committed turn left
+// them, and the user's state. The tenant's state is not part of it: a
+// tenant-wide key may be written by one user's run and is not any one
+// user's to read (docs/api.md "Session state over the API").
+type ConversationState struct {
+	// Values is the conversation scope: JSON values by key.
+	Values map[string][]byte
+	// Agent is the agent the conversation is left with, "" for the root.
+	Agent string
+	// User is the user scope (shared by the user's conversations): JSON
+	// values by key, without the "user:" prefix.
+	User map[string][]byte
+}
+
+// StateReader is a Store that reads a conversation's session state for
+// its identity (MemoryStore and MongoStore are).
+type StateReader interface {
+	// ConversationState returns the state of the conversation of id:
+	// ErrNotFound when it has no committed turn for id (one that exists
+	// only for another identity included), as List. The user scope is
+	// read by its one range query; the newest turn's own user changes are
+	// laid over it per key, where the roll-forward has not written them
+	// yet (a crash between a commit and its roll-forward), as the
+	// conversation's next run would. On a MongoStore: two queries issued
+	// together (the newest turn, the user's scope).
+	ConversationState(ctx context.Context, id events.Identity) (ConversationState, error)
+}
+
+// conversationState builds a ConversationState from the newest turn's
+// state (nil: none kept) and the user scope's documents.
+func conversationState(st *turnState, user []scopeDoc) ConversationState {
+	s := st.state()
+	out := ConversationState{Values: s.Values, Agent: s.Agent, User: make(map[string][]byte, len(user))}
+	if out.Values == nil {
+		out.Values = map[string][]byte{}
+	}
+	stamps := make(map[string]string, len(user))
+	for _, d := range user {
+		stamps[d.Key] = d.Stamp
+		if !d.Del {
+			out.User[d.Key] = []byte(d.Value)
+		}
+	}
+	if st == nil {
+		return out
+	}
+	for _, op := range st.user {
+		if have, ok := stamps[op.Key]; ok && have >= st.stamp {
+			continue // a newer commit (or this one) wrote it
+		}
+		if op.Value == nil {
+			delete(out.User, op.Key)
+		} else {
+			out.User[op.Key] = slices.Clone(op.Value)
+		}
+	}
+	return out
 }

@@ -100,13 +100,8 @@ func (s *MongoStore) ScopeState(ctx context.Context, tenant, user string) (map[s
 	if err := validateScope(tenant, user); err != nil {
 		return nil, err
 	}
-	prefix := scopePrefix(tenant, user)
-	cur, err := s.state.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: prefix}, {Key: "$lt", Value: scopeEnd(prefix)}}}})
+	docs, err := s.scopeDocs(ctx, scopePrefix(tenant, user))
 	if err != nil {
-		return nil, fmt.Errorf("scope state: %w", err)
-	}
-	var docs []scopeDoc
-	if err := cur.All(ctx, &docs); err != nil {
 		return nil, fmt.Errorf("scope state: %w", err)
 	}
 	out := make(map[string][]byte, len(docs))
@@ -116,4 +111,50 @@ func (s *MongoStore) ScopeState(ctx context.Context, tenant, user string) (map[s
 		}
 	}
 	return out, nil
+}
+
+// scopeDocs reads every document of one scope, whose _ids start with
+// prefix (scopePrefix): one range query on _id.
+func (s *MongoStore) scopeDocs(ctx context.Context, prefix string) ([]scopeDoc, error) {
+	cur, err := s.state.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: prefix}, {Key: "$lt", Value: scopeEnd(prefix)}}}})
+	if err != nil {
+		return nil, err
+	}
+	var docs []scopeDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, err
+	}
+	return docs, nil
+}
+
+var _ StateReader = (*MongoStore)(nil)
+
+// ConversationState implements StateReader: the newest turn (one range
+// query with a limit of one) and the user's scope (one range query),
+// issued together.
+func (s *MongoStore) ConversationState(ctx context.Context, id events.Identity) (ConversationState, error) {
+	if err := id.Validate(); err != nil {
+		return ConversationState{}, fmt.Errorf("conversation state: %w", err)
+	}
+	var (
+		user []scopeDoc
+		uerr error
+		done = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		user, uerr = s.scopeDocs(ctx, userScopePrefix(id.Tenant, id.User))
+	}()
+	turns, terr := s.newest(ctx, id.Key(), 1)
+	<-done
+	if uerr != nil {
+		uerr = fmt.Errorf("read user state: %w", uerr)
+	}
+	if err := errors.Join(terr, uerr); err != nil {
+		return ConversationState{}, fmt.Errorf("conversation state: %w", err)
+	}
+	if len(turns) == 0 {
+		return ConversationState{}, fmt.Errorf("conversation state %s: %w", id.Conversation, ErrNotFound)
+	}
+	return conversationState(turns[len(turns)-1].st, user), nil
 }

@@ -50,6 +50,41 @@ func TestMongoStoreReappliesUserStateTheCommitDidNotRollForward(t *testing.T) {
 	}
 }
 
+// TestMongoStoreConversationStateLaysTheNewestTurnOverAMissedRollForward:
+// a commit's user key whose roll-forward a crash lost is read from the
+// conversation's newest turn, and a key a newer commit of another
+// conversation wrote keeps that newer value.
+func TestMongoStoreConversationStateLaysTheNewestTurnOverAMissedRollForward(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	db := testenv.MongoDB(t)
+	s := newMongoStore(t, ctx, db)
+	c1 := events.Identity{Tenant: "acme-overlay", User: "alice", Conversation: "c1"}
+	c2 := events.Identity{Tenant: "acme-overlay", User: "alice", Conversation: "c2"}
+	newer := testTurn(1)
+	newer.CommittedAt = newer.CommittedAt.Add(time.Hour)
+	newer.State = &history.StateChange{User: []history.StateOp{{Key: "lang", Value: []byte(`"de"`)}}}
+	if _, err := s.Commit(ctx, c2, newer); err != nil {
+		t.Fatalf("Commit(c2): %v", err)
+	}
+	older := testTurn(1)
+	older.State = &history.StateChange{User: []history.StateOp{{Key: "lang", Value: []byte(`"fr"`)}, {Key: "tz", Value: []byte(`"CET"`)}}}
+	if _, err := s.Commit(ctx, c1, older); err != nil {
+		t.Fatalf("Commit(c1): %v", err)
+	}
+	// The crash: c1's roll-forward of tz was never written.
+	if _, err := db.Collection("state").DeleteOne(ctx, bson.D{{Key: "_id", Value: "acme-overlay/alice#u#tz"}}); err != nil {
+		t.Fatalf("delete tz: %v", err)
+	}
+	cs, err := s.ConversationState(ctx, c1)
+	if err != nil {
+		t.Fatalf("ConversationState: %v", err)
+	}
+	if got := fmt.Sprintf("lang=%s tz=%s", cs.User["lang"], cs.User["tz"]); got != `lang="de" tz="CET"` {
+		t.Fatalf("user state = %s, want lang=\"de\" (the newer commit's) tz=\"CET\" (the newest turn's, not rolled forward)", got)
+	}
+}
+
 // TestMongoStoreConcurrentUserStateUpdates: conversations of one user
 // commit at once, each setting a key of its own and the one key they
 // share. Every key of its own lands (different keys never interfere),

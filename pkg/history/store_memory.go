@@ -400,3 +400,26 @@ func (s *MemoryStore) ScopeState(_ context.Context, tenant, user string) (map[st
 	}
 	return out, nil
 }
+
+var _ StateReader = (*MemoryStore)(nil)
+
+// ConversationState implements StateReader.
+func (s *MemoryStore) ConversationState(_ context.Context, id events.Identity) (ConversationState, error) {
+	if err := id.Validate(); err != nil {
+		return ConversationState{}, fmt.Errorf("conversation state: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.convs[id.Key()]
+	if c == nil || len(c.turns) == 0 {
+		return ConversationState{}, fmt.Errorf("conversation state %s: %w", id.Conversation, ErrNotFound)
+	}
+	prefix := userScopePrefix(id.Tenant, id.User)
+	var user []scopeDoc
+	for docID, d := range s.scoped {
+		if strings.HasPrefix(docID, prefix) {
+			user = append(user, d)
+		}
+	}
+	return conversationState(c.turns[len(c.turns)-1].st, user), nil
+}

@@ -15,8 +15,10 @@ import (
 )
 
 // historyReader reads pages of a conversation and of a user's conversation
-// listing (history.Store has both).
+// listing (history.Store has both), and a conversation's session state
+// (history.StateReader).
 type historyReader interface {
+	history.StateReader
 	// List returns up to limit messages with seq < before (before <= 0:
 	// the newest), oldest first; history.ErrNotFound if the conversation
 	// does not exist for id.
@@ -26,8 +28,12 @@ type historyReader interface {
 	Conversations(ctx context.Context, tenant, user string, before history.ConversationCursor, limit int) (history.ConversationPage, error)
 }
 
-// history.Store is what cmd/ingest passes as the HistoryReader.
-var _ historyReader = history.Store(nil)
+// A MongoStore is what cmd/ingest passes as the HistoryReader; a
+// MemoryStore serves too.
+var (
+	_ historyReader = (*history.MongoStore)(nil)
+	_ historyReader = (*history.MemoryStore)(nil)
+)
 
 // createdAtLayout is RFC 3339 with milliseconds.
 const createdAtLayout = "2006-01-02T15:04:05.000Z07:00"

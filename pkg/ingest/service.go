@@ -24,6 +24,7 @@ const retryAfter = time.Second
 const (
 	messagesPath      = "/v1/conversations/{conversation}/messages"
 	conversationsPath = "/v1/conversations"
+	statePath         = "/v1/conversations/{conversation}/state"
 	devTokenPath      = "/v1/dev/token"
 )
 
@@ -181,6 +182,8 @@ func (s *service) routes() http.Handler {
 		{messagesPath, server.MethodNotAllowed("GET, HEAD, POST")},
 		{"GET " + conversationsPath, s.authed(s.listConversations)},
 		{conversationsPath, server.MethodNotAllowed("GET, HEAD")},
+		{"GET " + statePath, s.authed(s.getState)},
+		{statePath, server.MethodNotAllowed("GET, HEAD")},
 		{"POST " + resumePath, s.authed(s.postResume)},
 		{resumePath, server.MethodNotAllowed("POST")},
 		{"POST " + resetPath, s.authed(s.postReset)},

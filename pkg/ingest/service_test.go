@@ -93,6 +93,9 @@ type fakeHistory struct {
 	pages    map[events.Identity]history.Page
 	convPage history.ConversationPage
 	err      error
+	// state answers ConversationState (a real store, so that its identity
+	// binding is the one tested); nil: every conversation is not found.
+	state history.StateReader
 
 	mu        sync.Mutex // guards calls and convCalls
 	calls     []listCall
@@ -131,6 +134,16 @@ func (h *fakeHistory) List(_ context.Context, id events.Identity, before int64, 
 		return history.Page{}, history.ErrNotFound
 	}
 	return p, nil
+}
+
+func (h *fakeHistory) ConversationState(ctx context.Context, id events.Identity) (history.ConversationState, error) {
+	if h.err != nil {
+		return history.ConversationState{}, h.err
+	}
+	if h.state == nil {
+		return history.ConversationState{}, history.ErrNotFound
+	}
+	return h.state.ConversationState(ctx, id)
 }
 
 func (h *fakeHistory) callCount() int {

@@ -59,10 +59,15 @@ type stateTurn struct {
 	root  string // the root agent's name
 	from  string // the agent the run started from ("": the root)
 	agent string // the active agent now
+
+	// written is the change the commit wrote: set only once the turn is
+	// committed by this run (not a duplicate), for StateChanged.
+	written *history.StateChange
 }
 
 var _ bridge.TransferTurn = (*stateTurn)(nil)
 var _ bridge.AnswerTurn = (*stateTurn)(nil)
+var _ bridge.StateTurn = (*stateTurn)(nil)
 
 // Transferred implements bridge.TransferTurn.
 func (t *stateTurn) Transferred(_, to string) {
@@ -75,5 +80,31 @@ func (t *stateTurn) Transferred(_, to string) {
 // CommitAnswer commits the answer with the run's state change.
 func (t *stateTurn) CommitAnswer(ctx context.Context, a history.Answer) (history.Committed, error) {
 	a.State = t.state.change(t.agent, t.from)
-	return t.Pending.CommitAnswer(ctx, a)
+	c, err := t.Pending.CommitAnswer(ctx, a)
+	if err == nil && !c.Duplicate {
+		t.written = a.State
+	}
+	return c, err
+}
+
+// StateChanged implements bridge.StateTurn: the conversation and user
+// keys the committed turn set or deleted (tenant: keys are not shown to
+// clients; temp: keys are never saved). Nothing before the commit.
+func (t *stateTurn) StateChanged() (conversation, user []string) {
+	if t.written == nil {
+		return nil, nil
+	}
+	return opKeys(t.written.Conversation), opKeys(t.written.User)
+}
+
+// opKeys is the keys of ops, in their order (sorted by key).
+func opKeys(ops []history.StateOp) []string {
+	if len(ops) == 0 {
+		return nil
+	}
+	keys := make([]string, len(ops))
+	for i, op := range ops {
+		keys[i] = op.Key
+	}
+	return keys
 }

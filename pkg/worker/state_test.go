@@ -571,3 +571,71 @@ func TestAnInterruptOfATransferredAgentIsResumedFromIt(t *testing.T) {
 		t.Errorf("the resume's run.started agent = %q, want billing", a)
 	}
 }
+
+// stateChanged returns the state.changed events sink got, each as
+// "conversation keys|user keys", and every event encoded.
+func stateChanged(sink *recordingSink) (changed []string, encoded string) {
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	var b strings.Builder
+	for _, e := range sink.evs {
+		b.Write(events.MarshalEvent(e))
+		if sc, ok := e.(*events.StateChangedEvent); ok {
+			changed = append(changed, strings.Join(sc.Conversation, ",")+"|"+strings.Join(sc.User, ","))
+		}
+	}
+	return changed, b.String()
+}
+
+// A run whose committed turn changed state is followed by one
+// state.changed naming exactly the conversation and user keys it set or
+// deleted, never a value, nor a tenant: or temp: key, right before
+// run.completed; a run that changed nothing, or persisted nothing, emits
+// none.
+func TestStateChangedNamesTheKeysTheCommittedTurnChanged(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "changed"}
+	set := func(ops func(st *worker.State) error) stateTool {
+		return stateTool{name: "set", body: func(_ context.Context, st *worker.State) (string, error) { return "ok", ops(st) }}
+	}
+	runs := []struct {
+		name   string
+		tool   stateTool
+		say    func(string) string
+		status events.Status
+		want   []string
+	}{
+		{name: "A run that sets a conversation key names it.",
+			tool: set(func(st *worker.State) error { return st.Set("old", 1) }), say: echoResult, status: events.StatusComplete, want: []string{"old|"}},
+		{name: "A run that sets, deletes and writes every scope names its conversation and user keys only.",
+			tool: set(func(st *worker.State) error {
+				return errors.Join(st.Set("cart", []string{"apple-secret"}), st.Delete("old"), st.Set("user:language", "fr-secret"),
+					st.Set("tenant:plan", "pro-secret"), st.Set("temp:scratch", "tmp-secret"))
+			}), say: echoResult, status: events.StatusComplete, want: []string{"cart,old|language"}},
+		{name: "A run that changes no key emits no state.changed.",
+			tool: readKey("user:language"), say: func(string) string { return "read" }, status: events.StatusComplete},
+		{name: "A run that changes keys but persists nothing (discarded) emits no state.changed.",
+			tool: set(func(st *worker.State) error { return st.Set("lost", 1) }), say: func(string) string { return "" }, status: events.StatusDiscarded},
+	}
+	for i, r := range runs {
+		sink := newRecordingSink()
+		res, err := stateStep(t, r.tool, r.say).Run(ctx, stepRequest(id, fmt.Sprintf("r%d", i+1), "go"), store, sink)
+		if err != nil || res.Status != r.status {
+			t.Fatalf("%s: run %+v, %v; want %s", r.name, res, err, r.status)
+		}
+		got, encoded := stateChanged(sink)
+		if strings.Join(got, " ") != strings.Join(r.want, " ") {
+			t.Errorf("%s: state.changed %q, want %q", r.name, got, r.want)
+		}
+		for _, leak := range []string{"secret", "plan", "scratch"} {
+			if strings.Contains(encoded, leak) {
+				t.Errorf("%s: the stream holds %q: %s", r.name, leak, encoded)
+			}
+		}
+		if types := sink.types(); len(r.want) > 0 && (len(types) < 2 || types[len(types)-2] != events.TypeStateChanged) {
+			t.Errorf("%s: events %v, want state.changed right before run.completed", r.name, types)
+		}
+	}
+}

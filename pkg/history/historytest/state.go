@@ -25,6 +25,8 @@ var stateTests = []struct {
 	{"User state is shared by the user's conversations and tenant state by the tenant's, and no one else reads either", testScopeShared},
 	{"A user key keeps the write of the newest commit, whatever order the commits land in, and a delete wins over an older set", testScopeLastWriterByStamp},
 	{"State changes over the limits or not JSON are rejected and write nothing", testStateInvalid},
+	{"ConversationState reads the newest committed turn's state and agent and the user's state, never a discarded request's nor the tenant's", testConversationStateNewest},
+	{"ConversationState of another user's or another tenant's conversation of the same name is not found, and each identity reads only its own user state", testConversationStateIdentity},
 }
 
 func op(key, value string) history.StateOp { return history.StateOp{Key: key, Value: []byte(value)} }
@@ -249,4 +251,92 @@ func testStateInvalid(t *testing.T, ctx context.Context, s history.Store) {
 	if _, err := s.Commit(ctx, id, stateTurn(1, &history.StateChange{Conversation: ops})); !errors.Is(err, events.ErrInvalid) {
 		t.Fatalf("Commit of a state over MaxStateBytes = %v, want ErrInvalid", err)
 	}
+}
+
+// conversationState reads ConversationState of id as
+// "k=v,…@agent user:k=v,…".
+func conversationState(t *testing.T, ctx context.Context, s history.Store, id events.Identity) (string, error) {
+	t.Helper()
+	sr, ok := s.(history.StateReader)
+	if !ok {
+		t.Skip("not a StateReader")
+	}
+	cs, err := sr.ConversationState(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if cs.Values == nil || cs.User == nil {
+		t.Errorf("ConversationState(%s) = %+v: want empty maps, never nil", id, cs)
+	}
+	return valuesString(cs.Values) + "@" + cs.Agent + " user:" + valuesString(cs.User), nil
+}
+
+func testConversationStateNewest(t *testing.T, ctx context.Context, s history.Store) {
+	id := newIdentity(t, "read-state")
+	commit(t, ctx, s, id, stateTurn(1, &history.StateChange{
+		Conversation: []history.StateOp{op("cart", `["apple"]`), op("lang", `"fr"`)},
+		User:         []history.StateOp{op("language", `"fr"`), op("tz", `"CET"`)},
+		Tenant:       []history.StateOp{op("banner", `"sale"`)},
+		Agent:        "billing",
+	}))
+	if got, want := readState(t, ctx, s, id), `cart=["apple"],lang="fr"@billing user:language="fr",tz="CET"`; got != want {
+		t.Fatalf("state after turn 1 = %q, want %q", got, want)
+	}
+	commit(t, ctx, s, id, stateTurn(2, &history.StateChange{
+		Conversation: []history.StateOp{del("cart"), op("step", `3`)},
+		User:         []history.StateOp{del("tz")},
+	}))
+	want := `lang="fr",step=3@ user:language="fr"`
+	if got := readState(t, ctx, s, id); got != want {
+		t.Fatalf("state after turn 2 = %q, want %q (the newest turn's: cart and tz deleted, back to the root)", got, want)
+	}
+	// A request that started and was discarded (or fenced, aborted: it
+	// never commits) changes nothing one reads.
+	p := begin(s, id, "r3", 3)
+	start(t, ctx, p, 20)
+	p.Discard()
+	_, _ = p.CommitAnswer(ctx, history.Answer{Text: "x", Status: events.StatusComplete,
+		State: &history.StateChange{Conversation: []history.StateOp{op("lang", `"de"`)}, User: []history.StateOp{op("language", `"de"`)}, Agent: "sales"}})
+	if got := readState(t, ctx, s, id); got != want {
+		t.Fatalf("state after a discarded request = %q, want %q", got, want)
+	}
+	// A conversation without a committed turn has no state to read.
+	if _, err := conversationState(t, ctx, s, events.Identity{Tenant: id.Tenant, User: id.User, Conversation: "never"}); !errors.Is(err, history.ErrNotFound) {
+		t.Fatalf("state of a conversation without turns: %v, want ErrNotFound", err)
+	}
+}
+
+func testConversationStateIdentity(t *testing.T, ctx context.Context, s history.Store) {
+	alice := newIdentity(t, "mine")
+	bob := events.Identity{Tenant: alice.Tenant, User: "bob", Conversation: alice.Conversation}
+	other := events.Identity{Tenant: alice.Tenant + "x", User: alice.User, Conversation: alice.Conversation}
+	commit(t, ctx, s, alice, stateTurn(1, &history.StateChange{
+		Conversation: []history.StateOp{op("cart", `["apple"]`)},
+		User:         []history.StateOp{op("card", `"4242"`)},
+		Agent:        "billing",
+	}))
+	for _, who := range []events.Identity{bob, other} {
+		if got, err := conversationState(t, ctx, s, who); !errors.Is(err, history.ErrNotFound) {
+			t.Fatalf("state of %s (alice's conversation name) = %q, %v; want ErrNotFound", who, got, err)
+		}
+	}
+	// Bob's own conversation of that name, with user state of his own:
+	// each reads only their own.
+	commit(t, ctx, s, bob, stateTurn(1, &history.StateChange{User: []history.StateOp{op("lang", `"de"`)}}))
+	if got, want := readState(t, ctx, s, bob), `@ user:lang="de"`; got != want {
+		t.Fatalf("bob's state = %q, want %q (none of alice's)", got, want)
+	}
+	if got, want := readState(t, ctx, s, alice), `cart=["apple"]@billing user:card="4242"`; got != want {
+		t.Fatalf("alice's state = %q, want %q (none of bob's)", got, want)
+	}
+}
+
+// readState is conversationState, failing the test on an error.
+func readState(t *testing.T, ctx context.Context, s history.Store, id events.Identity) string {
+	t.Helper()
+	got, err := conversationState(t, ctx, s, id)
+	if err != nil {
+		t.Fatalf("ConversationState(%s): %v", id, err)
+	}
+	return got
 }
