@@ -289,8 +289,10 @@ type StateReader interface {
 	// read by its one range query; the newest turn's own user changes are
 	// laid over it per key, where the roll-forward has not written them
 	// yet (a crash between a commit and its roll-forward), as the
-	// conversation's next run would. On a MongoStore: two queries issued
-	// together (the newest turn, the user's scope).
+	// conversation's next run would. A reset applied after the newest
+	// turn is read as that turn's next run would read it. On a MongoStore:
+	// three queries issued together (the newest turn, the user's scope,
+	// the reset marks).
 	ConversationState(ctx context.Context, id events.Identity) (ConversationState, error)
 }
 

@@ -130,31 +130,40 @@ func (s *MongoStore) scopeDocs(ctx context.Context, prefix string) ([]scopeDoc, 
 var _ StateReader = (*MongoStore)(nil)
 
 // ConversationState implements StateReader: the newest turn (one range
-// query with a limit of one) and the user's scope (one range query),
-// issued together.
+// query with a limit of one), the user's scope (one range query) and the
+// conversation's reset marks (one query by _id), issued together.
 func (s *MongoStore) ConversationState(ctx context.Context, id events.Identity) (ConversationState, error) {
 	if err := id.Validate(); err != nil {
 		return ConversationState{}, fmt.Errorf("conversation state: %w", err)
 	}
 	var (
-		user []scopeDoc
-		uerr error
-		done = make(chan struct{})
+		user        []scopeDoc
+		resets      resetMarks
+		uerr, rerr  error
+		done, rdone = make(chan struct{}), make(chan struct{})
+		key         = id.Key()
 	)
 	go func() {
 		defer close(done)
 		user, uerr = s.scopeDocs(ctx, userScopePrefix(id.Tenant, id.User))
 	}()
-	turns, terr := s.newest(ctx, id.Key(), 1)
+	go func() {
+		defer close(rdone)
+		resets, rerr = s.resetMarks(ctx, key)
+	}()
+	turns, terr := s.newest(ctx, key, 1)
 	<-done
+	<-rdone
 	if uerr != nil {
 		uerr = fmt.Errorf("read user state: %w", uerr)
 	}
-	if err := errors.Join(terr, uerr); err != nil {
+	if err := errors.Join(terr, uerr, rerr); err != nil {
 		return ConversationState{}, fmt.Errorf("conversation state: %w", err)
 	}
 	if len(turns) == 0 {
 		return ConversationState{}, fmt.Errorf("conversation state %s: %w", id.Conversation, ErrNotFound)
 	}
-	return conversationState(turns[len(turns)-1].st, user), nil
+	// A reset applied after the newest turn covers it: read what it left.
+	last := turns[len(turns)-1]
+	return conversationState(resets.apply(last.st, last.n, last.t.Source), user), nil
 }

@@ -421,5 +421,6 @@ func (s *MemoryStore) ConversationState(_ context.Context, id events.Identity) (
 			user = append(user, d)
 		}
 	}
-	return conversationState(c.turns[len(c.turns)-1].st, user), nil
+	last := c.turns[len(c.turns)-1]
+	return conversationState(c.resets.apply(last.st, last.n, last.t.Source), user), nil
 }

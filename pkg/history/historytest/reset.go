@@ -24,6 +24,7 @@ var resetTests = []struct {
 	{"A reset delivered again, or repeated at a later offset, is decided once and erases nothing committed after it", testResetOnce},
 	{"A reset adds no message, no turn and no conversation to the listing", testResetAddsNoMessage},
 	{"A reset covers the newest turn by number when no record orders them", testResetWithoutRecords},
+	{"ConversationState reads the state a reset left, not the newest turn's as it was committed", testResetRead},
 }
 
 // reset starts request rid of id (record at offset off) and resets r.
@@ -201,5 +202,26 @@ func testResetWithoutRecords(t *testing.T, ctx context.Context, s history.Store)
 	p3 := history.Begin(s, id, "r3", "question r3", base.Add(time.Hour))
 	if got := stateString(start(t, ctx, p3, 20).State); got != "@" {
 		t.Fatalf("state after a reset of a turn without a record = %q, want empty at the root", got)
+	}
+}
+
+func testResetRead(t *testing.T, ctx context.Context, s history.Store) {
+	id := newIdentity(t, "reset-read")
+	commit(t, ctx, s, id, stateTurn(1, &history.StateChange{
+		Conversation: []history.StateOp{op("cart", `["apple"]`)},
+		User:         []history.StateOp{op("lang", `"fr"`)},
+		Agent:        "billing",
+	}))
+	reset(t, ctx, s, id, "r2", 2, history.Reset{Agent: true})
+	if got, want := readState(t, ctx, s, id), `cart=["apple"]@ user:lang="fr"`; got != want {
+		t.Fatalf("state after a reset of the agent = %q, want %q", got, want)
+	}
+	reset(t, ctx, s, id, "r3", 3, history.Reset{State: true})
+	if got, want := readState(t, ctx, s, id), `@ user:lang="fr"`; got != want {
+		t.Fatalf("state after a reset of the state = %q, want %q (user: is not reset)", got, want)
+	}
+	commit(t, ctx, s, id, stateTurn(4, &history.StateChange{Conversation: []history.StateOp{op("step", `1`)}}))
+	if got, want := readState(t, ctx, s, id), `step=1@ user:lang="fr"`; got != want {
+		t.Fatalf("state of a turn after the reset = %q, want %q", got, want)
 	}
 }
