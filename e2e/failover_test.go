@@ -53,6 +53,7 @@ type shardEdge struct {
 // ("" for none) and the replica it reached.
 type edgeDial struct {
 	shard, backend string
+	conn           net.Conn
 }
 
 type edgePoint struct {
@@ -175,7 +176,7 @@ func (e *shardEdge) dial(ctx context.Context, network, addr string) (net.Conn, e
 		if err == nil {
 			e.mu.Lock()
 			e.upgrades[b]++
-			e.dials = append(e.dials, edgeDial{shard: shard, backend: b})
+			e.dials = append(e.dials, edgeDial{shard: shard, backend: b, conn: c})
 			e.mu.Unlock()
 			return c, nil
 		}
@@ -650,6 +651,21 @@ func TestAPushGatewayReplicaAddedKeepsOpenConnectionsAndTakesNewOnes(t *testing.
 	}
 	if len(landed) != 3 || landed[added] != len(moved) {
 		t.Errorf("new connections landed %v: want all three replicas, %d on the added %s", landed, len(moved), added)
+	}
+	// ... each carrying its conversation's shard, which the gateway named.
+	var hinted []int
+	for _, d := range edge.proxied()[mark:] {
+		if p, err := strconv.Atoi(d.shard); err == nil {
+			hinted = append(hinted, p)
+		}
+	}
+	if slices.Sort(hinted); !slices.Equal(hinted, slices.Sorted(slices.Values(freshShards))) {
+		t.Errorf("the new connections carried the shards %v, want their conversations' %v", hinted, slices.Sorted(slices.Values(freshShards)))
+	}
+	for i, fl := range fresh {
+		if fl.sub.Shard() != freshShards[i] {
+			t.Errorf("%s: the gateway named shard %d, want %d", fl.conv, fl.sub.Shard(), freshShards[i])
+		}
 	}
 	// Every connection, old or new, stayed open and received exactly the
 	// records of its conversation since it opened: an existing one all of
