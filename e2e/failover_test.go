@@ -43,6 +43,7 @@ type shardEdge struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
+	members  []edgeBackend
 	ring     []edgePoint    // sorted by hash
 	upgrades map[string]int // backend -> connections proxied to it
 	dials    []edgeDial     // every connection proxied, in order
@@ -58,7 +59,16 @@ type edgeDial struct {
 
 type edgePoint struct {
 	hash    uint32
-	backend string
+	backend string // its address
+}
+
+// edgeBackend is a replica on the ring: its points hash its name (nginx
+// hashes the upstream server's address, so by default the name is the
+// address; a test that needs to know which shards a replica owns before
+// it knows the replicas' ports names them as pods are named), and
+// connections go to its address.
+type edgeBackend struct {
+	name, addr string
 }
 
 // edgeVirtualNodes is the points each backend has on the ring (nginx: 160).
@@ -66,9 +76,20 @@ const edgeVirtualNodes = 160
 
 func newShardEdge(t *testing.T, backends []string) *shardEdge {
 	t.Helper()
+	var members []edgeBackend
+	for _, b := range backends {
+		members = append(members, edgeBackend{name: b, addr: b})
+	}
+	return newShardEdgeOf(t, members)
+}
+
+// newShardEdgeOf is newShardEdge over named replicas.
+func newShardEdgeOf(t *testing.T, members []edgeBackend) *shardEdge {
+	t.Helper()
 	e := &shardEdge{t: t, ln: loopback(t), upgrades: map[string]int{}, gate: make(chan struct{})}
 	close(e.gate)
-	e.ring = ringOf(backends)
+	e.members = slices.Clone(members)
+	e.ring = ringOf(members)
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			shard := pr.In.URL.Query().Get("shard")
@@ -87,12 +108,12 @@ func newShardEdge(t *testing.T, backends []string) *shardEdge {
 	return e
 }
 
-// ringOf is the consistent-hash ring of backends.
-func ringOf(backends []string) []edgePoint {
+// ringOf is the consistent-hash ring of members.
+func ringOf(members []edgeBackend) []edgePoint {
 	var ring []edgePoint
-	for _, b := range backends {
+	for _, b := range members {
 		for i := range edgeVirtualNodes {
-			ring = append(ring, edgePoint{crc32.ChecksumIEEE([]byte(b + "-" + strconv.Itoa(i))), b})
+			ring = append(ring, edgePoint{crc32.ChecksumIEEE([]byte(b.name + "-" + strconv.Itoa(i))), b.addr})
 		}
 	}
 	slices.SortFunc(ring, func(a, b edgePoint) int { return int(int64(a.hash) - int64(b.hash)) })
@@ -104,16 +125,11 @@ func (e *shardEdge) addr() string { return e.ln.Addr().String() }
 // add puts a replica on the ring, as an edge does when a Service gains a
 // ready endpoint: new connections hash over it too; connections already
 // proxied stay where they are.
-func (e *shardEdge) add(backend string) {
+func (e *shardEdge) add(b edgeBackend) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var backends []string
-	for _, p := range e.ring {
-		if !slices.Contains(backends, p.backend) {
-			backends = append(backends, p.backend)
-		}
-	}
-	e.ring = ringOf(append(backends, backend))
+	e.members = append(e.members, b)
+	e.ring = ringOf(e.members)
 }
 
 // proxied returns the connections proxied so far.
@@ -515,12 +531,16 @@ func TestAPushGatewayReplicaAddedKeepsOpenConnectionsAndTakesNewOnes(t *testing.
 	sp.start("worker")
 	sp.start("ingest")
 	env := append(slices.Clip(f.env), sp.env...)
-	old := []string{startGateway(t, ctx, env).addr, startGateway(t, ctx, env).addr}
-	// The replica to add runs (and is ready) before the edge knows it,
-	// as a pod is ready before its Service's endpoints list it.
-	added := startGateway(t, ctx, env).addr
-	edge := newShardEdge(t, old)
-	before, after := ringOf(old), ringOf(append(slices.Clone(old), added))
+	// The replicas are named as a StatefulSet's pods are, so that the
+	// ring, and which shards the added replica takes, is the same in
+	// every run (with 24 shards: 5 move to pushgw-2, 10 stay on pushgw-0,
+	// 9 on pushgw-1). The replica to add runs (and is ready) before the
+	// edge knows it, as a pod is ready before its Service lists it.
+	old := []edgeBackend{{"pushgw-0", startGateway(t, ctx, env).addr}, {"pushgw-1", startGateway(t, ctx, env).addr}}
+	newcomer := edgeBackend{"pushgw-2", startGateway(t, ctx, env).addr}
+	added := newcomer.addr
+	edge := newShardEdgeOf(t, old)
+	before, after := ringOf(old), ringOf(append(slices.Clone(old), newcomer))
 
 	// A conversation of each shard, and the shards' owners before and
 	// after the add.
@@ -611,7 +631,7 @@ func TestAPushGatewayReplicaAddedKeepsOpenConnectionsAndTakesNewOnes(t *testing.
 		heldBefore[convOf[p]] = len(recordsOf(convOf[p]))
 	}
 
-	edge.add(added)
+	edge.add(newcomer)
 	// After the add: new connections, a second one of each moved shard's
 	// conversation and one of a conversation of each kept shard that no
 	// one follows yet, routed by the three-replica ring.
