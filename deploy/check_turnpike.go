@@ -204,6 +204,21 @@ func (m *model) checkTurnpike(report reporter) {
 			}
 		}
 	}
+	// The stream topic's count, as each binary that creates it reads it.
+	var streamFirst *service
+	for _, bin := range []string{"worker", "pushgw", "turnpike"} {
+		for i, s := range svcs[bin] {
+			v, known := streamPartitionsOf(s.env)
+			if !known {
+				continue
+			}
+			if streamFirst == nil {
+				streamFirst = &svcs[bin][i]
+			} else if w, _ := streamPartitionsOf(streamFirst.env); v != w {
+				report(s.pod.owner, "container %s: the stream topic's partitions (TURNPIKE_STREAM_PARTITIONS, else TURNPIKE_PARTITIONS) %s differ from %s's %s", s.c.Name, v, streamFirst.c.Name, w)
+			}
+		}
+	}
 	m.checkGrace(svcs, report)
 	worker := svcs["worker"]
 	if len(worker) != 1 {
@@ -214,8 +229,14 @@ func (m *model) checkTurnpike(report reporter) {
 	if err != nil || partitions < 1 {
 		report(worker[0].pod.owner, "TURNPIKE_PARTITIONS %q: want a positive integer", env["TURNPIKE_PARTITIONS"].value)
 	}
-	m.checkKafka(anchor, env, partitions, report)
+	streamValue, _ := streamPartitionsOf(env)
+	stream, err := strconv.Atoi(streamValue)
+	if err != nil || stream < 1 {
+		report(worker[0].pod.owner, "TURNPIKE_STREAM_PARTITIONS %q: want a positive integer", streamValue)
+	}
+	m.checkKafka(anchor, env, partitions, stream, report)
 	m.checkWorkerScaling(worker[0], partitions, report)
+	m.checkStreamSizing(svcs["pushgw"], stream, report)
 	for _, bin := range []string{"ingest", "pushgw"} {
 		for _, s := range svcs[bin] {
 			found := false
@@ -280,7 +301,7 @@ func intValue(v any) (int64, bool) {
 }
 
 // checkKafka compares the Strimzi resources with the services' settings.
-func (m *model) checkKafka(anchor Object, env map[string]envVar, partitions int, report reporter) {
+func (m *model) checkKafka(anchor Object, env map[string]envVar, partitions, stream int, report reporter) {
 	kafkas := Of[*Kafka](m.objs)
 	if len(kafkas) != 1 {
 		report(anchor, "want one Strimzi Kafka, have %d", len(kafkas))
@@ -351,7 +372,10 @@ func (m *model) checkKafka(anchor Object, env map[string]envVar, partitions int,
 		if t.Labels["strimzi.io/cluster"] != k.Name {
 			report(to, "label strimzi.io/cluster %q, want %q: the topic operator would ignore it", t.Labels["strimzi.io/cluster"], k.Name)
 		}
-		if int(t.Spec.Partitions) != partitions {
+		switch {
+		case suffix == "stream" && int(t.Spec.Partitions) != stream:
+			report(to, "%d partitions, TURNPIKE_STREAM_PARTITIONS (else TURNPIKE_PARTITIONS) %d: keep them equal", t.Spec.Partitions, stream)
+		case suffix != "stream" && int(t.Spec.Partitions) != partitions:
 			report(to, "%d partitions, TURNPIKE_PARTITIONS %d: keep them equal", t.Spec.Partitions, partitions)
 		}
 		if int64(t.Spec.Replicas) > brokers {
@@ -359,6 +383,41 @@ func (m *model) checkKafka(anchor Object, env map[string]envVar, partitions int,
 		}
 		if n, ok := intValue(t.Spec.Config["min.insync.replicas"]); ok && !sensibleISR(n, int64(t.Spec.Replicas)) {
 			report(to, "min.insync.replicas %d with %d replicas: want 1 <= min.insync.replicas < replicas (or 1 of 1)", n, t.Spec.Replicas)
+		}
+	}
+}
+
+// streamPartitionsOf is the stream topic's partition count a binary with
+// env creates it with: TURNPIKE_STREAM_PARTITIONS when set and not 0, else
+// TURNPIKE_PARTITIONS (topic.StreamPartitions); known when the manifests
+// hold the value.
+func streamPartitionsOf(env map[string]envVar) (string, bool) {
+	if v, ok := env["TURNPIKE_STREAM_PARTITIONS"]; ok && v.value != "0" {
+		return v.value, v.known
+	}
+	v, ok := env["TURNPIKE_PARTITIONS"]
+	return v.value, ok && v.known
+}
+
+// shardsPerReplica is the fewest stream partitions a push gateway replica
+// should have to itself at the HPA's maxReplicas: with s shards a replica
+// its share varies by about sqrt(s), a quarter of the mean at 20
+// (docs/pushgw.md "Sizing partitions").
+const shardsPerReplica = 20
+
+// checkStreamSizing requires the stream topic to have at least
+// shardsPerReplica partitions per push gateway replica the HPA may run.
+func (m *model) checkStreamSizing(pushgw []service, stream int, report reporter) {
+	for _, s := range pushgw {
+		for _, h := range Of[*autoscalingv2.HorizontalPodAutoscaler](m.objs) {
+			if h.Namespace != s.pod.ns || h.Spec.ScaleTargetRef.Kind != s.pod.owner.GVK.Kind || h.Spec.ScaleTargetRef.Name != s.pod.owner.Value.GetName() {
+				continue
+			}
+			if want := shardsPerReplica * int(h.Spec.MaxReplicas); stream < want {
+				ho, _ := m.find("HorizontalPodAutoscaler", h.Namespace, h.Name)
+				report(ho, "maxReplicas %d of %s needs at least %d stream partitions (%d x maxReplicas), have %d: raise the stream topic's partitions and TURNPIKE_STREAM_PARTITIONS",
+					h.Spec.MaxReplicas, s.pod.owner.Value.GetName(), want, shardsPerReplica, stream)
+			}
 		}
 	}
 }

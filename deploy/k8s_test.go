@@ -295,6 +295,16 @@ func TestTheProdOverlayPinsScalesAndTakesSecretsFromOutside(t *testing.T) {
 	if *so.Spec.MinReplicaCount < 3 || *so.Spec.MaxReplicaCount != get[*KafkaTopic](t, objs, "turnpike-requests").Spec.Partitions {
 		t.Errorf("worker ScaledObject %d..%d: want at least 3, up to the partitions", *so.Spec.MinReplicaCount, *so.Spec.MaxReplicaCount)
 	}
+	// The stream topic is sized for the push gateway's replicas
+	// (docs/pushgw.md "Sizing partitions"), the others for the workers.
+	hpa := get[*autoscalingv2.HorizontalPodAutoscaler](t, objs, "pushgw")
+	stream := get[*KafkaTopic](t, objs, "turnpike-stream").Spec.Partitions
+	if hpa.Spec.MaxReplicas < 8 || stream < 20*hpa.Spec.MaxReplicas || stream != 160 {
+		t.Errorf("pushgw maxReplicas %d, stream partitions %d: want 8 or more, and 160 >= 20 x maxReplicas", hpa.Spec.MaxReplicas, stream)
+	}
+	if p := get[*corev1.ConfigMap](t, objs, "turnpike").Data["TURNPIKE_STREAM_PARTITIONS"]; p != "160" {
+		t.Errorf("TURNPIKE_STREAM_PARTITIONS %q, want 160 like the stream topic", p)
+	}
 	if k := get[*Kafka](t, objs, "turnpike"); k.Spec.Kafka.Version == "" {
 		t.Error("the Kafka version is not pinned")
 	}
@@ -569,9 +579,27 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 			return objs
 		}, "the CLI runs here as `turnpike topics`"},
 		{"A KafkaTopic with another partition count than TURNPIKE_PARTITIONS is reported.", func(t *testing.T, objs []Object) []Object {
-			get[*KafkaTopic](t, objs, "turnpike-stream").Spec.Partitions = 24
+			get[*KafkaTopic](t, objs, "turnpike-requests").Spec.Partitions = 24
 			return objs
 		}, "24 partitions, TURNPIKE_PARTITIONS 12"},
+		{"A stream KafkaTopic with another partition count than TURNPIKE_STREAM_PARTITIONS is reported.", func(t *testing.T, objs []Object) []Object {
+			get[*KafkaTopic](t, objs, "turnpike-stream").Spec.Partitions = 240
+			return objs
+		}, "KafkaTopic turnpike-stream (k8s/base#N): 240 partitions, TURNPIKE_STREAM_PARTITIONS (else TURNPIKE_PARTITIONS) 120: keep them equal"},
+		{"A stream topic below 20 x the push gateway's maxReplicas is reported.", func(t *testing.T, objs []Object) []Object {
+			get[*KafkaTopic](t, objs, "turnpike-stream").Spec.Partitions = 119
+			get[*corev1.ConfigMap](t, objs, "turnpike").Data["TURNPIKE_STREAM_PARTITIONS"] = "119"
+			return objs
+		}, "HorizontalPodAutoscaler pushgw (k8s/base#N): maxReplicas 6 of pushgw needs at least 120 stream partitions (20 x maxReplicas), have 119"},
+		{"Without TURNPIKE_STREAM_PARTITIONS the stream topic is held to TURNPIKE_PARTITIONS.", func(t *testing.T, objs []Object) []Object {
+			delete(get[*corev1.ConfigMap](t, objs, "turnpike").Data, "TURNPIKE_STREAM_PARTITIONS")
+			return objs
+		}, "120 partitions, TURNPIKE_STREAM_PARTITIONS (else TURNPIKE_PARTITIONS) 12: keep them equal"},
+		{"Services that would create the stream topic with different counts are reported.", func(t *testing.T, objs []Object) []Object {
+			c := container(t, objs, "pushgw")
+			c.Env = append(c.Env, corev1.EnvVar{Name: "TURNPIKE_STREAM_PARTITIONS", Value: "240"})
+			return objs
+		}, "the stream topic's partitions (TURNPIKE_STREAM_PARTITIONS, else TURNPIKE_PARTITIONS) 240 differ from worker's 120"},
 		{"A missing KafkaTopic is reported.", func(t *testing.T, objs []Object) []Object {
 			return remove(objs, "KafkaTopic", "turnpike-control")
 		}, "want one KafkaTopic for topic turnpike.control, have 0"},

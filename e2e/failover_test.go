@@ -36,19 +36,39 @@ import (
 // the next replica on the ring when one refuses the connection. A request
 // without the hint hashes the empty string.
 type shardEdge struct {
-	t        *testing.T
-	srv      *http.Server
-	ln       net.Listener
-	ring     []edgePoint // sorted by hash
-	hinted   atomic.Int64
-	mu       sync.Mutex
+	t      *testing.T
+	srv    *http.Server
+	ln     net.Listener
+	hinted atomic.Int64
+
+	mu sync.Mutex
+	// Guarded by mu.
+	members  []edgeBackend
+	ring     []edgePoint    // sorted by hash
 	upgrades map[string]int // backend -> connections proxied to it
+	dials    []edgeDial     // every connection proxied, in order
 	gate     chan struct{}  // dials wait until it is closed
+}
+
+// edgeDial is one connection the edge proxied: the shard hint it carried
+// ("" for none) and the replica it reached.
+type edgeDial struct {
+	shard, backend string
+	conn           net.Conn
 }
 
 type edgePoint struct {
 	hash    uint32
-	backend string
+	backend string // its address
+}
+
+// edgeBackend is a replica on the ring: its points hash its name (nginx
+// hashes the upstream server's address, so by default the name is the
+// address; a test that needs to know which shards a replica owns before
+// it knows the replicas' ports names them as pods are named), and
+// connections go to its address.
+type edgeBackend struct {
+	name, addr string
 }
 
 // edgeVirtualNodes is the points each backend has on the ring (nginx: 160).
@@ -56,14 +76,20 @@ const edgeVirtualNodes = 160
 
 func newShardEdge(t *testing.T, backends []string) *shardEdge {
 	t.Helper()
+	var members []edgeBackend
+	for _, b := range backends {
+		members = append(members, edgeBackend{name: b, addr: b})
+	}
+	return newShardEdgeOf(t, members)
+}
+
+// newShardEdgeOf is newShardEdge over named replicas.
+func newShardEdgeOf(t *testing.T, members []edgeBackend) *shardEdge {
+	t.Helper()
 	e := &shardEdge{t: t, ln: loopback(t), upgrades: map[string]int{}, gate: make(chan struct{})}
 	close(e.gate)
-	for _, b := range backends {
-		for i := range edgeVirtualNodes {
-			e.ring = append(e.ring, edgePoint{crc32.ChecksumIEEE([]byte(b + "-" + strconv.Itoa(i))), b})
-		}
-	}
-	slices.SortFunc(e.ring, func(a, b edgePoint) int { return int(int64(a.hash) - int64(b.hash)) })
+	e.members = slices.Clone(members)
+	e.ring = ringOf(members)
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			shard := pr.In.URL.Query().Get("shard")
@@ -82,7 +108,36 @@ func newShardEdge(t *testing.T, backends []string) *shardEdge {
 	return e
 }
 
+// ringOf is the consistent-hash ring of members.
+func ringOf(members []edgeBackend) []edgePoint {
+	var ring []edgePoint
+	for _, b := range members {
+		for i := range edgeVirtualNodes {
+			ring = append(ring, edgePoint{crc32.ChecksumIEEE([]byte(b.name + "-" + strconv.Itoa(i))), b.addr})
+		}
+	}
+	slices.SortFunc(ring, func(a, b edgePoint) int { return int(int64(a.hash) - int64(b.hash)) })
+	return ring
+}
+
 func (e *shardEdge) addr() string { return e.ln.Addr().String() }
+
+// add puts a replica on the ring, as an edge does when a Service gains a
+// ready endpoint: new connections hash over it too; connections already
+// proxied stay where they are.
+func (e *shardEdge) add(b edgeBackend) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.members = append(e.members, b)
+	e.ring = ringOf(e.members)
+}
+
+// proxied returns the connections proxied so far.
+func (e *shardEdge) proxied() []edgeDial {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.dials)
+}
 
 // hold makes new connections wait until release.
 func (e *shardEdge) hold() {
@@ -99,11 +154,18 @@ func (e *shardEdge) release() {
 
 // order is the replicas in ring order from key's hash: its owner first.
 func (e *shardEdge) order(key string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return ringOrder(e.ring, key)
+}
+
+// ringOrder is the backends of ring in ring order from key's hash.
+func ringOrder(ring []edgePoint, key string) []string {
 	h := crc32.ChecksumIEEE([]byte(key))
-	i, _ := slices.BinarySearchFunc(e.ring, h, func(p edgePoint, h uint32) int { return int(int64(p.hash) - int64(h)) })
+	i, _ := slices.BinarySearchFunc(ring, h, func(p edgePoint, h uint32) int { return int(int64(p.hash) - int64(h)) })
 	var out []string
-	for n := range e.ring {
-		b := e.ring[(i+n)%len(e.ring)].backend
+	for n := range ring {
+		b := ring[(i+n)%len(ring)].backend
 		if !slices.Contains(out, b) {
 			out = append(out, b)
 		}
@@ -130,6 +192,7 @@ func (e *shardEdge) dial(ctx context.Context, network, addr string) (net.Conn, e
 		if err == nil {
 			e.mu.Lock()
 			e.upgrades[b]++
+			e.dials = append(e.dials, edgeDial{shard: shard, backend: b, conn: c})
 			e.mu.Unlock()
 			return c, nil
 		}
@@ -396,4 +459,249 @@ func streamRecordsOf(t *testing.T, ctx context.Context, f *faultStack, streamTop
 		t.Fatal(err)
 	}
 	return recs
+}
+
+// scalePartitions is the stream topic's partition count of the scale
+// test: enough shards that the replica added owns some of them.
+const scalePartitions = 24
+
+// sseFollower is one Server-Sent Events subscription behind the edge and
+// what it received.
+type sseFollower struct {
+	conv       string
+	sub        *client.Subscription
+	cursors    []string
+	reconnects atomic.Int64
+}
+
+func followSSE(t *testing.T, ctx context.Context, c *client.Client, conv string) *sseFollower {
+	t.Helper()
+	f := &sseFollower{conv: conv}
+	sub, err := c.Subscribe(ctx, conv, client.SubscribeOptions{SSE: true, MaxBackoff: 200 * time.Millisecond,
+		OnReconnect: func(string) { f.reconnects.Add(1) }})
+	if err != nil {
+		t.Fatalf("subscribe %s: %v", conv, err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	f.sub = sub
+	return f
+}
+
+// until reads events until the run of requestID completed.
+func (f *sseFollower) until(ctx context.Context, requestID string) error {
+	for {
+		e, err := f.sub.Next(ctx)
+		if err != nil {
+			return fmt.Errorf("%s after %d events: %w", f.conv, len(f.cursors), err)
+		}
+		f.cursors = append(f.cursors, e.Header().Cursor)
+		if done, ok := e.(*events.RunCompletedEvent); ok && done.RequestID == requestID {
+			return nil
+		}
+	}
+}
+
+// TestAPushGatewayReplicaAddedKeepsOpenConnectionsAndTakesNewOnes:
+// docs/pushgw.md "Routing by shard" (when replicas come and go: consistent
+// hashing moves only the shards that hash to the replica added;
+// connections already open stay where they are; a moved shard's new
+// connections go to its new replica). Two push gateway processes sit
+// behind the edge's consistent hash on the shard hint; clients follow
+// conversations over Server-Sent Events (whose 307 to ?shard= routes even
+// a first connection by shard). A third replica is then put on the ring.
+// The conversations are picked by the ring: some on shards the new
+// replica takes over, some on shards that stay. Every connection opened
+// before the add stays open (no reconnection) and receives exactly its
+// conversation's stream records, each once, in offset order, across the
+// add; every new connection reaches the replica the new ring names, so the
+// moved shards' new connections (one of them a second connection of a
+// conversation still followed on the old replica) land on the new
+// replica, and the others on the two old ones.
+func TestAPushGatewayReplicaAddedKeepsOpenConnectionsAndTakesNewOnes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs push gateway processes")
+	}
+	ctx := testenv.Context(t, 3*time.Minute)
+	f := newFaultStackStream(t, scalePartitions)
+	const secret = "scale-test-secret-of-32-bytes-or-more!!"
+	sp := &serviceProcs{t: t, f: f, procs: map[string]*exec.Cmd{}, ops: map[string]string{},
+		lns: map[string]*net.TCPListener{"ingest": loopback(t)}}
+	sp.env = []string{"TURNPIKE_AUTH_SECRET=" + secret, "TURNPIKE_RATE_PER_SECOND=-1"}
+	t.Cleanup(sp.stopAll)
+	sp.start("worker")
+	sp.start("ingest")
+	env := append(slices.Clip(f.env), sp.env...)
+	// The replicas are named as a StatefulSet's pods are, so that the
+	// ring, and which shards the added replica takes, is the same in
+	// every run (with 24 shards: 5 move to pushgw-2, 10 stay on pushgw-0,
+	// 9 on pushgw-1). The replica to add runs (and is ready) before the
+	// edge knows it, as a pod is ready before its Service lists it.
+	old := []edgeBackend{{"pushgw-0", startGateway(t, ctx, env).addr}, {"pushgw-1", startGateway(t, ctx, env).addr}}
+	newcomer := edgeBackend{"pushgw-2", startGateway(t, ctx, env).addr}
+	added := newcomer.addr
+	edge := newShardEdgeOf(t, old)
+	before, after := ringOf(old), ringOf(append(slices.Clone(old), newcomer))
+
+	// A conversation of each shard, and the shards' owners before and
+	// after the add.
+	const user = "scaler"
+	convOf := map[int]string{}
+	for i := 0; len(convOf) < scalePartitions; i++ {
+		conv := fmt.Sprintf("c%d", i)
+		id := events.Identity{Tenant: "acme", User: user, Conversation: conv}
+		if p := topic.Home([]byte(id.Key()), scalePartitions); convOf[p] == "" {
+			convOf[p] = conv
+		}
+	}
+	var moved, stayed []int // shards the new replica takes; shards that stay on each old replica
+	stayedOn := map[string]bool{}
+	for p := range scalePartitions {
+		shard := strconv.Itoa(p)
+		was, now := ringOrder(before, shard)[0], ringOrder(after, shard)[0]
+		switch {
+		case now == added:
+			moved = append(moved, p)
+		case now != was:
+			t.Fatalf("shard %d moved from %s to %s, an old replica: the ring is not consistent", p, was, now)
+		case !stayedOn[now]:
+			stayedOn[now] = true
+			stayed = append(stayed, p)
+		}
+	}
+	if len(moved) < 2 || len(stayed) != 2 {
+		t.Fatalf("of %d shards the added replica takes %v, and the old ones keep %v: want two moved and one kept on each", scalePartitions, moved, stayed)
+	}
+	moved = moved[:2]
+	t.Logf("replicas %v, then %s added: it takes shards %v of those followed; %v stay", old, added, moved, stayed)
+
+	tok, err := auth.Mint(secret, "acme", user, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &client.Client{BaseURL: "http://" + sp.addr("ingest"), EventsURL: "http://" + edge.addr(), Token: tok}
+	send := func(conv string, j int) string {
+		t.Helper()
+		a, err := c.Send(ctx, conv, fmt.Sprintf("m%d [[tokens:5]]", j), client.SendOptions{IdempotencyKey: fmt.Sprintf("%s-m%d", conv, j)})
+		if err != nil {
+			t.Fatalf("send %s m%d: %v", conv, j, err)
+		}
+		return a.RequestID
+	}
+	// round sends message j on each follower's conversation (once per
+	// conversation) and waits until every follower received its answer.
+	round := func(fs []*sseFollower, j int) {
+		t.Helper()
+		reqs := map[string]string{}
+		for _, fl := range fs {
+			if reqs[fl.conv] == "" {
+				reqs[fl.conv] = send(fl.conv, j)
+			}
+		}
+		for _, fl := range fs {
+			if err := fl.until(ctx, reqs[fl.conv]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// Before the add: a connection on each shard followed, each routed by
+	// the two-replica ring.
+	var existing []*sseFollower
+	for _, p := range append(slices.Clone(moved), stayed...) {
+		existing = append(existing, followSSE(t, ctx, c, convOf[p]))
+	}
+	round(existing, 1)
+	mark := len(edge.proxied())
+	streamTopic := topic.NewNames(f.prefix).Stream
+	recordsOf := func(conv string) []string {
+		id := events.Identity{Tenant: "acme", User: user, Conversation: conv}
+		p := topic.Home([]byte(id.Key()), scalePartitions)
+		var out []string
+		for _, m := range streamRecordsOf(t, ctx, f, streamTopic, p) {
+			if string(m.Key) == id.Key() {
+				out = append(out, pushgw.FormatCursor(p, m.Offset))
+			}
+		}
+		return out
+	}
+	// What each conversation's stream holds before the add: a new
+	// connection (live, opened before message 2) receives what follows.
+	heldBefore := map[string]int{}
+	for p := range scalePartitions {
+		heldBefore[convOf[p]] = len(recordsOf(convOf[p]))
+	}
+
+	edge.add(newcomer)
+	// After the add: new connections, a second one of each moved shard's
+	// conversation and one of a conversation of each kept shard that no
+	// one follows yet, routed by the three-replica ring.
+	var fresh []*sseFollower
+	var freshShards []int
+	for _, p := range moved {
+		fresh = append(fresh, followSSE(t, ctx, c, convOf[p]))
+		freshShards = append(freshShards, p)
+	}
+	for p := range scalePartitions {
+		if owner := ringOrder(after, strconv.Itoa(p))[0]; owner != added && !slices.Contains(stayed, p) && stayedOn[owner] {
+			delete(stayedOn, owner)
+			fresh = append(fresh, followSSE(t, ctx, c, convOf[p]))
+			freshShards = append(freshShards, p)
+		}
+	}
+	round(append(slices.Clone(existing), fresh...), 2)
+	round(existing, 3)
+
+	// Where the edge sent each connection: every hinted connection to the
+	// owner of its shard on the ring of its time.
+	landed := map[string]int{}
+	for i, d := range edge.proxied() {
+		if d.shard == "" {
+			continue // the first request of an event stream, redirected to its shard
+		}
+		ring := before
+		if i >= mark {
+			ring = after
+		}
+		if want := ringOrder(ring, d.shard)[0]; d.backend != want {
+			t.Errorf("a connection of shard %s reached %s, want %s", d.shard, d.backend, want)
+		}
+		if i >= mark {
+			landed[d.backend]++
+		}
+	}
+	if len(landed) != 3 || landed[added] != len(moved) {
+		t.Errorf("new connections landed %v: want all three replicas, %d on the added %s", landed, len(moved), added)
+	}
+	// ... each carrying its conversation's shard, which the gateway named.
+	var hinted []int
+	for _, d := range edge.proxied()[mark:] {
+		if p, err := strconv.Atoi(d.shard); err == nil {
+			hinted = append(hinted, p)
+		}
+	}
+	if slices.Sort(hinted); !slices.Equal(hinted, slices.Sorted(slices.Values(freshShards))) {
+		t.Errorf("the new connections carried the shards %v, want their conversations' %v", hinted, slices.Sorted(slices.Values(freshShards)))
+	}
+	for i, fl := range fresh {
+		if fl.sub.Shard() != freshShards[i] {
+			t.Errorf("%s: the gateway named shard %d, want %d", fl.conv, fl.sub.Shard(), freshShards[i])
+		}
+	}
+	// Every connection, old or new, stayed open and received exactly the
+	// records of its conversation since it opened: an existing one all of
+	// them, a new one those from its first on (message 2's), with no gap
+	// and no duplicate.
+	for i, fl := range append(slices.Clone(existing), fresh...) {
+		if n := fl.reconnects.Load(); n != 0 {
+			t.Errorf("%s: reconnected %d times: an open connection must stay where it is", fl.conv, n)
+		}
+		want := recordsOf(fl.conv)
+		from := 0
+		if i >= len(existing) {
+			from = heldBefore[fl.conv]
+		}
+		if to := from + len(fl.cursors); i < len(existing) && to != len(want) || to > len(want) || !slices.Equal(fl.cursors, want[from:to]) {
+			t.Errorf("%s (%s connection) received the records\n  %v\nthe stream holds\n  %v", fl.conv, map[bool]string{true: "an existing", false: "a new"}[i < len(existing)], fl.cursors, want)
+		}
+	}
 }

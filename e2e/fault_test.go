@@ -148,6 +148,13 @@ type workerProc struct {
 
 func newFaultStack(t *testing.T) *faultStack {
 	t.Helper()
+	return newFaultStackStream(t, faultPartitions)
+}
+
+// newFaultStackStream is newFaultStack with a stream topic of stream
+// partitions (TURNPIKE_STREAM_PARTITIONS), the others of faultPartitions.
+func newFaultStackStream(t *testing.T, stream int) *faultStack {
+	t.Helper()
 	f := &faultStack{t: t, workers: map[int]*workerProc{}, mongoDir: t.TempDir(), prefix: testenv.Name(t, "f") + ".", db: "faults",
 		group: testenv.Name(t, "g")}
 	f.kafka = testenv.EmbeddedKafka(t, embedded.KafkaConfig{})
@@ -160,10 +167,14 @@ func newFaultStack(t *testing.T) *faultStack {
 		"TURNPIKE_TOPIC_PREFIX=" + f.prefix,
 		"TURNPIKE_MODEL=echo", "TURNPIKE_ECHO_DELAY=0",
 		"TURNPIKE_LOG_LEVEL=error",
-		"TURNPIKE_PARTITIONS=" + strconv.Itoa(faultPartitions), "TURNPIKE_WORKER_GROUP=" + f.group,
+		"TURNPIKE_PARTITIONS=" + strconv.Itoa(faultPartitions), "TURNPIKE_STREAM_PARTITIONS=" + strconv.Itoa(stream), "TURNPIKE_WORKER_GROUP=" + f.group,
 		"TURNPIKE_SESSION_TIMEOUT=6s", "TURNPIKE_DRAIN_TIMEOUT=2s",
 	}
-	if err := topic.Ensure(testenv.Context(t, 10*time.Second), []string{f.kafka.Addr()}, faultPartitions, topic.NewNames(f.prefix).All()...); err != nil {
+	names := topic.NewNames(f.prefix)
+	if err := topic.Ensure(testenv.Context(t, 10*time.Second), []string{f.kafka.Addr()}, faultPartitions, names.Requests, names.DLQ, names.Control); err != nil {
+		t.Fatal(err)
+	}
+	if err := topic.Ensure(testenv.Context(t, 10*time.Second), []string{f.kafka.Addr()}, stream, names.Stream); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.killAll)

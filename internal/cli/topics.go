@@ -37,11 +37,13 @@ func runTopics(ctx context.Context, args []string, lookup func(string) (string, 
 		brokers    []string
 		prefix     string
 		partitions int
+		stream     int
 		timeout    time.Duration
 	)
 	set.List(&brokers, "kafka-brokers", "TURNPIKE_KAFKA_BROKERS", nil, "Kafka bootstrap brokers")
 	set.String(&prefix, "topic-prefix", "TURNPIKE_TOPIC_PREFIX", topic.DefaultPrefix, "prefix of the topic names")
 	set.Int(&partitions, "partitions", "TURNPIKE_PARTITIONS", topic.DefaultPartitions, "partitions of each topic created (replication: the brokers' default)")
+	set.Int(&stream, "stream-partitions", "TURNPIKE_STREAM_PARTITIONS", 0, "partitions of the stream topic (0: -partitions)")
 	set.Duration(&timeout, "timeout", "", 2*time.Minute, "how long to retry while Kafka does not answer")
 	if err := set.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -57,6 +59,9 @@ func runTopics(ctx context.Context, args []string, lookup func(string) (string, 
 	if partitions < 1 {
 		problems = append(problems, fmt.Errorf("-partitions %d: want at least 1", partitions))
 	}
+	if stream < 0 {
+		problems = append(problems, fmt.Errorf("-stream-partitions %d: want at least 1 (0: -partitions)", stream))
+	}
 	if timeout <= 0 {
 		problems = append(problems, fmt.Errorf("-timeout %v: want a positive duration", timeout))
 	}
@@ -69,25 +74,27 @@ func runTopics(ctx context.Context, args []string, lookup func(string) (string, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	names := topic.NewNames(prefix).All()
-	counts, err := ensureTopics(ctx, brokers, partitions, names, stderr)
+	names := topic.NewNames(prefix)
+	want := map[string]int{names.Requests: partitions, names.DLQ: partitions, names.Control: partitions,
+		names.Stream: topic.StreamPartitions(partitions, stream)}
+	counts, err := ensureTopics(ctx, brokers, want, names.All(), stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "turnpike topics:", err)
 		return 1
 	}
-	for i, name := range names {
+	for i, name := range names.All() {
 		fmt.Fprintf(stdout, "%s\t%d partitions\n", name, counts[i])
 	}
 	return 0
 }
 
-// ensureTopics creates the missing topics and returns each topic's
-// partition count, retrying transient failures (Kafka not reachable yet, a
+// ensureTopics creates the missing topics, each with its count in want,
+// and returns each topic's partition count, retrying transient failures (Kafka not reachable yet, a
 // topic's metadata not propagated yet) until ctx ends.
-func ensureTopics(ctx context.Context, brokers []string, partitions int, names []string, stderr io.Writer) ([]int, error) {
+func ensureTopics(ctx context.Context, brokers []string, want map[string]int, names []string, stderr io.Writer) ([]int, error) {
 	pause := 250 * time.Millisecond
 	for {
-		counts, err := ensureOnce(ctx, brokers, partitions, names)
+		counts, err := ensureOnce(ctx, brokers, want, names)
 		if err == nil || permanent(err) {
 			return counts, err
 		}
@@ -106,13 +113,16 @@ func ensureTopics(ctx context.Context, brokers []string, partitions int, names [
 	}
 }
 
-func ensureOnce(ctx context.Context, brokers []string, partitions int, names []string) ([]int, error) {
-	if err := topic.Ensure(ctx, brokers, partitions, names...); err != nil {
-		return nil, err
+func ensureOnce(ctx context.Context, brokers []string, want map[string]int, names []string) ([]int, error) {
+	for _, name := range names {
+		if err := topic.Ensure(ctx, brokers, want[name], name); err != nil {
+			return nil, err
+		}
 	}
 	counts := make([]int, len(names))
 	var errs []error
 	for i, name := range names {
+		partitions := want[name]
 		ids, err := topic.Partitions(ctx, brokers, name)
 		switch {
 		case err != nil:
@@ -120,7 +130,7 @@ func ensureOnce(ctx context.Context, brokers []string, partitions int, names []s
 		case len(ids) < partitions:
 			// Adding partitions moves conversations to other partitions
 			// (their key hashes anew), so it is an operator's decision.
-			errs = append(errs, fmt.Errorf("topic %s has %d partitions, %w (%d): add them with your Kafka tooling (with Strimzi: the KafkaTopic's spec.partitions) or lower -partitions",
+			errs = append(errs, fmt.Errorf("topic %s has %d partitions, %w (%d): add them with your Kafka tooling (with Strimzi: the KafkaTopic's spec.partitions) or lower -partitions (the stream topic: -stream-partitions)",
 				name, len(ids), errTooFewPartitions, partitions))
 		}
 		counts[i] = len(ids)

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,46 @@ func TestTopicsCreatesTheMissingTopicsAndChecksTheirPartitions(t *testing.T) {
 	}
 }
 
+// TestTopicsGivesTheStreamTopicItsOwnPartitionCount: docs/deploy.md
+// "Sizing" (the stream topic is sized by the push gateway's replicas, the
+// others by the workers'): TURNPIKE_STREAM_PARTITIONS sets the stream
+// topic's count, TURNPIKE_PARTITIONS the others', and each is checked
+// against its own.
+func TestTopicsGivesTheStreamTopicItsOwnPartitionCount(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	kafka := testenv.Kafka(t)
+	brokers := strings.Join(kafka, ",")
+	prefix := testenv.Name(t, "tps") + "."
+	names := topic.NewNames(prefix)
+	lookup := env("TURNPIKE_KAFKA_BROKERS", brokers, "TURNPIKE_TOPIC_PREFIX", prefix, "TURNPIKE_PARTITIONS", "2", "TURNPIKE_STREAM_PARTITIONS", "5")
+
+	code, out, errOut := run(ctx, lookup)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	for _, name := range names.All() {
+		want := 2
+		if name == names.Stream {
+			want = 5
+		}
+		ids, err := topic.Partitions(ctx, kafka, name)
+		if err != nil || len(ids) != want {
+			t.Errorf("topic %s: partitions %v, err %v; want %d", name, ids, err, want)
+		}
+		if line := fmt.Sprintf("%s\t%d partitions\n", name, want); !strings.Contains(out, line) {
+			t.Errorf("output lacks %q:\n%s", line, out)
+		}
+	}
+
+	// The stream topic is checked against its own count, the others
+	// against theirs.
+	code, _, errOut = run(ctx, env("TURNPIKE_KAFKA_BROKERS", brokers, "TURNPIKE_TOPIC_PREFIX", prefix, "TURNPIKE_PARTITIONS", "2", "TURNPIKE_STREAM_PARTITIONS", "6"))
+	if code != 1 || !strings.Contains(errOut, names.Stream+" has 5 partitions, fewer partitions than asked (6)") || strings.Contains(errOut, names.Requests+" has") {
+		t.Errorf("-stream-partitions 6 on a stream topic of 5: exit %d, want 1 naming the stream topic only\n%s", code, errOut)
+	}
+}
+
 func TestTopicsRetriesUntilTheTimeoutWhenKafkaDoesNotAnswer(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
@@ -91,6 +132,7 @@ func TestTopicsRejectsBadSettings(t *testing.T) {
 	}{
 		{"Without brokers it says where to set them.", env(), nil, []string{"no brokers: pass -kafka-brokers or set TURNPIKE_KAFKA_BROKERS"}},
 		{"Zero partitions are refused.", env("TURNPIKE_KAFKA_BROKERS", "127.0.0.1:1"), []string{"-partitions", "0"}, []string{"-partitions 0: want at least 1"}},
+		{"A negative stream partition count is refused.", env("TURNPIKE_KAFKA_BROKERS", "127.0.0.1:1", "TURNPIKE_STREAM_PARTITIONS", "-1"), nil, []string{"-stream-partitions -1: want at least 1"}},
 		{"A partition count that is not a number in the environment is refused.", env("TURNPIKE_KAFKA_BROKERS", "127.0.0.1:1", "TURNPIKE_PARTITIONS", "twelve"), nil, []string{`TURNPIKE_PARTITIONS="twelve": not an integer`}},
 		{"A zero timeout is refused.", env("TURNPIKE_KAFKA_BROKERS", "127.0.0.1:1"), []string{"-timeout", "0s"}, []string{"-timeout 0s: want a positive duration"}},
 		{"Arguments after the flags are refused.", env("TURNPIKE_KAFKA_BROKERS", "127.0.0.1:1"), []string{"extra"}, []string{`unexpected arguments ["extra"]`}},

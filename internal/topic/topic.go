@@ -37,6 +37,20 @@ func NewNames(prefix string) Names {
 // All lists every topic.
 func (n Names) All() []string { return []string{n.Requests, n.DLQ, n.Stream, n.Control} }
 
+// StreamPartitions is the partition count of the stream topic created at
+// start: stream (TURNPIKE_STREAM_PARTITIONS) when set (> 0), else
+// partitions (TURNPIKE_PARTITIONS), the other topics' count. The stream
+// topic may have a count of its own because every reader and writer of it
+// places a key by the stream topic's own partition list: the push gateway
+// sizes it by its replicas (docs/pushgw.md "Sizing partitions"), the
+// worker's consumer group the others.
+func StreamPartitions(partitions, stream int) int {
+	if stream > 0 {
+		return stream
+	}
+	return partitions
+}
+
 // Ensure creates each topic that does not exist yet, with the given
 // partition count and the broker's default replication factor. Existing
 // topics are left as they are.

@@ -61,8 +61,15 @@ type Config struct {
 	// under TopicPrefix ("turnpike.stream").
 	Topic string
 	// Partitions is the partition count of the stream topic when Run
-	// creates it (-topic-partitions, TURNPIKE_PARTITIONS). Default 12.
+	// creates it and StreamPartitions is 0 (-topic-partitions,
+	// TURNPIKE_PARTITIONS, the count of every topic). Default 12.
 	Partitions int
+	// StreamPartitions, when above 0, is the partition count of the
+	// stream topic when Run creates it instead of Partitions
+	// (-stream-partitions, TURNPIKE_STREAM_PARTITIONS). Default 0. The
+	// gateway places keys by the count the stream topic has, whatever
+	// created it (docs/pushgw.md "Sizing partitions").
+	StreamPartitions int
 	// Addr serves GET /v1/stream, the event streams, /healthz, /readyz and
 	// /metrics (-addr, TURNPIKE_PUSHGW_ADDR). Default ":8081"; "" serves
 	// nothing (WithListener still does).
@@ -267,6 +274,7 @@ func (c Config) validateGateway() error {
 	positive("replay buffer bytes", int64(c.ReplayBufferBytes))
 	positive("connect burst", int64(c.ConnectBurst))
 	positive("subscribe burst", int64(c.SubscribeBurst))
+	positive("stream partitions", int64(c.StreamPartitions))
 	for _, d := range []struct {
 		name string
 		v    time.Duration

@@ -89,6 +89,7 @@ func (c *Config) bind(set *flagenv.Set, cmdLine bool) {
 	set.String(&c.LogLevel, "log-level", "TURNPIKE_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	set.String(&c.LogFormat, "log-format", "TURNPIKE_LOG_FORMAT", "json", "log format: json or text")
 	set.Int(&c.Partitions, "topic-partitions", "TURNPIKE_PARTITIONS", topic.DefaultPartitions, "partitions of topics created at start")
+	set.Int(&c.StreamPartitions, "stream-partitions", "TURNPIKE_STREAM_PARTITIONS", 0, "partitions of the stream topic when created at start (0: -topic-partitions)")
 	set.String(&c.PprofAddr, "pprof-addr", "TURNPIKE_PPROF_ADDR", "", "serve net/http/pprof on this address (off when empty; keep it private)")
 	if cmdLine {
 		flagenv.Ignore(set, "mongo-uri", "mongo-db", "mongo-pool", "model", "echo-delay", "openai-base-url", "openai-api-key", "openai-model",
@@ -199,7 +200,7 @@ func (s *Server) Run(ctx context.Context) error {
 		Open: func(ctx context.Context, _ *server.Opened) (server.Parts, error) {
 			// The gateway reads the stream topic; make sure it exists even
 			// when no worker has started yet.
-			if err := topic.Ensure(ctx, c.Brokers, c.Partitions, c.Topic); err != nil {
+			if err := topic.Ensure(ctx, c.Brokers, topic.StreamPartitions(c.Partitions, c.StreamPartitions), c.Topic); err != nil {
 				return server.Parts{}, fmt.Errorf("pushgw: %w", err)
 			}
 			return server.Parts{

@@ -13,6 +13,7 @@ import (
 
 	"github.com/turnpike-dev/turnpike/internal/server"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/auth"
 )
 
@@ -36,11 +37,12 @@ func TestPushgwSettingsComeFromTheEnvironmentAndFlags(t *testing.T) {
 		"TURNPIKE_PUSHGW_CONNECT_PER_MINUTE":   "-1",
 		"TURNPIKE_PUSHGW_SUBSCRIBE_PER_MINUTE": "600",
 		"TURNPIKE_PUSHGW_CURSOR_WAIT":          "5s",
+		"TURNPIKE_STREAM_PARTITIONS":           "160",
 		"TURNPIKE_MONGO_URI":                   "mongodb://ignored:27017", // accepted, ignored
 	}
 	p := loadEnv(t, env, "-subscribe-burst", "7")
 	if p.RingBytes != 1<<20 || p.QueueBytes != 64<<10 || p.ConnectPerMinute != -1 || p.SubscribePerMinute != 600 ||
-		p.SubscribeBurst != 7 || p.CursorWait != 5*time.Second || p.ConnectBurst != DefaultConnectBurst {
+		p.SubscribeBurst != 7 || p.CursorWait != 5*time.Second || p.ConnectBurst != DefaultConnectBurst || p.StreamPartitions != 160 {
 		t.Fatalf("config = %+v", p)
 	}
 	if want := []string{"https://app.example.com", "https://*.example.org"}; !slices.Equal(p.AllowedOrigins, want) {
@@ -61,6 +63,40 @@ func TestPushgwConfigRefusesAMalformedOrigin(t *testing.T) {
 	c := loadEnv(t, env)
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "allowed origin") {
 		t.Fatalf("Validate: %v, want the origin refused", err)
+	}
+}
+
+// TestThePushGatewayCreatesTheStreamTopicWithItsOwnPartitionCount:
+// docs/api.md "Kafka topics" (the push gateway creates the stream topic at
+// start, with TURNPIKE_STREAM_PARTITIONS when set) and docs/pushgw.md
+// "Sizing partitions".
+func TestThePushGatewayCreatesTheStreamTopicWithItsOwnPartitionCount(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	c := DefaultConfig()
+	prefix := testenv.Name(t, "sp") + "."
+	c.Brokers, c.AuthSecret, c.TopicPrefix, c.Partitions, c.StreamPartitions, c.LogLevel = testenv.Kafka(t), strings.Repeat("s", 32), prefix, 2, 5, "error"
+	s, err := New(c, WithListener(ln), WithReady(func() { close(ready) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	select {
+	case <-ready:
+		t.Cleanup(func() { stop(); <-done })
+	case err := <-done:
+		stop()
+		t.Fatalf("Run: %v", err)
+	}
+	if ids, err := topic.Partitions(ctx, c.Brokers, prefix+"stream"); err != nil || len(ids) != 5 {
+		t.Errorf("the stream topic after ready: partitions %v, err %v; want StreamPartitions' 5", ids, err)
 	}
 }
 

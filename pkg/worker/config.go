@@ -51,6 +51,12 @@ type Config struct {
 	// Partitions is the partition count of topics created at start
 	// (-topic-partitions, TURNPIKE_PARTITIONS). Default 12.
 	Partitions int
+	// StreamPartitions is the partition count of the stream topic when
+	// it is created at start (-stream-partitions,
+	// TURNPIKE_STREAM_PARTITIONS). Default 0: Partitions. The stream
+	// writer places events by the stream topic's own count, whatever it
+	// is (docs/pushgw.md "Sizing partitions").
+	StreamPartitions int
 	// GroupID is the Kafka consumer group (-group-id,
 	// TURNPIKE_WORKER_GROUP). Default "turnpike-worker".
 	GroupID string
@@ -329,6 +335,9 @@ func (c Config) validateConsumer() error {
 	}
 	if c.Partitions < 1 {
 		errs = append(errs, fmt.Errorf("worker: Partitions %d < 1", c.Partitions))
+	}
+	if c.StreamPartitions < 0 {
+		errs = append(errs, fmt.Errorf("worker: StreamPartitions %d < 0", c.StreamPartitions))
 	}
 	if c.MaxContentBytes < 1 || c.MaxContentBytes > events.MaxRecordBytes {
 		errs = append(errs, fmt.Errorf("worker: MaxContentBytes %d not in 1..%d", c.MaxContentBytes, events.MaxRecordBytes))

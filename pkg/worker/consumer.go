@@ -202,7 +202,10 @@ func (w *consumer) PeakRunning() int { return w.step.peak() }
 // finish within DrainTimeout, commits what is done, leaves the group and
 // flushes its writers. It returns nil after a clean stop.
 func (w *consumer) Run(ctx context.Context) error {
-	if err := topic.Ensure(ctx, w.cfg.Brokers, w.cfg.Partitions, w.topics.All()...); err != nil {
+	if err := topic.Ensure(ctx, w.cfg.Brokers, w.cfg.Partitions, w.topics.Requests, w.topics.DLQ, w.topics.Control); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if err := topic.Ensure(ctx, w.cfg.Brokers, topic.StreamPartitions(w.cfg.Partitions, w.cfg.StreamPartitions), w.topics.Stream); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.stream = newStreamWriter(w.cfg.Brokers, w.topics.Stream, w.cfg.StreamBatchTimeout, w.metrics.streamWrite, w.metrics.firstTokenWrite)

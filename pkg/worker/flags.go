@@ -36,6 +36,7 @@ func (c *Config) bind(set *flagenv.Set, goAgent, noAddr bool) {
 	set.String(&c.LogLevel, "log-level", "TURNPIKE_LOG_LEVEL", defaultLogLevel, "log level: debug, info, warn, error")
 	set.String(&c.LogFormat, "log-format", "TURNPIKE_LOG_FORMAT", defaultLogFormat, "log format: json or text")
 	set.Int(&c.Partitions, "topic-partitions", "TURNPIKE_PARTITIONS", topic.DefaultPartitions, "partitions of topics created at start")
+	set.Int(&c.StreamPartitions, "stream-partitions", "TURNPIKE_STREAM_PARTITIONS", 0, "partitions of the stream topic when created at start (0: -topic-partitions)")
 	set.String(&c.OTLPEndpoint, "otlp-endpoint", "TURNPIKE_OTLP_ENDPOINT", "", "OTLP/HTTP endpoint of trace spans, e.g. http://otel-collector:4318 (off when empty)")
 	set.Float(&c.TraceSampleRatio, "trace-sample-ratio", "TURNPIKE_TRACE_SAMPLE_RATIO", defaultSampleRatio, "share of new traces sampled, 0..1 (0: none)")
 	set.String(&c.PprofAddr, "pprof-addr", "TURNPIKE_PPROF_ADDR", "", "serve net/http/pprof on this address (off when empty; keep it private)")

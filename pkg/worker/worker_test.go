@@ -548,6 +548,7 @@ func TestTheWorkerIsReadyOnlyOnceItsTopicsExist(t *testing.T) {
 	prefix := testenv.Name(t, "ready") + "."
 	c := worker.DefaultConfig()
 	c.Brokers, c.MongoURI, c.MongoDB, c.TopicPrefix, c.Partitions, c.Addr = []string{k.Addr()}, testenv.MongoURI(t), testenv.Name(t, "ready"), prefix, 2, ""
+	c.StreamPartitions = 3 // the stream topic's own count (TURNPIKE_STREAM_PARTITIONS)
 	ready := make(chan bool, 1)
 	w, err := worker.New(c, worker.WithReady(func() { ready <- created.Load() }), worker.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
@@ -566,8 +567,13 @@ func TestTheWorkerIsReadyOnlyOnceItsTopicsExist(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the worker never reported ready")
 	}
-	if _, err := topic.Partitions(ctx, []string{k.Addr()}, prefix+"requests"); err != nil {
-		t.Errorf("the requests topic after ready: %v", err)
+	for _, tp := range []struct {
+		name string
+		want int
+	}{{"requests", 2}, {"requests.dlq", 2}, {"control", 2}, {"stream", 3}} {
+		if ids, err := topic.Partitions(ctx, []string{k.Addr()}, prefix+tp.name); err != nil || len(ids) != tp.want {
+			t.Errorf("the %s topic after ready: partitions %v, err %v; want %d", tp.name, ids, err, tp.want)
+		}
 	}
 	stop()
 	if err := <-done; err != nil {
