@@ -109,17 +109,12 @@ func (s *stack) ensureTopics(t *testing.T, ctx context.Context, partitions int) 
 func (s *stack) produce(t *testing.T, ctx context.Context, key string, value []byte) {
 	t.Helper()
 	s.ensureTopics(t, ctx, 3)
-	w := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topics.Requests, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
-	defer w.Close()
-	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte(key), Value: value}); err != nil {
-		t.Fatal(err)
-	}
+	testenv.Produce(t, ctx, s.brokers, s.topics.Requests, kafka.Message{Key: []byte(key), Value: value})
 }
 
+// request is the value of testenv.Request.
 func request(id events.Identity, requestID, content string) []byte {
-	b, _ := events.EncodeRequest(events.Request{V: 1, RequestID: requestID, Tenant: id.Tenant, User: id.User, Conversation: id.Conversation,
-		Content: content, Strategy: events.StrategyEnqueue, CreatedAt: time.Now().UTC()})
-	return b
+	return testenv.Request(id, requestID, content).Value
 }
 
 // streamReader reads the stream topic from the start.
@@ -290,18 +285,14 @@ func produceAll(t *testing.T, ctx context.Context, s *stack, convs, msgs int) {
 	if err := topic.Ensure(ctx, s.brokers, 1, s.topics.All()...); err != nil {
 		t.Fatal(err)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topics.Requests, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
-	defer w.Close()
 	var batch []kafka.Message
 	for j := 1; j <= msgs; j++ {
 		for i := 1; i <= convs; i++ {
 			id := events.Identity{Tenant: "acme", User: "ann", Conversation: fmt.Sprintf("c%d", i)}
-			batch = append(batch, kafka.Message{Key: []byte(id.Key()), Value: request(id, fmt.Sprintf("c%d-m%d", i, j), fmt.Sprintf("c%d m%d", i, j))})
+			batch = append(batch, testenv.Request(id, fmt.Sprintf("c%d-m%d", i, j), fmt.Sprintf("c%d m%d", i, j)))
 		}
 	}
-	if err := w.WriteMessages(ctx, batch...); err != nil {
-		t.Fatal(err)
-	}
+	testenv.Produce(t, ctx, s.brokers, s.topics.Requests, batch...)
 }
 
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
@@ -535,9 +526,8 @@ func (m *gatedModel) ran() map[string]int {
 
 // strategyRequest is request with a send strategy.
 func strategyRequest(id events.Identity, requestID, content string, strategy events.Strategy) []byte {
-	b, _ := events.EncodeRequest(events.Request{V: 1, RequestID: requestID, Tenant: id.Tenant, User: id.User, Conversation: id.Conversation,
-		Content: content, Strategy: strategy, CreatedAt: time.Now().UTC()})
-	return b
+	return testenv.Record(events.Request{V: 1, RequestID: requestID, Tenant: id.Tenant, User: id.User, Conversation: id.Conversation,
+		Content: content, Strategy: strategy, CreatedAt: time.Now().UTC()}).Value
 }
 
 // outcomeModel ends each run as the first word of the request's content

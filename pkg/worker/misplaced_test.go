@@ -111,11 +111,7 @@ func (s *stack) publishCancelAll(t *testing.T, ctx context.Context, id events.Id
 	if err != nil {
 		t.Fatal(err)
 	}
-	cw := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topics.Control, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
-	defer cw.Close()
-	if err := cw.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v}); err != nil {
-		t.Fatal(err)
-	}
+	testenv.Produce(t, ctx, s.brokers, s.topics.Control, kafka.Message{Key: []byte(id.Key()), Value: v})
 }
 
 func header(m kafka.Message, key string) string {
