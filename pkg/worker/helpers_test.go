@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,7 +14,10 @@ import (
 	"github.com/cloudwego/eino/schema"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/echo"
@@ -594,4 +598,34 @@ func (m *outcomeModel) Stream(ctx context.Context, in []*schema.Message, _ ...mo
 		}
 	}()
 	return sr, nil
+}
+
+// refuseProduces makes k's broker refuse the first n produce requests to
+// topicName (a policy violation: an error kafka-go's writer does not retry
+// itself) and returns the count of those refused so far.
+func refuseProduces(k *embedded.Kafka, topicName string, n int32) *atomic.Int32 {
+	refused := &atomic.Int32{}
+	cluster := k.Cluster()
+	cluster.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		req := r.(*kmsg.ProduceRequest)
+		if len(req.Topics) == 0 || req.Topics[0].Topic != topicName || refused.Load() >= n {
+			return nil, nil, false
+		}
+		refused.Add(1)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, tp := range req.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic = tp.Topic
+			for _, pp := range tp.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition = pp.Partition
+				rp.ErrorCode = kerr.PolicyViolation.Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	return refused
 }
