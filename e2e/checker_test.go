@@ -510,8 +510,7 @@ func TestTheCheckerReadsTheStoreAndTheStreamTopic(t *testing.T) {
 	meta := func(seq int64) events.Meta {
 		return events.Meta{Conversation: id.Conversation, RequestID: "c1-m1", RunID: "run-1", Seq: seq, TS: 1}
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: name, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
-	defer w.Close()
+	w := testenv.Producer(t, []string{broker}, name)
 	for _, e := range []events.Event{&events.RunStartedEvent{Meta: meta(1)}, &events.TokenEvent{Meta: meta(2), Delta: "w1", Agent: "assistant", Role: "assistant"},
 		&events.RunCompletedEvent{Meta: meta(3), Status: events.StatusComplete}} {
 		if err := w.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: events.AppendEvent(nil, e)}); err != nil {

@@ -375,19 +375,12 @@ func (l load) content(j int) string { return fmt.Sprintf("m%d [[tokens:5]]%s", j
 // produce writes the load to the requests topic, message by message (all
 // conversations' message 1, then message 2, …), pausing between rounds.
 func (f *faultStack) produce(ctx context.Context, l load, pause time.Duration) error {
-	w := &kafka.Writer{Addr: kafka.TCP(f.kafka.Addr()), Topic: topic.NewNames(f.prefix).Requests, Balancer: &kafka.Murmur2Balancer{},
-		BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, MaxAttempts: 20, WriteBackoffMax: 100 * time.Millisecond}
-	defer w.Close()
+	w := testenv.Producer(f.t, []string{f.kafka.Addr()}, topic.NewNames(f.prefix).Requests)
+	w.MaxAttempts, w.WriteBackoffMax = 20, 100*time.Millisecond
 	for j := 1; j <= l.msgs; j++ {
 		var batch []kafka.Message
 		for i := 1; i <= l.convs; i++ {
-			id := l.id(i)
-			b, err := events.EncodeRequest(events.Request{V: 1, RequestID: fmt.Sprintf("c%d-m%d", i, j), Tenant: id.Tenant, User: id.User,
-				Conversation: id.Conversation, Content: l.content(j), CreatedAt: time.Now().UTC()})
-			if err != nil {
-				return err
-			}
-			batch = append(batch, kafka.Message{Key: []byte(id.Key()), Value: b})
+			batch = append(batch, testenv.Request(l.id(i), fmt.Sprintf("c%d-m%d", i, j), l.content(j)))
 		}
 		for {
 			err := w.WriteMessages(ctx, batch...)

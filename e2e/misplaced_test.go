@@ -301,8 +301,7 @@ func TestDirectRecordsOfAnyPartitionerFollowTheirConversation(t *testing.T) {
 		ctx := testenv.Context(t, 60*time.Second)
 		id, _, w := mixed(t, ctx, "twice")
 		produceDirect(t, ctx, rdk, id, "tw-1", "once", "")
-		murmur := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: requests, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
-		defer murmur.Close()
+		murmur := testenv.Producer(t, s.Brokers, requests)
 		produceDirect(t, ctx, murmur, id, "tw-1", "once", "")
 		started, _ := w.completions(ctx, 2)
 		produceDirect(t, ctx, sarama, id, "tw-next", "next", "")

@@ -251,8 +251,7 @@ func TestPipeline(t *testing.T) {
 		ctx := testenv.Context(t, 60*time.Second)
 		w := watch(t, ctx, ann, "dlq", "")
 		key := "acme/ann/dlq"
-		wr := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: "turnpike.requests", Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
-		defer wr.Close()
+		wr := testenv.Producer(t, s.Brokers, "turnpike.requests")
 		bad := []byte(`{"v":1,"tenant":"acme","user":"ann","conversation":"dlq","content":"a\u0000b"}`)
 		good := []byte(`{"v":1,"tenant":"acme","user":"ann","conversation":"dlq","content":"direct producer"}`)
 		if err := wr.WriteMessages(ctx, kafka.Message{Key: []byte(key), Value: bad}, kafka.Message{Key: []byte(key), Value: good}); err != nil {

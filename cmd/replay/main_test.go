@@ -57,17 +57,12 @@ func TestTheCommandStopsOnSIGINTAndResumesWhereItStopped(t *testing.T) {
 	if err := topic.Ensure(ctx, brokers, 2, names.All()...); err != nil {
 		t.Fatal(err)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: names.Requests, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond}
 	var msgs []kafka.Message
 	for i := range 120 {
 		id := events.Identity{Tenant: "acme", User: "kim", Conversation: fmt.Sprintf("c%d", i%6)}
-		b, _ := events.EncodeRequest(events.Request{V: 1, RequestID: fmt.Sprintf("r%d", i), Tenant: id.Tenant, User: id.User, Conversation: id.Conversation, Content: fmt.Sprintf("m%d", i)})
-		msgs = append(msgs, kafka.Message{Key: []byte(id.Key()), Value: b})
+		msgs = append(msgs, testenv.Request(id, fmt.Sprintf("r%d", i), fmt.Sprintf("m%d", i)))
 	}
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
+	testenv.Produce(t, ctx, brokers, names.Requests, msgs...)
 	report := filepath.Join(t.TempDir(), "report.jsonl")
 	env := []string{"TURNPIKE_KAFKA_BROKERS=" + strings.Join(brokers, ","), "TURNPIKE_TOPIC_PREFIX=" + prefix, "TURNPIKE_LOG_LEVEL=error"}
 

@@ -21,8 +21,7 @@ func TestTailSeesEveryPartitionFromNowOn(t *testing.T) {
 	if err := topic.Ensure(ctx, brokers, 4, name); err != nil {
 		t.Fatal(err)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: name, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
-	defer w.Close()
+	w := testenv.Producer(t, brokers, name)
 	write := func(prefix string) {
 		t.Helper()
 		var msgs []kafka.Message
@@ -107,8 +106,7 @@ func TestTailRetriesAFailedStartAndTailsTheTopicOnceItIsThere(t *testing.T) {
 	if err := topic.Ensure(ctx, brokers, 2, name); err != nil {
 		t.Fatal(err)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: name, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
-	defer w.Close()
+	w := testenv.Producer(t, brokers, name)
 	// Tail starts at each partition's end once it has its readers; write
 	// until a record written after that arrives.
 	for i := 0; ; i++ {

@@ -76,8 +76,7 @@ func TestQueueCountsDropOnTheCompletedRecordsOfTheControlTopic(t *testing.T) {
 		}
 		return kafka.Message{Key: []byte(c.Identity().Key()), Value: b}
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: control, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
-	defer w.Close()
+	w := testenv.Producer(t, brokers, control)
 	write := func(msgs ...kafka.Message) {
 		t.Helper()
 		if err := w.WriteMessages(ctx, msgs...); err != nil {

@@ -98,45 +98,27 @@ func TestTheEventStreamTimingDefaultsAreTheDocumentedOnes(t *testing.T) {
 
 // docs/pushgw.md "Replicas": a live reader stays open 30 s after its last
 // subscriber left by default, set by -reader-idle and
-// TURNPIKE_PUSHGW_READER_IDLE.
-func TestTheReaderIdleTimeIsThirtySecondsByDefaultAndSetByFlagOrEnvironment(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		name string
-		args []string
-		env  map[string]string
-		want time.Duration
-	}{
-		{"Nothing set is the default.", nil, nil, 30 * time.Second},
-		{"The flag sets it.", []string{"-reader-idle=2m"}, nil, 2 * time.Minute},
-		{"The environment sets it.", nil, map[string]string{"TURNPIKE_PUSHGW_READER_IDLE": "5s"}, 5 * time.Second},
-	} {
-		var c Config
-		set := flagenv.New(flag.NewFlagSet("pushgw", flag.ContinueOnError), func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok })
-		c.bindGateway(set)
-		if err := set.Parse(tt.args); err != nil {
-			t.Fatalf("%s %v", tt.name, err)
-		}
-		if c.ReaderIdle != tt.want {
-			t.Errorf("%s Got %v, want %v", tt.name, c.ReaderIdle, tt.want)
-		}
-	}
-}
-
-// docs/pushgw.md "Sizing partitions": a replica reads the stream topic's
-// partition count again every 10 s by default, set by
+// TURNPIKE_PUSHGW_READER_IDLE; "Sizing partitions": a replica reads the
+// stream topic's partition count again every 10 s by default, set by
 // -partition-watch-interval and TURNPIKE_PUSHGW_PARTITION_WATCH_INTERVAL.
-func TestThePartitionWatchIntervalIsTenSecondsByDefaultAndSetByFlagOrEnvironment(t *testing.T) {
+func TestTheReaderIdleTimeAndThePartitionWatchIntervalHaveTheirDefaultsAndAreSetByFlagOrEnvironment(t *testing.T) {
 	t.Parallel()
+	readerIdle := func(c Config) time.Duration { return c.ReaderIdle }
+	partitionWatch := func(c Config) time.Duration { return c.PartitionWatch }
 	for _, tt := range []struct {
-		name string
-		args []string
-		env  map[string]string
-		want time.Duration
+		name  string
+		field func(Config) time.Duration
+		args  []string
+		env   map[string]string
+		want  time.Duration
 	}{
-		{"Nothing set is the default.", nil, nil, 10 * time.Second},
-		{"The flag sets it.", []string{"-partition-watch-interval=1m"}, nil, time.Minute},
-		{"The environment sets it.", nil, map[string]string{"TURNPIKE_PUSHGW_PARTITION_WATCH_INTERVAL": "3s"}, 3 * time.Second},
+		{"The reader idle time is 30 s with nothing set.", readerIdle, nil, nil, 30 * time.Second},
+		{"The flag sets the reader idle time.", readerIdle, []string{"-reader-idle=2m"}, nil, 2 * time.Minute},
+		{"The environment sets the reader idle time.", readerIdle, nil, map[string]string{"TURNPIKE_PUSHGW_READER_IDLE": "5s"}, 5 * time.Second},
+		{"The partition watch interval is 10 s with nothing set.", partitionWatch, nil, nil, 10 * time.Second},
+		{"The flag sets the partition watch interval.", partitionWatch, []string{"-partition-watch-interval=1m"}, nil, time.Minute},
+		{"The environment sets the partition watch interval.", partitionWatch, nil,
+			map[string]string{"TURNPIKE_PUSHGW_PARTITION_WATCH_INTERVAL": "3s"}, 3 * time.Second},
 	} {
 		var c Config
 		set := flagenv.New(flag.NewFlagSet("pushgw", flag.ContinueOnError), func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok })
@@ -144,8 +126,8 @@ func TestThePartitionWatchIntervalIsTenSecondsByDefaultAndSetByFlagOrEnvironment
 		if err := set.Parse(tt.args); err != nil {
 			t.Fatalf("%s %v", tt.name, err)
 		}
-		if c.PartitionWatch != tt.want {
-			t.Errorf("%s Got %v, want %v", tt.name, c.PartitionWatch, tt.want)
+		if got := tt.field(c); got != tt.want {
+			t.Errorf("%s Got %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }

@@ -89,19 +89,7 @@ func newFixtureOn(t testing.TB, ctx context.Context, brokers []string) *fixture 
 	if err := topic.Ensure(ctx, f.brokers, testPartitions, f.topic); err != nil {
 		t.Fatalf("ensure topic: %v", err)
 	}
-	tr := &kafka.Transport{}
-	f.writer = &kafka.Writer{
-		Addr:         kafka.TCP(f.brokers...),
-		Topic:        f.topic,
-		Balancer:     kafka.Murmur2Balancer{},
-		BatchTimeout: time.Millisecond,
-		RequiredAcks: kafka.RequireAll,
-		Transport:    tr,
-	}
-	t.Cleanup(func() {
-		_ = f.writer.Close()
-		tr.CloseIdleConnections()
-	})
+	f.writer = testenv.Producer(t, f.brokers, f.topic)
 	return f
 }
 

@@ -322,14 +322,7 @@ func (f *fixture) grow(ctx context.Context, n int) *kafka.Writer {
 		f.t.Fatalf("add partitions up to %d: %v %v", n, err, resp)
 	}
 	cl.Transport.(*kafka.Transport).CloseIdleConnections()
-	tr := &kafka.Transport{} // a fresh one: a transport caches metadata
-	w := &kafka.Writer{Addr: kafka.TCP(f.brokers...), Topic: f.topic, Balancer: kafka.Murmur2Balancer{},
-		BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}
-	f.t.Cleanup(func() {
-		_ = w.Close()
-		tr.CloseIdleConnections()
-	})
-	return w
+	return testenv.Producer(f.t, f.brokers, f.topic) // a transport of its own: a transport caches metadata
 }
 
 // cursorPartition is the partition a cursor names.

@@ -41,20 +41,19 @@ func BenchmarkShadowReplay(b *testing.B) {
 	if err := topic.Ensure(ctx, brokers, partitions, names.Requests); err != nil {
 		b.Fatal(err)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: names.Requests, Balancer: &kafka.Murmur2Balancer{},
-		BatchTimeout: time.Millisecond, BatchSize: 1000, RequiredAcks: kafka.RequireAll}
+	w := testenv.Producer(b, brokers, names.Requests)
+	w.BatchSize = 1000
 	batch := make([]kafka.Message, 0, convs)
 	for j := 1; j <= msgs; j++ {
 		batch = batch[:0]
 		for i := range convs {
 			id := events.Identity{Tenant: "bench", User: fmt.Sprintf("u%d", i%50), Conversation: fmt.Sprintf("c%d", i)}
-			batch = append(batch, request(id, fmt.Sprintf("c%d-m%d", i, j), fmt.Sprintf("message %d of conversation %d", j, i)))
+			batch = append(batch, testenv.Request(id, fmt.Sprintf("c%d-m%d", i, j), fmt.Sprintf("message %d of conversation %d", j, i)))
 		}
 		if err := w.WriteMessages(ctx, batch...); err != nil {
 			b.Fatal(err)
 		}
 	}
-	w.Close()
 	for _, kind := range []string{agentADK, agentDirect} {
 		b.Run("agent="+kind, func(b *testing.B) {
 			dir := b.TempDir()

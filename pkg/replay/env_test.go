@@ -69,27 +69,6 @@ func (e *env) config(mode, name string) config {
 	}
 }
 
-// produce writes msgs to topic (keyed with the producers' balancer).
-func (e *env) produce(t *testing.T, ctx context.Context, topicName string, msgs ...kafka.Message) {
-	t.Helper()
-	w := &kafka.Writer{Addr: kafka.TCP(e.brokers...), Topic: topicName, Balancer: &kafka.Murmur2Balancer{},
-		BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
-	defer w.Close()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// request is a request record; an empty requestID leaves it out.
-func request(id events.Identity, requestID, content string) kafka.Message {
-	b, err := events.EncodeRequest(events.Request{V: 1, RequestID: requestID, Tenant: id.Tenant, User: id.User,
-		Conversation: id.Conversation, Content: content})
-	if err != nil {
-		panic(err)
-	}
-	return kafka.Message{Key: []byte(id.Key()), Value: b}
-}
-
 // readAll returns every record of a topic, partition by partition.
 func (e *env) readAll(t *testing.T, ctx context.Context, topicName string) []kafka.Message {
 	t.Helper()

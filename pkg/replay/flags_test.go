@@ -2,6 +2,7 @@ package replay
 
 import (
 	"flag"
+	"regexp"
 	"testing"
 
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
@@ -27,8 +28,10 @@ func TestTheFlagsAreOnlyWhatAReplayReads(t *testing.T) {
 
 // The settings a replay shares with the worker (the brokers, MongoDB, the
 // model, the window, compaction, the limits, the logs) have the worker's
-// flag names and defaults, so a replay run with the worker's environment
-// runs the worker's agent as the worker does.
+// flag names, environment variables and defaults, so a replay run with the
+// worker's environment runs the worker's agent as the worker does. A
+// flag's environment variable is the one its usage names (flagenv's
+// "(env NAME)"), the one it reads.
 func TestTheSharedFlagsHaveTheWorkersDefaults(t *testing.T) {
 	t.Parallel()
 	none := func(string) (string, bool) { return "", false }
@@ -49,6 +52,19 @@ func TestTheSharedFlagsHaveTheWorkersDefaults(t *testing.T) {
 			t.Errorf("-%s: replay has it %v, the worker %v", name, r != nil, w != nil)
 		case r.DefValue != w.DefValue:
 			t.Errorf("-%s defaults to %q in a replay, %q in the worker", name, r.DefValue, w.DefValue)
+		case envOf(r) == "" || envOf(r) != envOf(w):
+			t.Errorf("-%s reads %q in a replay, %q in the worker", name, envOf(r), envOf(w))
 		}
 	}
+}
+
+var envInUsage = regexp.MustCompile(`\(env (\w+)\)$`)
+
+// envOf is the environment variable flag f reads, as its usage names it,
+// or "".
+func envOf(f *flag.Flag) string {
+	if m := envInUsage.FindStringSubmatch(f.Usage); m != nil {
+		return m[1]
+	}
+	return ""
 }

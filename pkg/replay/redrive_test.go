@@ -41,10 +41,10 @@ func TestRedrivingTheSameRecordsTwiceAddsOneTurnPerRequest(t *testing.T) {
 			if j%2 == 1 {
 				rid = fmt.Sprintf("c%d-m%d", c, j)
 			}
-			msgs = append(msgs, request(id, rid, fmt.Sprintf("m%d", j)))
+			msgs = append(msgs, testenv.Request(id, rid, fmt.Sprintf("m%d", j)))
 		}
 	}
-	e.produce(t, ctx, e.names.Requests, msgs...)
+	testenv.Produce(t, ctx, e.brokers, e.names.Requests, msgs...)
 
 	// No worker yet: both redrives find every request undecided and
 	// publish it, under the id the worker would give the original.
@@ -137,9 +137,9 @@ func TestRedrivingDeadLettersAfterAFixRunsThemOnceUnderTheirOriginalIDs(t *testi
 	// as invalid (nothing is recorded for them).
 	stop := e.startWorker(t, ctx, live, nil, func(c *worker.Config) { c.MaxContentBytes = 10 })
 	id := events.Identity{Tenant: "acme", User: "bob", Conversation: "dlq"}
-	e.produce(t, ctx, e.names.Requests,
-		request(id, "", "a message longer than ten bytes"),
-		request(id, "with-id", "another long message"))
+	testenv.Produce(t, ctx, e.brokers, e.names.Requests,
+		testenv.Request(id, "", "a message longer than ten bytes"),
+		testenv.Request(id, "with-id", "another long message"))
 	e.waitRecords(t, ctx, e.names.DLQ, 2)
 	stop()
 	originals := e.readAll(t, ctx, e.names.Requests)
@@ -197,7 +197,7 @@ func TestRedriveReRunsFailedRequestsOnlyWhenAskedAndOnlyOnce(t *testing.T) {
 	m := newFlakyModel(t)
 	e.startWorker(t, ctx, live, m, func(c *worker.Config) { c.MaxAttempts = 2 })
 	id := events.Identity{Tenant: "acme", User: "cy", Conversation: "flaky"}
-	e.produce(t, ctx, e.names.Requests, request(id, "req-1", "a flaky one"))
+	testenv.Produce(t, ctx, e.brokers, e.names.Requests, testenv.Request(id, "req-1", "a flaky one"))
 	e.waitRecords(t, ctx, e.names.DLQ, 1)
 	for {
 		if c, ok, _ := live.Lookup(ctx, id, "req-1"); ok && c.Status == events.StatusFailed {
@@ -271,7 +271,7 @@ func TestRedrivePlacesEveryCopyInItsHomePartition(t *testing.T) {
 	for c := range 12 {
 		id := events.Identity{Tenant: "acme", User: "dee", Conversation: fmt.Sprintf("home-%d", c)}
 		homes[topic.Home([]byte(id.Key()), testPartitions)]++
-		msgs = append(msgs, request(id, fmt.Sprintf("home-%d-r", c), "placed"))
+		msgs = append(msgs, testenv.Request(id, fmt.Sprintf("home-%d-r", c), "placed"))
 	}
 	if len(homes) < 2 {
 		t.Fatalf("the keys' homes %v: want keys of several homes", homes)

@@ -77,7 +77,7 @@ func TestSelectionResolvesRangesAndRefusesWhatTheTopicDoesNotHave(t *testing.T) 
 		BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	id := events.Identity{Tenant: "acme", User: "gil", Conversation: "sel"}
 	for i := range 10 {
-		m := request(id, fmt.Sprintf("r%d", i), fmt.Sprintf("m%d", i))
+		m := testenv.Request(id, fmt.Sprintf("r%d", i), fmt.Sprintf("m%d", i))
 		m.Time = t0.Add(time.Duration(i) * time.Minute)
 		if err := w.WriteMessages(ctx, m); err != nil {
 			t.Fatal(err)
@@ -135,7 +135,7 @@ func TestDryRunCountsAndSamplesTheFilteredSelectionAndWritesNothing(t *testing.T
 	ctx := testenv.Context(t, 30*time.Second)
 	e := newEnv(t)
 	e.conversations(t, ctx, "hal", 4, 5)
-	e.produce(t, ctx, e.names.Requests, request(events.Identity{Tenant: "acme", User: "ida", Conversation: "c0"}, "", "other user"))
+	testenv.Produce(t, ctx, e.brokers, e.names.Requests, testenv.Request(events.Identity{Tenant: "acme", User: "ida", Conversation: "c0"}, "", "other user"))
 	cfg := e.config(modeRedrive, "dry")
 	cfg.DryRun, cfg.User, cfg.Sample = true, "hal", 3
 	sum, err := runReplay(ctx, cfg, deps{})

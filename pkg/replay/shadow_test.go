@@ -39,10 +39,10 @@ func (e *env) conversations(t *testing.T, ctx context.Context, user string, conv
 	}
 	for j := 1; j <= msgs; j++ {
 		for i, id := range ids {
-			batch = append(batch, request(id, fmt.Sprintf("c%d-m%d", i, j), fmt.Sprintf("m%d", j)))
+			batch = append(batch, testenv.Request(id, fmt.Sprintf("c%d-m%d", i, j), fmt.Sprintf("m%d", j)))
 		}
 	}
-	e.produce(t, ctx, e.names.Requests, batch...)
+	testenv.Produce(t, ctx, e.brokers, e.names.Requests, batch...)
 	return ids
 }
 
@@ -103,7 +103,7 @@ func TestShadowRebuildsHistoriesInOrderAndNeverTouchesLiveHistoryOrTheStreamTopi
 		t.Fatal(err)
 	}
 	ids := e.conversations(t, ctx, "dee", 3, 4)
-	e.produce(t, ctx, e.names.Requests, kafka.Message{Key: []byte("acme/dee/c0"), Value: []byte(`{"not":"a request"}`)})
+	testenv.Produce(t, ctx, e.brokers, e.names.Requests, kafka.Message{Key: []byte("acme/dee/c0"), Value: []byte(`{"not":"a request"}`)})
 	want := map[events.Identity]int{}
 	for _, id := range ids {
 		want[id] = 4
@@ -298,10 +298,10 @@ func TestTheDirectAgentAnswersAsTheWorkersAgentDoes(t *testing.T) {
 	for c := range 2 {
 		id := events.Identity{Tenant: "acme", User: "jo", Conversation: fmt.Sprintf("c%d", c)}
 		for i, s := range contents {
-			msgs = append(msgs, request(id, fmt.Sprintf("c%d-%d", c, i), s))
+			msgs = append(msgs, testenv.Request(id, fmt.Sprintf("c%d-%d", c, i), s))
 		}
 	}
-	e.produce(t, ctx, e.names.Requests, msgs...)
+	testenv.Produce(t, ctx, e.brokers, e.names.Requests, msgs...)
 	reports := map[string]map[string]reportLine{}
 	for _, kind := range []string{agentADK, agentDirect} {
 		cfg := e.config(modeShadow, kind)
@@ -450,7 +450,7 @@ func TestAShadowReplayReportsWhatTheWorkerPersisted(t *testing.T) {
 		}
 		msgs = append(msgs, kafka.Message{Key: []byte(id.Key()), Value: b})
 	}
-	e.produce(t, ctx, e.names.Requests, msgs...)
+	testenv.Produce(t, ctx, e.brokers, e.names.Requests, msgs...)
 
 	stop := e.startWorkerWith(t, ctx, live, func(c *worker.Config) {
 		c.WindowMessages, c.CompactTokens, c.CompactKeep = window, compactTokens, compactKeep

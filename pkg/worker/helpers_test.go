@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,7 +14,10 @@ import (
 	"github.com/cloudwego/eino/schema"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/echo"
@@ -109,17 +113,12 @@ func (s *stack) ensureTopics(t *testing.T, ctx context.Context, partitions int) 
 func (s *stack) produce(t *testing.T, ctx context.Context, key string, value []byte) {
 	t.Helper()
 	s.ensureTopics(t, ctx, 3)
-	w := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topics.Requests, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
-	defer w.Close()
-	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte(key), Value: value}); err != nil {
-		t.Fatal(err)
-	}
+	testenv.Produce(t, ctx, s.brokers, s.topics.Requests, kafka.Message{Key: []byte(key), Value: value})
 }
 
+// request is the value of testenv.Request.
 func request(id events.Identity, requestID, content string) []byte {
-	b, _ := events.EncodeRequest(events.Request{V: 1, RequestID: requestID, Tenant: id.Tenant, User: id.User, Conversation: id.Conversation,
-		Content: content, Strategy: events.StrategyEnqueue, CreatedAt: time.Now().UTC()})
-	return b
+	return testenv.Request(id, requestID, content).Value
 }
 
 // streamReader reads the stream topic from the start.
@@ -290,18 +289,14 @@ func produceAll(t *testing.T, ctx context.Context, s *stack, convs, msgs int) {
 	if err := topic.Ensure(ctx, s.brokers, 1, s.topics.All()...); err != nil {
 		t.Fatal(err)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topics.Requests, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
-	defer w.Close()
 	var batch []kafka.Message
 	for j := 1; j <= msgs; j++ {
 		for i := 1; i <= convs; i++ {
 			id := events.Identity{Tenant: "acme", User: "ann", Conversation: fmt.Sprintf("c%d", i)}
-			batch = append(batch, kafka.Message{Key: []byte(id.Key()), Value: request(id, fmt.Sprintf("c%d-m%d", i, j), fmt.Sprintf("c%d m%d", i, j))})
+			batch = append(batch, testenv.Request(id, fmt.Sprintf("c%d-m%d", i, j), fmt.Sprintf("c%d m%d", i, j)))
 		}
 	}
-	if err := w.WriteMessages(ctx, batch...); err != nil {
-		t.Fatal(err)
-	}
+	testenv.Produce(t, ctx, s.brokers, s.topics.Requests, batch...)
 }
 
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
@@ -535,9 +530,8 @@ func (m *gatedModel) ran() map[string]int {
 
 // strategyRequest is request with a send strategy.
 func strategyRequest(id events.Identity, requestID, content string, strategy events.Strategy) []byte {
-	b, _ := events.EncodeRequest(events.Request{V: 1, RequestID: requestID, Tenant: id.Tenant, User: id.User, Conversation: id.Conversation,
-		Content: content, Strategy: strategy, CreatedAt: time.Now().UTC()})
-	return b
+	return testenv.Record(events.Request{V: 1, RequestID: requestID, Tenant: id.Tenant, User: id.User, Conversation: id.Conversation,
+		Content: content, Strategy: strategy, CreatedAt: time.Now().UTC()}).Value
 }
 
 // outcomeModel ends each run as the first word of the request's content
@@ -604,4 +598,34 @@ func (m *outcomeModel) Stream(ctx context.Context, in []*schema.Message, _ ...mo
 		}
 	}()
 	return sr, nil
+}
+
+// refuseProduces makes k's broker refuse the first n produce requests to
+// topicName (a policy violation: an error kafka-go's writer does not retry
+// itself) and returns the count of those refused so far.
+func refuseProduces(k *embedded.Kafka, topicName string, n int32) *atomic.Int32 {
+	refused := &atomic.Int32{}
+	cluster := k.Cluster()
+	cluster.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		req := r.(*kmsg.ProduceRequest)
+		if len(req.Topics) == 0 || req.Topics[0].Topic != topicName || refused.Load() >= n {
+			return nil, nil, false
+		}
+		refused.Add(1)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, tp := range req.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic = tp.Topic
+			for _, pp := range tp.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition = pp.Partition
+				rp.ErrorCode = kerr.PolicyViolation.Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	return refused
 }

@@ -1,13 +1,9 @@
 package worker_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
-
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/pkg/events"
@@ -25,25 +21,8 @@ import (
 // encoding, replay bookkeeping) without a store round trip.
 func BenchmarkDurableToolTurn(b *testing.B) {
 	ctx := testenv.Context(b, 30*time.Minute)
-	dbName := testenv.Name(b, "tp")
-	log := newCommandLog(dbName)
-	log.partnerWait = 0 // counting commands only, not waves
-	client, err := mongo.Connect(options.Client().ApplyURI(testenv.MongoURI(b)).SetTimeout(30 * time.Second).SetMonitor(log.monitor()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	db := client.Database(dbName)
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = db.Drop(ctx)
-		_ = client.Disconnect(ctx)
-	})
-	store, err := history.NewMongoStore(ctx, db, history.MongoConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	conversations := 0 // every turn a conversation of its own, across -count runs too
+	store, log := monitoredStore(b, ctx, false) // counting commands only, not waves
+	conversations := 0                          // every turn a conversation of its own, across -count runs too
 	stores := []struct {
 		name  string
 		store history.Store

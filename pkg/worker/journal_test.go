@@ -917,6 +917,73 @@ func (t *crashingLookup) InvokableRun(ctx context.Context, args string, _ ...too
 	return "facts", nil
 }
 
+// newResearcher is the model of the researcher sub-agent of the tests of a
+// durable agent used as a tool: it looks its subject (the last user
+// message) up, then reports what it found.
+func newResearcher() *scripted {
+	return &scripted{reply: func(in []*schema.Message) *schema.Message {
+		if last := lastOf(in); last.Role == schema.Tool {
+			return schema.AssistantMessage("found "+last.Content, nil)
+		}
+		var subject string
+		for _, m := range in {
+			if m.Role == schema.User {
+				subject = m.Content
+			}
+		}
+		return schema.AssistantMessage("", []schema.ToolCall{{ID: "call-lookup", Type: "function",
+			Function: schema.FunctionCall{Name: "lookup", Arguments: `{"q":"` + subject + `"}`}}})
+	}}
+}
+
+// crashInBetaAndRerun runs a request of content through a step of factory's
+// agent under the divergence policy until lookup cuts the run in beta's
+// lookup, then runs it again on the same store, and checks that the re-run
+// completes without a divergence, that the researcher's first model call
+// for beta ran once over both runs (it was recorded before the cut), and
+// that beta's lookup had its effect once.
+func crashInBetaAndRerun(t *testing.T, ctx context.Context, policy, content string, researcher *scripted, lookup *crashingLookup, factory worker.AgentFactory) {
+	t.Helper()
+	c := stepConfig()
+	c.JournalDivergence = policy
+	reg := prometheus.NewRegistry()
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: testenv.Name(t, "research")}
+	req := stepRequest(id, "r1", content)
+	firstCtx, crash := context.WithCancel(ctx)
+	lookup.crash = crash
+	if _, err := newStep(t, c, worker.WithAgentFactory(factory)).Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+		t.Fatalf("the first run = %v, want aborted in beta's lookup", err)
+	}
+	betaCalls := func() int { // the researcher's model calls for beta without a tool result
+		n := 0
+		for _, in := range researcher.seen() {
+			if lastOf(in).Role != schema.Tool && strings.Contains(fmt.Sprint(in), "beta") {
+				n++
+			}
+		}
+		return n
+	}
+	if n := betaCalls(); n != 1 {
+		t.Fatalf("the researcher's first model call for beta ran %d times in the first run, want 1", n)
+	}
+	res, err := newStep(t, c, worker.WithAgentFactory(factory), worker.WithRegistry(reg)).Run(ctx, req, store, newRecordingSink())
+	if err != nil || res.Status != events.StatusComplete {
+		t.Fatalf("the re-run: %+v, %v; want complete (nothing changed between the runs)", res, err)
+	}
+	if n := counterValue(t, reg, "turnpike_worker_journal_divergences_total"); n != 0 {
+		t.Errorf("divergences counted: %v, want 0 (nothing changed between the runs)", n)
+	}
+	if n := betaCalls(); n != 1 {
+		t.Errorf("the researcher's first model call for beta ran %d times over both runs, want 1 (it was recorded)", n)
+	}
+	lookup.mu.Lock()
+	defer lookup.mu.Unlock()
+	if n := lookup.effects[`{"q":"beta"}`]; n != 1 {
+		t.Errorf("beta's lookup had %d effects, want 1 (cut before its effect once, then run once)", n)
+	}
+}
+
 // A durable agent used as a tool (adk.NewAgentTool, as eino's
 // deep agents do) by a durable supervisor, called twice, in two rounds. The
 // first run stops in the second call's tool. On the re-run the first call's
@@ -951,20 +1018,7 @@ func TestARerunReplaysADurableAgentUsedAsAToolWithoutDiverging(t *testing.T) {
 				}
 				return schema.AssistantMessage("Both researched.", nil)
 			}}
-			researcher := &scripted{reply: func(in []*schema.Message) *schema.Message {
-				if last := lastOf(in); last.Role == schema.Tool {
-					return schema.AssistantMessage("found "+last.Content, nil)
-				}
-				var subject string
-				for _, m := range in {
-					if m.Role == schema.User {
-						subject = m.Content
-					}
-				}
-				return schema.AssistantMessage("", []schema.ToolCall{{ID: "call-lookup", Type: "function",
-					Function: schema.FunctionCall{Name: "lookup", Arguments: `{"q":"` + subject + `"}`}}})
-			}}
-			lookup := &crashingLookup{crashAt: "beta", effects: map[string]int{}}
+			researcher, lookup := newResearcher(), &crashingLookup{crashAt: "beta", effects: map[string]int{}}
 			factory := func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
 				sub, err := adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "researcher", Description: "Researches a subject.",
 					Instruction: "Research.", Model: researcher,
@@ -976,39 +1030,7 @@ func TestARerunReplaysADurableAgentUsedAsAToolWithoutDiverging(t *testing.T) {
 					Instruction: "Answer.", Model: desk,
 					ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{adk.NewAgentTool(ctx, sub)}}}}))
 			}
-			c := stepConfig()
-			c.JournalDivergence = policy
-			reg := prometheus.NewRegistry()
-			store := history.NewMemoryStore()
-			id := events.Identity{Tenant: "acme", User: "ann", Conversation: testenv.Name(t, "research")}
-			req := stepRequest(id, "r1", "research alpha and beta")
-			firstCtx, crash := context.WithCancel(ctx)
-			lookup.crash = crash
-			if _, err := newStep(t, c, worker.WithAgentFactory(factory)).Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
-				t.Fatalf("the first run = %v, want aborted in the second lookup", err)
-			}
-			betaCalls := func() int { // the researcher's model calls for beta without a tool result
-				n := 0
-				for _, in := range researcher.seen() {
-					if lastOf(in).Role != schema.Tool && strings.Contains(fmt.Sprint(in), "beta") {
-						n++
-					}
-				}
-				return n
-			}
-			if n := betaCalls(); n != 1 {
-				t.Fatalf("the researcher's first model call for beta ran %d times in the first run, want 1", n)
-			}
-			res, err := newStep(t, c, worker.WithAgentFactory(factory), worker.WithRegistry(reg)).Run(ctx, req, store, newRecordingSink())
-			if err != nil || res.Status != events.StatusComplete {
-				t.Fatalf("the re-run: %+v, %v; want complete (nothing changed between the runs)", res, err)
-			}
-			if n := counterValue(t, reg, "turnpike_worker_journal_divergences_total"); n != 0 {
-				t.Errorf("divergences counted: %v, want 0 (nothing changed between the runs)", n)
-			}
-			if n := betaCalls(); n != 1 {
-				t.Errorf("the researcher's first model call for beta ran %d times over both runs, want 1 (it was recorded)", n)
-			}
+			crashInBetaAndRerun(t, ctx, policy, "research alpha and beta", researcher, lookup, factory)
 		})
 	}
 }
@@ -1120,20 +1142,7 @@ func TestARerunReplaysParallelCallsOfADurableAgentUsedAsAToolWithoutDiverging(t 
 				}
 				return schema.AssistantMessage("", []schema.ToolCall{researchCall("call-a", "alpha"), researchCall("call-b", "beta")})
 			}}
-			researcher := &scripted{reply: func(in []*schema.Message) *schema.Message {
-				if last := lastOf(in); last.Role == schema.Tool {
-					return schema.AssistantMessage("found "+last.Content, nil)
-				}
-				var subject string
-				for _, m := range in {
-					if m.Role == schema.User {
-						subject = m.Content
-					}
-				}
-				return schema.AssistantMessage("", []schema.ToolCall{{ID: "call-lookup", Type: "function",
-					Function: schema.FunctionCall{Name: "lookup", Arguments: `{"q":"` + subject + `"}`}}})
-			}}
-			lookup := &crashingLookup{crashAt: "beta", effects: map[string]int{}}
+			researcher, lookup := newResearcher(), &crashingLookup{crashAt: "beta", effects: map[string]int{}}
 			factory := func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
 				sub := func(ctx context.Context) (adk.Agent, error) {
 					return adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "researcher", Description: "Researches a subject.",
@@ -1152,41 +1161,7 @@ func TestARerunReplaysParallelCallsOfADurableAgentUsedAsAToolWithoutDiverging(t 
 					Instruction: "Answer.", Model: desk,
 					ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{&perCallAgentTool{info: info, build: sub}}}}}))
 			}
-			c := stepConfig()
-			c.JournalDivergence = policy
-			reg := prometheus.NewRegistry()
-			store := history.NewMemoryStore()
-			id := events.Identity{Tenant: "acme", User: "ann", Conversation: testenv.Name(t, "parallel")}
-			req := stepRequest(id, "r1", "research alpha and beta at once")
-			firstCtx, crash := context.WithCancel(ctx)
-			lookup.crash = crash
-			if _, err := newStep(t, c, worker.WithAgentFactory(factory)).Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
-				t.Fatalf("the first run = %v, want aborted in beta's lookup", err)
-			}
-			betaCalls := func() int { // the researcher's model calls for beta without a tool result
-				n := 0
-				for _, in := range researcher.seen() {
-					if lastOf(in).Role != schema.Tool && strings.Contains(fmt.Sprint(in), "beta") {
-						n++
-					}
-				}
-				return n
-			}
-			res, err := newStep(t, c, worker.WithAgentFactory(factory), worker.WithRegistry(reg)).Run(ctx, req, store, newRecordingSink())
-			if err != nil || res.Status != events.StatusComplete {
-				t.Fatalf("the re-run: %+v, %v; want complete (nothing changed between the runs)", res, err)
-			}
-			if n := counterValue(t, reg, "turnpike_worker_journal_divergences_total"); n != 0 {
-				t.Errorf("divergences counted: %v, want 0 (nothing changed between the runs)", n)
-			}
-			if n := betaCalls(); n != 1 {
-				t.Errorf("the researcher's first model call for beta ran %d times over both runs, want 1 (it was recorded)", n)
-			}
-			lookup.mu.Lock()
-			defer lookup.mu.Unlock()
-			if n := lookup.effects[`{"q":"beta"}`]; n != 1 {
-				t.Errorf("beta's lookup had %d effects, want 1 (cut before its effect once, then run once)", n)
-			}
+			crashInBetaAndRerun(t, ctx, policy, "research alpha and beta at once", researcher, lookup, factory)
 		})
 	}
 }

@@ -8,14 +8,11 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
@@ -111,11 +108,7 @@ func (s *stack) publishCancelAll(t *testing.T, ctx context.Context, id events.Id
 	if err != nil {
 		t.Fatal(err)
 	}
-	cw := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topics.Control, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
-	defer cw.Close()
-	if err := cw.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v}); err != nil {
-		t.Fatal(err)
-	}
+	testenv.Produce(t, ctx, s.brokers, s.topics.Control, kafka.Message{Key: []byte(id.Key()), Value: v})
 }
 
 func header(m kafka.Message, key string) string {
@@ -484,29 +477,7 @@ func TestAMoveIsRetriedWhileKafkaRefusesTheCopyThenLoggedAndCounted(t *testing.T
 	// From now on the broker refuses the first writes to the requests
 	// topic: the worker's copies.
 	const refusals = 3 * outageAttempts
-	var refused atomic.Int32
-	cluster := k.Cluster()
-	cluster.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		cluster.KeepControl()
-		req := r.(*kmsg.ProduceRequest)
-		if len(req.Topics) == 0 || req.Topics[0].Topic != s.topics.Requests || refused.Load() >= refusals {
-			return nil, nil, false
-		}
-		refused.Add(1)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, tp := range req.Topics {
-			rt := kmsg.NewProduceResponseTopic()
-			rt.Topic = tp.Topic
-			for _, pp := range tp.Partitions {
-				rp := kmsg.NewProduceResponseTopicPartition()
-				rp.Partition = pp.Partition
-				rp.ErrorCode = kerr.PolicyViolation.Code // not retried by the writer itself
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		return resp, nil, true
-	})
+	refused := refuseProduces(k, s.topics.Requests, refusals)
 	logs := &lockedBuffer{}
 	reg := prometheus.NewRegistry()
 	s.start(t, ctx, worker.Deps{Registerer: reg, Logger: slog.New(slog.NewJSONHandler(logs, nil))})

@@ -58,13 +58,9 @@ func TestAWorkerContinuesTheTraceLogsTheRunAndExportsMetrics(t *testing.T) {
 	if err := topic.Ensure(ctx, s.brokers, 3, s.topics.All()...); err != nil {
 		t.Fatal(err)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topics.Requests, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond}
-	err = w.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: request(id, "req-t", "hello"),
-		Headers: []kafka.Header{{Key: "traceparent", Value: []byte("00-" + traceID + "-00f067aa0ba902b7-01")}}})
-	w.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	traced := testenv.Request(id, "req-t", "hello")
+	traced.Headers = []kafka.Header{{Key: "traceparent", Value: []byte("00-" + traceID + "-00f067aa0ba902b7-01")}}
+	testenv.Produce(t, ctx, s.brokers, s.topics.Requests, traced)
 	stop := s.start(t, ctx, worker.Deps{Registerer: reg, Tracing: tr,
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 

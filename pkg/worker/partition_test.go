@@ -54,11 +54,7 @@ func TestStrategiesUnderPartitionOrderingTouchOnlyTheirOwnConversation(t *testin
 			r := records[i]
 			batch = append(batch, kafka.Message{Key: []byte(r.id.Key()), Value: strategyRequest(r.id, r.requestID, r.content, r.strategy)})
 		}
-		w := &kafka.Writer{Addr: kafka.TCP(s.brokers...), Topic: s.topics.Requests, Balancer: &kafka.Murmur2Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
-		defer w.Close()
-		if err := w.WriteMessages(ctx, batch...); err != nil {
-			t.Fatal(err)
-		}
+		testenv.Produce(t, ctx, s.brokers, s.topics.Requests, batch...)
 	}
 
 	m := newGatedModel("b m1")

@@ -14,8 +14,6 @@ import (
 	"github.com/cloudwego/eino/schema"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
@@ -118,29 +116,7 @@ func TestAStreamOutageLongerThanMaxAttemptsNeitherUsesUpAttemptsNorDeadLetters(t
 	// before the first refusal is known), so this outage outlasts at
 	// least three times MaxAttempts attempts.
 	const outage = 6 * outageAttempts
-	var refused atomic.Int32
-	cluster := k.Cluster()
-	cluster.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		cluster.KeepControl()
-		req := r.(*kmsg.ProduceRequest)
-		if len(req.Topics) == 0 || req.Topics[0].Topic != s.topics.Stream || refused.Load() >= outage {
-			return nil, nil, false
-		}
-		refused.Add(1)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, tp := range req.Topics {
-			rt := kmsg.NewProduceResponseTopic()
-			rt.Topic = tp.Topic
-			for _, pp := range tp.Partitions {
-				rp := kmsg.NewProduceResponseTopicPartition()
-				rp.Partition = pp.Partition
-				rp.ErrorCode = kerr.PolicyViolation.Code // not retried by the writer itself
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		return resp, nil, true
-	})
+	refused := refuseProduces(k, s.topics.Stream, outage)
 
 	reg := prometheus.NewRegistry()
 	model := &probeModel{}

@@ -121,6 +121,36 @@ func (l *commandLog) disarm() (names []string, waves int) {
 	return l.names, waves
 }
 
+// monitoredStore opens a MongoStore on a database of its own (on the
+// embedded FerretDB, or TURNPIKE_MONGO_URI) through a client that reports
+// every command to the returned command log, unarmed; the database is
+// dropped when the test ends. Without waves the log counts commands only
+// (partnerWait 0: no command is held for a partner).
+func monitoredStore(tb testing.TB, ctx context.Context, waves bool) (*history.MongoStore, *commandLog) {
+	tb.Helper()
+	dbName := testenv.Name(tb, "tp")
+	log := newCommandLog(dbName)
+	if !waves {
+		log.partnerWait = 0
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(testenv.MongoURI(tb)).SetTimeout(30 * time.Second).SetMonitor(log.monitor()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	db := client.Database(dbName)
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = db.Drop(ctx)
+		_ = client.Disconnect(ctx)
+	})
+	store, err := history.NewMongoStore(ctx, db, history.MongoConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return store, log
+}
+
 // TestOrdinaryTurnStaysWithinTheStoreCommandBound runs 20 turns of one
 // conversation through the worker on MongoDB (the embedded FerretDB, or
 // TURNPIKE_MONGO_URI), then counts with the driver's command monitor the
@@ -129,23 +159,7 @@ func (l *commandLog) disarm() (names []string, waves int) {
 func TestOrdinaryTurnStaysWithinTheStoreCommandBound(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 120*time.Second)
-	dbName := testenv.Name(t, "tp")
-	log := newCommandLog(dbName)
-	client, err := mongo.Connect(options.Client().ApplyURI(testenv.MongoURI(t)).SetTimeout(30 * time.Second).SetMonitor(log.monitor()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := client.Database(dbName)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = db.Drop(ctx)
-		_ = client.Disconnect(ctx)
-	})
-	store, err := history.NewMongoStore(ctx, db, history.MongoConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, log := monitoredStore(t, ctx, true)
 	s := newStack(t, store)
 	s.cfg.WindowMessages = 20
 	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "long"}
@@ -185,27 +199,10 @@ func TestOrdinaryTurnStaysWithinTheStoreCommandBound(t *testing.T) {
 func TestATurnWithToolsCostsOneJournalWritePerStepAndACleanup(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 60*time.Second)
-	dbName := testenv.Name(t, "tp")
-	log := newCommandLog(dbName)
-	client, err := mongo.Connect(options.Client().ApplyURI(testenv.MongoURI(t)).SetTimeout(30 * time.Second).SetMonitor(log.monitor()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := client.Database(dbName)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = db.Drop(ctx)
-		_ = client.Disconnect(ctx)
-	})
-	store, err := history.NewMongoStore(ctx, db, history.MongoConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, log := monitoredStore(t, ctx, false)
 	a := newJournalAgent()
 	st := newStep(t, stepConfig(), worker.WithAgentFactory(a.factory()))
 	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "tools"}
-	log.partnerWait = 0 // counting commands only, not waves
 	log.arm()
 	res, err := st.Run(ctx, stepRequest(id, "r1", "charge and mail"), store, newRecordingSink())
 	names, _ := log.disarm()
@@ -235,23 +232,7 @@ func TestATurnWithToolsCostsOneJournalWritePerStepAndACleanup(t *testing.T) {
 func TestATurnThatChangesUserStateCostsOneUpsertPerKey(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 60*time.Second)
-	dbName := testenv.Name(t, "tp")
-	log := newCommandLog(dbName)
-	client, err := mongo.Connect(options.Client().ApplyURI(testenv.MongoURI(t)).SetTimeout(30 * time.Second).SetMonitor(log.monitor()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := client.Database(dbName)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = db.Drop(ctx)
-		_ = client.Disconnect(ctx)
-	})
-	store, err := history.NewMongoStore(ctx, db, history.MongoConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, log := monitoredStore(t, ctx, false)
 	const k = 2
 	const stepRead = 1 // Step.Run's read of the request id's index
 	set := stateTool{name: "set", body: func(ctx context.Context, st *worker.State) (string, error) {
@@ -269,7 +250,6 @@ func TestATurnThatChangesUserStateCostsOneUpsertPerKey(t *testing.T) {
 		{"the turn after it", plain, maxCommandsPerTurn + stepRead},
 	} {
 		st := stateStep(t, tc.tool, echoResult)
-		log.partnerWait = 0
 		log.arm()
 		res, err := st.Run(ctx, stepRequest(id, testenv.Name(t, "r"), "set"), store, newRecordingSink())
 		names, waves := log.disarm()
