@@ -707,9 +707,9 @@ func TestAShadowReplayRestoresTheStateEachRequestSaw(t *testing.T) {
 	contents := []string{"set topic=trains lang=fr", "what do you know?", "set topic=boats"}
 	var msgs []kafka.Message
 	for i, c := range contents {
-		msgs = append(msgs, request(id, fmt.Sprintf("s%d", i+1), c))
+		msgs = append(msgs, testenv.Request(id, fmt.Sprintf("s%d", i+1), c))
 	}
-	e.produce(t, ctx, e.names.Requests, msgs...)
+	testenv.Produce(t, ctx, e.brokers, e.names.Requests, msgs...)
 	live := history.NewMemoryStore()
 	stop := e.startWorkerWith(t, ctx, live, nil, worker.WithAgentFactory(prefsAgent))
 	liveMsgs := waitTurns(t, ctx, live, map[events.Identity]int{id: len(contents)})[id]
