@@ -36,7 +36,7 @@ func NewGates() *Gates { return &Gates{gates: map[string]*Gate{}} }
 // the answer waits for Allow or Release (or the end of its run). It
 // replaces the conversation's gate, if any.
 func (g *Gates) Hold(conversation string, after int) *Gate {
-	gate := &Gate{free: after, change: make(chan struct{})}
+	gate := &Gate{free: after, change: make(chan struct{}), held: make(chan struct{})}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.gates[conversation] = gate
@@ -64,8 +64,13 @@ func (g *Gates) Agent(c worker.Config) worker.Option {
 // conversation, if any, then the pause itself.
 func (g *Gates) sleep(ctx context.Context, d time.Duration) error {
 	r, _ := worker.RequestFromContext(ctx)
+	return g.pause(ctx, r.Conversation, d)
+}
+
+// pause is one pause of d of conversation's answer.
+func (g *Gates) pause(ctx context.Context, conversation string, d time.Duration) error {
 	g.mu.Lock()
-	gate := g.gates[r.Conversation]
+	gate := g.gates[conversation]
 	g.mu.Unlock()
 	if gate != nil {
 		if err := gate.pass(ctx); err != nil {
@@ -88,6 +93,16 @@ type Gate struct {
 	free   int  // tokens that pass before the gate holds
 	open   bool // Release: everything passes
 	change chan struct{}
+	held   chan struct{} // closed when a pause waits; renewed by Allow
+	isHeld bool          // held is closed
+}
+
+// Held is closed once a pause waits at the gate (after the last Allow):
+// the answer is held.
+func (g *Gate) Held() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held
 }
 
 // Allow lets n more tokens pass, then holds again.
@@ -95,6 +110,9 @@ func (g *Gate) Allow(n int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.free += n
+	if g.isHeld {
+		g.held, g.isHeld = make(chan struct{}), false
+	}
 	g.changed()
 }
 
@@ -123,6 +141,10 @@ func (g *Gate) pass(ctx context.Context) error {
 			}
 			g.mu.Unlock()
 			return nil
+		}
+		if !g.isHeld {
+			close(g.held)
+			g.isHeld = true
 		}
 		ch := g.change
 		g.mu.Unlock()
