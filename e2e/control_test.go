@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/testenv/stacktest"
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
@@ -35,27 +36,33 @@ func cancel(t *testing.T, ctx context.Context, c *client.Client, conv, requestID
 	}
 }
 
-// waitTokens reads until requestID has streamed at least n token events.
-func (w *watcher) waitTokens(ctx context.Context, requestID string, n int) {
+// waitWords reads until requestID has streamed at least n words, however
+// the bridge grouped them into token events.
+func (w *watcher) waitWords(ctx context.Context, requestID string, n int) {
 	w.t.Helper()
-	for got := 0; got < n; {
+	var text strings.Builder
+	for len(strings.Fields(text.String())) < n {
 		e := w.next(ctx)
 		if tok, ok := e.(*events.TokenEvent); ok && tok.RequestID == requestID {
-			got++
+			text.WriteString(tok.Delta)
 		}
 	}
 }
 
 func TestControlOfRuns(t *testing.T) {
-	s := startStack(t, "")
+	// Each answer that must still run when the test acts on it is held at a
+	// gate after its first words: it ends only when cancelled or released.
+	gates := stacktest.NewGates()
+	s := gatedStack(t, gates)
 	ann := s.client(t, "acme", "ann")
 
 	t.Run("cancelling a running request persists its partial answer as cancelled", func(t *testing.T) {
 		t.Parallel()
 		ctx := testenv.Context(t, 60*time.Second)
+		gates.Hold("cancel-running", 3)
 		w := watch(t, ctx, ann, "cancel-running", "")
-		id := send(t, ctx, ann, "cancel-running", "[[tokens:200]][[delay:20ms]]")
-		w.waitTokens(ctx, id, 3)
+		id := send(t, ctx, ann, "cancel-running", "[[tokens:200]][[delay:1ms]]")
+		w.waitWords(ctx, id, 3)
 		cancel(t, ctx, ann, "cancel-running", "")
 		r := w.until(ctx, id)
 		if r.status != events.StatusCancelled {
@@ -70,11 +77,12 @@ func TestControlOfRuns(t *testing.T) {
 	t.Run("cancelling queued requests completes them cancelled without running", func(t *testing.T) {
 		t.Parallel()
 		ctx := testenv.Context(t, 60*time.Second)
+		gates.Hold("cancel-queued", 2)
 		w := watch(t, ctx, ann, "cancel-queued", "")
-		first := send(t, ctx, ann, "cancel-queued", "[[tokens:200]][[delay:20ms]]")
+		first := send(t, ctx, ann, "cancel-queued", "[[tokens:200]][[delay:1ms]]")
 		second := send(t, ctx, ann, "cancel-queued", "second")
 		third := send(t, ctx, ann, "cancel-queued", "third")
-		w.waitTokens(ctx, first, 2)
+		w.waitWords(ctx, first, 2)
 		cancel(t, ctx, ann, "cancel-queued", "")
 		after := send(t, ctx, ann, "cancel-queued", "after the cancel")
 		for _, id := range []string{first, second, third} {
@@ -97,10 +105,12 @@ func TestControlOfRuns(t *testing.T) {
 	t.Run("cancelling one request by id leaves the others", func(t *testing.T) {
 		t.Parallel()
 		ctx := testenv.Context(t, 60*time.Second)
+		gate := gates.Hold("cancel-one", 1)
 		w := watch(t, ctx, ann, "cancel-one", "")
-		first := send(t, ctx, ann, "cancel-one", "[[tokens:30]][[delay:20ms]]")
+		first := send(t, ctx, ann, "cancel-one", "[[tokens:30]][[delay:1ms]]")
 		second := send(t, ctx, ann, "cancel-one", "keep me")
-		cancel(t, ctx, ann, "cancel-one", second)
+		cancel(t, ctx, ann, "cancel-one", second) // recorded when it returns: before second can start
+		gate.Release()
 		if r := w.until(ctx, first); r.status != events.StatusComplete {
 			t.Fatalf("first: %s", r.status)
 		}
@@ -112,9 +122,10 @@ func TestControlOfRuns(t *testing.T) {
 	t.Run("reject completes a request rejected while another is running", func(t *testing.T) {
 		t.Parallel()
 		ctx := testenv.Context(t, 60*time.Second)
+		gate := gates.Hold("reject", 1)
 		w := watch(t, ctx, ann, "reject", "")
-		first := send(t, ctx, ann, "reject", "[[tokens:20]][[delay:20ms]]")
-		w.waitTokens(ctx, first, 1)
+		first := send(t, ctx, ann, "reject", "[[tokens:20]][[delay:1ms]]")
+		w.waitWords(ctx, first, 1)
 		a, err := ann.Send(ctx, "reject", "not now", client.SendOptions{Strategy: "reject"})
 		if err != nil {
 			t.Fatal(err)
@@ -122,6 +133,7 @@ func TestControlOfRuns(t *testing.T) {
 		if r := w.until(ctx, a.RequestID); r.status != events.StatusRejected || r.started != 0 {
 			t.Fatalf("rejected request: %+v", r)
 		}
+		gate.Release()
 		if r := w.until(ctx, first); r.status != events.StatusComplete {
 			t.Fatalf("the running request: %s", r.status)
 		}
@@ -137,10 +149,11 @@ func TestControlOfRuns(t *testing.T) {
 	t.Run("interrupt cancels the running request, then runs", func(t *testing.T) {
 		t.Parallel()
 		ctx := testenv.Context(t, 60*time.Second)
+		gates.Hold("interrupt", 2)
 		w := watch(t, ctx, ann, "interrupt", "")
-		first := send(t, ctx, ann, "interrupt", "[[tokens:200]][[delay:20ms]]")
+		first := send(t, ctx, ann, "interrupt", "[[tokens:200]][[delay:1ms]]")
 		queued := send(t, ctx, ann, "interrupt", "queued")
-		w.waitTokens(ctx, first, 2)
+		w.waitWords(ctx, first, 2)
 		a, err := ann.Send(ctx, "interrupt", "instead", client.SendOptions{Strategy: "interrupt"})
 		if err != nil {
 			t.Fatal(err)
@@ -159,20 +172,36 @@ func TestControlOfRuns(t *testing.T) {
 	t.Run("a duplicate POST while the original runs ends in one turn and completes as the original", func(t *testing.T) {
 		t.Parallel()
 		ctx := testenv.Context(t, 60*time.Second)
+		gate := gates.Hold("dup-running", 1)
 		w := watch(t, ctx, ann, "dup-running", "")
-		a1, err := ann.Send(ctx, "dup-running", "[[tokens:20]][[delay:10ms]]", client.SendOptions{IdempotencyKey: "same", Strategy: "reject"})
+		a1, err := ann.Send(ctx, "dup-running", "[[tokens:20]][[delay:1ms]]", client.SendOptions{IdempotencyKey: "same", Strategy: "reject"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.waitTokens(ctx, a1.RequestID, 1)
-		a2, err := ann.Send(ctx, "dup-running", "[[tokens:20]][[delay:10ms]]", client.SendOptions{IdempotencyKey: "same", Strategy: "reject"})
+		w.waitWords(ctx, a1.RequestID, 1)
+		a2, err := ann.Send(ctx, "dup-running", "[[tokens:20]][[delay:1ms]]", client.SendOptions{IdempotencyKey: "same", Strategy: "reject"})
 		if err != nil || a2.RequestID != a1.RequestID {
 			t.Fatalf("%+v %v", a2, err)
 		}
+		// A request rejected behind the duplicate shows that the worker read
+		// the duplicate (the partition's order) while the original was held.
+		probe, err := ann.Send(ctx, "dup-running", "probe", client.SendOptions{Strategy: "reject"})
+		if err != nil {
+			t.Fatal(err)
+		}
 		var statuses []events.Status
-		for len(statuses) < 2 {
-			if c, ok := w.next(ctx).(*events.RunCompletedEvent); ok && c.RequestID == a1.RequestID {
+		for probed := false; len(statuses) < 2; {
+			c, ok := w.next(ctx).(*events.RunCompletedEvent)
+			switch {
+			case !ok:
+			case c.RequestID == a1.RequestID:
 				statuses = append(statuses, c.Status)
+			case c.RequestID == probe.RequestID && !probed:
+				if c.Status != events.StatusRejected {
+					t.Fatalf("probe completed %s, want rejected", c.Status)
+				}
+				probed = true
+				gate.Release()
 			}
 		}
 		if statuses[0] != events.StatusComplete || statuses[1] != events.StatusComplete {

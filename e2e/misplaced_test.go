@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/testenv/stacktest"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/devstack"
@@ -58,16 +59,21 @@ func produceDirect(t *testing.T, ctx context.Context, w *kafka.Writer, id events
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A writer's first metadata may not list a topic created a moment ago.
-	for attempt := 1; ; attempt++ {
+	// A writer's first metadata may not list a topic created a moment ago:
+	// retried until it does, or until ctx ends.
+	for {
 		err := w.WriteMessages(ctx, kafka.Message{Key: []byte(id.Key()), Value: v})
 		if err == nil {
 			return
 		}
-		if !errors.Is(err, kafka.UnknownTopicOrPartition) || attempt == 50 {
+		if !errors.Is(err, kafka.UnknownTopicOrPartition) || ctx.Err() != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%v, until %v", err, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
@@ -156,13 +162,15 @@ func (w *watcher) untilStatus(ctx context.Context, requestID string, want events
 	return r
 }
 
-// sendRunning sends content (a long answer) to w's conversation and
-// returns its request id once it has streamed two tokens.
-func (w *watcher) sendRunning(ctx context.Context, c *client.Client, content string) string {
+// sendRunning holds w's conversation at a gate after two words, sends
+// content (a long answer, with pauses) to it, and returns its request id
+// and the gate once it has streamed them.
+func (w *watcher) sendRunning(ctx context.Context, gates *stacktest.Gates, c *client.Client, content string) (string, *stacktest.Gate) {
 	w.t.Helper()
+	gate := gates.Hold(w.conv, 2)
 	id := send(w.t, ctx, c, w.conv, content)
-	w.waitTokens(ctx, id, 2)
-	return id
+	w.waitWords(ctx, id, 2)
+	return id, gate
 }
 
 // oneAtATime fails unless the conversation's runs were one at a time.
@@ -176,7 +184,8 @@ func oneAtATime(t *testing.T, seen []events.Event) {
 func TestDirectRecordsOfAnyPartitionerFollowTheirConversation(t *testing.T) {
 	var requests string
 	const partitions = 4
-	s := startStack(t, "", func(c *devstack.Config) {
+	gates := stacktest.NewGates() // answers that must still run when the test acts on them
+	s := gatedStack(t, gates, func(c *devstack.Config) {
 		requests = topic.NewNames(c.Worker.TopicPrefix).Requests
 		c.Worker.Partitions = partitions
 	})
@@ -244,8 +253,9 @@ func TestDirectRecordsOfAnyPartitionerFollowTheirConversation(t *testing.T) {
 		t.Parallel()
 		ctx := testenv.Context(t, 60*time.Second)
 		id, _, w := mixed(t, ctx, "cancel-all")
-		produceDirect(t, ctx, rdk, id, "ca-first", "[[tokens:200]][[delay:20ms]]", "")
-		w.waitTokens(ctx, "ca-first", 2)
+		gates.Hold(id.Conversation, 2)
+		produceDirect(t, ctx, rdk, id, "ca-first", "[[tokens:200]][[delay:1ms]]", "")
+		w.waitWords(ctx, "ca-first", 2)
 		// Whether or not the worker has moved it home yet, a record written
 		// before the cancel is cancelled.
 		produceDirect(t, ctx, sarama, id, "ca-second", "second", "")
@@ -265,18 +275,20 @@ func TestDirectRecordsOfAnyPartitionerFollowTheirConversation(t *testing.T) {
 		t.Parallel()
 		ctx := testenv.Context(t, 60*time.Second)
 		id, _, w := mixed(t, ctx, "cancel-one")
-		first := w.sendRunning(ctx, ann, "[[tokens:100]][[delay:20ms]]")
+		first, gate := w.sendRunning(ctx, gates, ann, "[[tokens:100]][[delay:1ms]]")
 		produceDirect(t, ctx, sarama, id, "co-queued", "queued", "")
 		produceDirect(t, ctx, rdk, id, "co-kept", "kept", "")
-		cancel(t, ctx, ann, id.Conversation, "co-queued")
+		cancel(t, ctx, ann, id.Conversation, "co-queued") // recorded when it returns: before co-queued can start
+		gate.Release()
 		started, status := w.completions(ctx, 3)
 		if status[first] != events.StatusComplete || status["co-queued"] != events.StatusCancelled || started["co-queued"] != 0 ||
 			status["co-kept"] != events.StatusComplete {
 			t.Fatalf("completed %v, started %v: want the cancelled one cancelled without running, the others complete", status, started)
 		}
 		// And a running moved record.
-		produceDirect(t, ctx, rdk, id, "co-running", "[[tokens:200]][[delay:20ms]]", "")
-		w.waitTokens(ctx, "co-running", 2)
+		gates.Hold(id.Conversation, 2)
+		produceDirect(t, ctx, rdk, id, "co-running", "[[tokens:200]][[delay:1ms]]", "")
+		w.waitWords(ctx, "co-running", 2)
 		cancel(t, ctx, ann, id.Conversation, "co-running")
 		w.untilStatus(ctx, "co-running", events.StatusCancelled)
 	})
@@ -285,7 +297,7 @@ func TestDirectRecordsOfAnyPartitionerFollowTheirConversation(t *testing.T) {
 		t.Parallel()
 		ctx := testenv.Context(t, 60*time.Second)
 		id, _, w := mixed(t, ctx, "strategies")
-		first := w.sendRunning(ctx, ann, "[[tokens:200]][[delay:20ms]]")
+		first, _ := w.sendRunning(ctx, gates, ann, "[[tokens:200]][[delay:1ms]]")
 		produceDirect(t, ctx, rdk, id, "st-rejected", "busy?", events.StrategyReject)
 		if got := w.untilStatus(ctx, "st-rejected", events.StatusRejected); got.started != 0 {
 			t.Fatalf("rejecting request: rejected after %d run.started, want it rejected without running", got.started)

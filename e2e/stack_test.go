@@ -11,6 +11,7 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/auth"
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/devstack"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // stack is a running devstack.
@@ -22,12 +23,26 @@ type stack struct {
 
 type stackOption func(*devstack.Config)
 
+// gatedStack is startStack whose agent runs on the echo model through
+// gates (stacktest.Gates): a test holds an answer mid-stream for as long as
+// it needs it running.
+func gatedStack(t *testing.T, gates *stacktest.Gates, opts ...stackOption) *stack {
+	t.Helper()
+	return startStackWith(t, "", gates, opts...)
+}
+
 // stackPartitions is the partition count of a started stack's topics.
 const stackPartitions = 4
 
 // startStack runs the devstack on random ports with its data in dir (a
 // fresh temp dir when empty) and returns once it is ready.
 func startStack(t *testing.T, dir string, opts ...stackOption) *stack {
+	t.Helper()
+	return startStackWith(t, dir, nil, opts...)
+}
+
+// startStackWith is startStack, with the agent on gates when set.
+func startStackWith(t *testing.T, dir string, gates *stacktest.Gates, opts ...stackOption) *stack {
 	t.Helper()
 	cfg := stacktest.Config(t, "e2e")
 	if dir != "" {
@@ -41,7 +56,11 @@ func startStack(t *testing.T, dir string, opts ...stackOption) *stack {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	st := stacktest.Start(t, cfg)
+	var wopts []worker.Option
+	if gates != nil {
+		wopts = append(wopts, gates.Agent(cfg.Worker))
+	}
+	st := stacktest.Start(t, cfg, wopts...)
 	return &stack{Stack: st, dir: cfg.DataDir, stop: func() {
 		if err := st.Close(); err != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("devstack: %v", err)

@@ -27,6 +27,7 @@ import (
 	"github.com/turnpike-dev/turnpike/pkg/auth"
 	"github.com/turnpike-dev/turnpike/pkg/client"
 	"github.com/turnpike-dev/turnpike/pkg/devstack"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
 
 // The browser test drives the demo page in Debian's headless Chromium
@@ -62,6 +63,7 @@ const instrument = `(() => {
 func TestBrowserChat(t *testing.T) {
 	t.Parallel()
 	stk := newStack(t)
+	stk.gates = stacktest.NewGates() // the answers stopped and interrupted wait for it
 	st := stk.start(t, "")
 	checkDevstackServesThePage(t, st)
 	chromium := findChromium(t)
@@ -196,11 +198,14 @@ func TestBrowserChat(t *testing.T) {
 	}
 
 	// Stop a streaming answer: the part shown so far is kept, marked cancelled.
+	// It is held after five words until then.
+	gate := stk.gates.Hold(conv, 5)
 	id5 := sendMessage(t, ctx, "[[tokens:400]][[delay:30ms]]")
 	run(t, ctx, "wait for a partial answer to stop", waitJS(fmt.Sprintf(
 		`(document.querySelector('%s .msg-assistant .msg-text')?.textContent ?? '').split(' ').length >= 5`, turnSel(id5))))
 	run(t, ctx, "press stop", chromedp.Click(chromedp.CSS(turnSel(id5)+" .cancel")))
 	waitAnswer(t, ctx, id5, "cancelled")
+	gate.Release()
 	if got := text(t, ctx, turnSel(id5)+" .msg-assistant .mark"); got != "cancelled" {
 		t.Errorf("the stopped answer is marked %q, want cancelled", got)
 	}
@@ -316,13 +321,15 @@ func TestBrowserChat(t *testing.T) {
 	screenshot(t, ctx, artifacts, "chat-after-restart.png")
 
 	// A newer message sent with "interrupt it" cancels the streaming answer,
-	// which says why it stopped.
+	// which says why it stopped. It is held after three words until then.
+	gate = stk.gates.Hold(conv, 3)
 	id6 := sendMessage(t, ctx, "[[tokens:400]][[delay:30ms]]")
 	run(t, ctx, "wait for a partial answer to interrupt", waitJS(fmt.Sprintf(
 		`(document.querySelector('%s .msg-assistant .msg-text')?.textContent ?? '').split(' ').length >= 3`, turnSel(id6))))
 	run(t, ctx, "choose interrupt", chromedp.SetValue(chromedp.CSS("#strategy"), "interrupt"))
 	id7 := sendMessage(t, ctx, "never mind")
 	waitAnswer(t, ctx, id6, "cancelled")
+	gate.Release() // for id7, whose pauses pass the same gate
 	waitAnswer(t, ctx, id7, "complete")
 	if got := text(t, ctx, turnSel(id6)+" .system"); !strings.Contains(got, "Interrupted by your newer message") {
 		t.Errorf("the interrupted answer says %q, want why it stopped", got)
@@ -653,6 +660,9 @@ type stack struct {
 	cfg                devstack.Config
 	ingestAddr, gwAddr string
 	running            *devstack.Stack
+	// gates, if set, runs the agent on the echo model through them
+	// (stacktest.Gates): a test holds an answer mid-stream while it acts.
+	gates *stacktest.Gates
 }
 
 func newStack(t *testing.T) *stack {
@@ -671,7 +681,11 @@ func (s *stack) start(t *testing.T, secret string) *devstack.Stack {
 	cfg.AuthSecret = secret
 	cfg.IngestListener, cfg.PushgwListener = listenOn(t, s.ingestAddr), listenOn(t, s.gwAddr)
 	s.ingestAddr, s.gwAddr = cfg.IngestListener.Addr().String(), cfg.PushgwListener.Addr().String()
-	s.running = stacktest.Start(t, cfg)
+	var opts []worker.Option
+	if s.gates != nil {
+		opts = append(opts, s.gates.Agent(cfg.Worker))
+	}
+	s.running = stacktest.Start(t, cfg, opts...)
 	return s.running
 }
 

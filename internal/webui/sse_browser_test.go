@@ -83,6 +83,7 @@ func (g *sseGateway) stop() {
 func TestBrowserEventSourceResumesAcrossAGatewayRestart(t *testing.T) {
 	t.Parallel()
 	stk := newStack(t)
+	stk.gates = stacktest.NewGates() // the answer waits at a gate while the gateway stops
 	st := stk.start(t, "")
 	cfg := stk.cfg
 	chromium := findChromium(t)
@@ -124,6 +125,7 @@ func TestBrowserEventSourceResumesAcrossAGatewayRestart(t *testing.T) {
 
 	c := &client.Client{BaseURL: st.IngestURL, Token: tok}
 	const words = 60
+	gate := stk.gates.Hold(conv, 5)
 	sent, err := c.Send(testenv.Context(t, 10*time.Second), conv, fmt.Sprintf("[[tokens:%d]][[delay:40ms]]", words), client.SendOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -131,13 +133,17 @@ func TestBrowserEventSourceResumesAcrossAGatewayRestart(t *testing.T) {
 	tokens := func() int {
 		return evalJS[int](t, ctx, `window.__sse.events.filter((e) => e.type === 'token').length`)
 	}
-	run(t, ctx, "wait for a partial answer", waitJS(`window.__sse.events.filter((e) => e.type === 'token').length >= 5`))
+	// The answer waits at the gate after five words (however many token
+	// events carried them) until the gateway is down; the rest is streamed
+	// while it is.
+	run(t, ctx, "wait for a partial answer", waitJS(`window.__sse.events.filter((e) => e.type === 'token').map((e) => e.delta).join('').trim().split(/\s+/).length >= 5`))
 	gw.stop()
 	// The fault hit the answer in flight: part of it was seen, not its end.
 	before := tokens()
 	if before >= words || evalJS[bool](t, ctx, `window.__sse.events.some((e) => e.type === 'run.completed')`) {
 		t.Fatalf("the gateway stopped after the whole answer (%d of %d words seen): the restart must come mid-answer", before, words)
 	}
+	gate.Release()
 	gw.start()
 	run(t, ctx, "wait for the end of the answer", waitJS(`window.__sse.events.some((e) => e.type === 'run.completed')`))
 

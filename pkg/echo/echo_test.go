@@ -517,6 +517,24 @@ func (s *blockingSleep) sleep(ctx context.Context, _ time.Duration) error {
 	return ctx.Err()
 }
 
+// deadlineContext is a context whose deadline passes when the test says so
+// (closing done), not by the clock: then Err is context.DeadlineExceeded.
+type deadlineContext struct {
+	context.Context
+	done chan struct{}
+}
+
+func (c *deadlineContext) Done() <-chan struct{} { return c.done }
+
+func (c *deadlineContext) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
 func TestContextEndStopsTheStream(t *testing.T) {
 	t.Parallel()
 	const bound = 10 * time.Second // generous: "promptly", not a timing test
@@ -548,7 +566,7 @@ func TestContextEndStopsTheStream(t *testing.T) {
 			sleep:    func(b *blockingSleep) func(context.Context, time.Duration) error { return b.sleep },
 			delay:    time.Millisecond,
 			received: 1,
-			deadline: true, // 500ms after the stream starts
+			deadline: true, // passes once the chunks are received
 		},
 	}
 	for _, tt := range tests {
@@ -564,10 +582,10 @@ func TestContextEndStopsTheStream(t *testing.T) {
 			ctx, cancel := context.WithCancel(parent)
 			defer cancel()
 			wantErr := context.Canceled
+			var expire func()
 			if tt.deadline {
-				var stop context.CancelFunc
-				ctx, stop = context.WithTimeout(parent, 500*time.Millisecond)
-				defer stop()
+				d := &deadlineContext{Context: parent, done: make(chan struct{})}
+				ctx, expire = d, func() { close(d.done) }
 				wantErr = context.DeadlineExceeded
 			}
 
@@ -586,7 +604,9 @@ func TestContextEndStopsTheStream(t *testing.T) {
 				// to interrupt the timer (the test passes either way if it is late).
 				time.Sleep(50 * time.Millisecond)
 			}
-			if !tt.deadline {
+			if tt.deadline {
+				expire()
+			} else {
 				cancel()
 			}
 			// Without pauses one chunk may already be on its way.

@@ -182,9 +182,12 @@ func TestAnInterruptedShadowReplayResumesAndReportsEveryRecordOnce(t *testing.T)
 	if !errors.Is(err, errInterrupted) || sum == nil || !sum.Interrupted {
 		t.Fatalf("interrupted run: %v, %+v; want ErrInterrupted", err, sum)
 	}
+	// The interrupt came as the 70th record was done: the runners start no
+	// record after it, and only those already running (one a runner, the
+	// others) still finish. No timing decides how many.
 	first := readReport(t, cfg.Report)
-	if len(first) < 70 || len(first) >= 200 {
-		t.Fatalf("interrupted run reported %d records, want 70..199", len(first))
+	if most := 70 + cfg.Concurrency - 1; len(first) < 70 || len(first) > most {
+		t.Fatalf("interrupted run reported %d records, want 70..%d", len(first), most)
 	}
 	cp, err := readCheckpoint(cfg.Checkpoint)
 	if err != nil || cp.Complete {
