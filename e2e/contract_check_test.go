@@ -168,6 +168,13 @@ func authenticate(_ context.Context, in *openapi3filter.AuthenticationInput) err
 //     headers and body.
 func (c *contract) checkExchange(req *http.Request, reqBody []byte, resp *http.Response, respBody []byte, streamed bool) error {
 	ctx := context.Background()
+	// Route on the path as sent: the server's mux matches escaped
+	// segments (a conversation "bad%2Fname" is one segment, a bad ID: 400),
+	// where the decoded path would add one.
+	if req.URL.RawPath != "" {
+		req = req.Clone(ctx)
+		req.URL.Path, req.URL.RawPath = req.URL.EscapedPath(), ""
+	}
 	route, params, err := c.router.FindRoute(req)
 	if err != nil {
 		if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed {
