@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,11 @@ func (s *stack) client(t *testing.T, tenant, user string) *client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &client.Client{BaseURL: "http://" + s.IngestAddr, StreamURL: "ws://" + s.PushgwAddr + "/v1/stream", Token: tok}
+	// Every HTTP exchange of the client, event streams included, is
+	// checked against docs/openapi.yaml and docs/asyncapi.yaml's schemas
+	// (contract_check_test.go); a mismatch fails the test.
+	hc := &http.Client{Transport: newContractTransport(t, newContractReport(t)), Timeout: 30 * time.Second}
+	return &client.Client{BaseURL: "http://" + s.IngestAddr, StreamURL: "ws://" + s.PushgwAddr + "/v1/stream", Token: tok, HTTP: hc}
 }
 
 // testWriter sends logs to t.Log.
