@@ -165,6 +165,22 @@ func TestTheRunningStackMatchesThePublishedSpecs(t *testing.T) {
 	want(do("GET", msgs+"?before=x", tok, nil, ""), 400, "history before a bad seq")
 	want(do("GET", ingest+"/v1/conversations/nobody/messages", tok, nil, ""), 404, "history of an unknown conversation")
 
+	// Session state and its reset, and their refusals: bob's POSTs, since
+	// alice's are counted to the 429 below.
+	state := ingest + "/v1/conversations/c1/state"
+	want(do("GET", state, tok, nil, ""), 200, "state")
+	want(do("GET", ingest+"/v1/conversations/nobody/state", tok, nil, ""), 404, "state of an unknown conversation")
+	want(do("GET", state, "", nil, ""), 401, "state without a token")
+	want(do("PUT", state, tok, nil, `{}`), 405, "PUT of state")
+	bob := field(want(do("POST", ingest+"/v1/dev/token", "", nil, `{"user":"bob"}`), 200, "bob's dev token"), "token")
+	want(do("GET", state, bob, nil, ""), 404, "another user's state")
+	reset := state + "/reset"
+	want(do("POST", reset, bob, nil, ""), 202, "reset of both parts")
+	want(do("POST", reset, bob, map[string]string{"Idempotency-Key": "r1"}, `{"agent":true}`), 202, "reset of the agent")
+	want(do("POST", reset, bob, nil, `{"state":false,"agent":false}`), 400, "a reset of nothing")
+	want(do("POST", reset, bob, nil, `{"state":true,"memory":true}`), 400, "a reset of an unknown part")
+	want(do("GET", reset, bob, nil, ""), 405, "GET of reset")
+
 	// A WebSocket over the whole of c1: a failing run (a notice, an
 	// incomplete answer), a resume with nothing to resume (rejected, a
 	// notice), ping, and frames the gateway refuses.
@@ -461,6 +477,13 @@ func TestTheSchemasSayWhatTheDecodersSay(t *testing.T) {
 		{"A run.completed of an unknown status is invalid.", `{"type":"run.completed",` + meta + `,"status":"done"}`},
 		{"A run.completed with a negative usage is invalid.", `{"type":"run.completed",` + meta + `,"status":"complete","usage":{"prompt_tokens":-1,"completion_tokens":4,"total_tokens":6}}`},
 		{"A run.completed with usage on a token is invalid.", `{"type":"token",` + meta + `,"delta":"","agent":"","role":"assistant","usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`},
+		{"A state.changed is valid.", `{"type":"state.changed",` + meta + `,"keys":{"conversation":["cart"],"user":[]}}`},
+		{"A truncated state.changed is valid.", `{"type":"state.changed",` + meta + `,"keys":{"conversation":[],"user":["lang"]},"truncated":true}`},
+		{"A state.changed of no key is invalid.", `{"type":"state.changed",` + meta + `,"keys":{"conversation":[],"user":[]}}`},
+		{"A state.changed without its user list is invalid.", `{"type":"state.changed",` + meta + `,"keys":{"conversation":["cart"]}}`},
+		{"A state.changed listing a key twice is invalid.", `{"type":"state.changed",` + meta + `,"keys":{"conversation":["cart","cart"],"user":[]}}`},
+		{"A state.changed with truncated false is invalid.", `{"type":"state.changed",` + meta + `,"keys":{"conversation":["cart"],"user":[]},"truncated":false}`},
+		{"A state.changed with an empty key is invalid.", `{"type":"state.changed",` + meta + `,"keys":{"conversation":[""],"user":[]}}`},
 		{"An event of an unknown type is invalid.", `{"type":"run.paused",` + meta + `}`},
 		{"An event with an unknown member is invalid.", `{"type":"run.started",` + meta + `,"extra":"x"}`},
 		{"An event with seq 0 is invalid.", `{"type":"run.started","conversation":"c1","request_id":"r-1","run_id":"u-1","seq":0,"ts":1}`},
@@ -497,6 +520,13 @@ func TestTheSchemasSayWhatTheDecodersSay(t *testing.T) {
 		{"A request record is valid.", `{"v":1,"request_id":"r-1","tenant":"default","user":"dev","conversation":"c1","content":"hello there","strategy":"enqueue","created_at":"2026-11-30T00:37:41.123456789Z"}`, false},
 		{"A request record without request_id is valid.", `{"v":1,"tenant":"default","user":"dev","conversation":"c1","content":"hi"}`, false},
 		{"A resume record is valid.", `{"v":1,"tenant":"default","user":"dev","conversation":"c1","content":"Friday","resume_of":"r-1"}`, false},
+		{"A reset record is valid.", `{"v":1,"tenant":"default","user":"dev","conversation":"c1","content":"","reset":{"state":true,"agent":false}}`, false},
+		{"A reset record without content is valid.", `{"v":1,"tenant":"default","user":"dev","conversation":"c1","reset":{"agent":true}}`, false},
+		{"A reset record that clears nothing is invalid.", `{"v":1,"tenant":"default","user":"dev","conversation":"c1","reset":{"state":false,"agent":false}}`, false},
+		{"A reset record with content is invalid.", `{"v":1,"tenant":"default","user":"dev","conversation":"c1","content":"hi","reset":{"state":true}}`, false},
+		{"A reset record that resumes is invalid.", `{"v":1,"tenant":"default","user":"dev","conversation":"c1","reset":{"state":true},"resume_of":"r-1"}`, false},
+		{"A reset record of the interrupt strategy is invalid.", `{"v":1,"tenant":"default","user":"dev","conversation":"c1","reset":{"state":true},"strategy":"interrupt"}`, false},
+		{"A reset record with an unknown part is invalid.", `{"v":1,"tenant":"default","user":"dev","conversation":"c1","reset":{"state":true,"memory":true}}`, false},
 		{"A request record of version 2 is invalid.", `{"v":2,"tenant":"default","user":"dev","conversation":"c1","content":"hi"}`, false},
 		{"A request record without content is invalid.", `{"v":1,"tenant":"default","user":"dev","conversation":"c1"}`, false},
 		{"A request record with empty content is invalid.", `{"v":1,"tenant":"default","user":"dev","conversation":"c1","content":""}`, false},
