@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/turnpike-dev/turnpike/internal/edgering"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/auth"
@@ -32,7 +32,7 @@ import (
 // shardEdge is the edge of deploy/k8s/base/edge.yaml in a few lines: a
 // reverse proxy that routes each request by its ?shard= hint with
 // consistent hashing over the push gateway replicas (nginx's `hash $arg_shard
-// consistent`, ketama on CRC32), and, like nginx's proxy_next_upstream, tries
+// consistent`, ketama on CRC32: internal/edgering), and, like nginx's proxy_next_upstream, tries
 // the next replica on the ring when one refuses the connection. A request
 // without the hint hashes the empty string.
 type shardEdge struct {
@@ -44,7 +44,7 @@ type shardEdge struct {
 	mu sync.Mutex
 	// Guarded by mu.
 	members  []edgeBackend
-	ring     []edgePoint    // sorted by hash
+	ring     edgeRing
 	upgrades map[string]int // backend -> connections proxied to it
 	dials    []edgeDial     // every connection proxied, in order
 	gate     chan struct{}  // dials wait until it is closed
@@ -57,9 +57,11 @@ type edgeDial struct {
 	conn           net.Conn
 }
 
-type edgePoint struct {
-	hash    uint32
-	backend string // its address
+// edgeRing is the ring of members (internal/edgering, hashing their
+// names), answering with their addresses.
+type edgeRing struct {
+	ring    *edgering.Ring
+	members []edgeBackend
 }
 
 // edgeBackend is a replica on the ring: its points hash its name (nginx
@@ -70,9 +72,6 @@ type edgePoint struct {
 type edgeBackend struct {
 	name, addr string
 }
-
-// edgeVirtualNodes is the points each backend has on the ring (nginx: 160).
-const edgeVirtualNodes = 160
 
 func newShardEdge(t *testing.T, backends []string) *shardEdge {
 	t.Helper()
@@ -109,15 +108,12 @@ func newShardEdgeOf(t *testing.T, members []edgeBackend) *shardEdge {
 }
 
 // ringOf is the consistent-hash ring of members.
-func ringOf(members []edgeBackend) []edgePoint {
-	var ring []edgePoint
-	for _, b := range members {
-		for i := range edgeVirtualNodes {
-			ring = append(ring, edgePoint{crc32.ChecksumIEEE([]byte(b.name + "-" + strconv.Itoa(i))), b.addr})
-		}
+func ringOf(members []edgeBackend) edgeRing {
+	names := make([]string, len(members))
+	for i, b := range members {
+		names[i] = b.name
 	}
-	slices.SortFunc(ring, func(a, b edgePoint) int { return int(int64(a.hash) - int64(b.hash)) })
-	return ring
+	return edgeRing{edgering.New(names), slices.Clone(members)}
 }
 
 func (e *shardEdge) addr() string { return e.ln.Addr().String() }
@@ -160,15 +156,10 @@ func (e *shardEdge) order(key string) []string {
 }
 
 // ringOrder is the backends of ring in ring order from key's hash.
-func ringOrder(ring []edgePoint, key string) []string {
-	h := crc32.ChecksumIEEE([]byte(key))
-	i, _ := slices.BinarySearchFunc(ring, h, func(p edgePoint, h uint32) int { return int(int64(p.hash) - int64(h)) })
+func ringOrder(ring edgeRing, key string) []string {
 	var out []string
-	for n := range ring {
-		b := ring[(i+n)%len(ring)].backend
-		if !slices.Contains(out, b) {
-			out = append(out, b)
-		}
+	for _, m := range ring.ring.Order(key) {
+		out = append(out, ring.members[m].addr)
 	}
 	return out
 }

@@ -196,7 +196,9 @@ func awaitMetric(ctx context.Context, t *testing.T, reg *prometheus.Registry, na
 // its first subscriber and fetches nothing of the partitions nobody
 // subscribes to. The broker counts the fetches of each partition: records
 // go to every partition, the subscriber's last, and once the subscriber
-// has its records only its partition was ever fetched.
+// has its records only its partition was ever fetched, and the live
+// readers' records and bytes (live_records_total, live_bytes_total) are
+// exactly the subscribed partition's.
 func TestAReplicaFetchesOnlyThePartitionsItsClientsSubscribeTo(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
@@ -223,6 +225,13 @@ func TestAReplicaFetchesOnlyThePartitionsItsClientsSubscribeTo(t *testing.T) {
 	f.produce(ctx, id, "r", 1, 5)
 	checkSeqs(t, c.events(ctx, 5), "r", 1, 5)
 	checkMetric(t, f.reg, "turnpike_pushgw_live_records_total", 5)
+	// The bytes BENCHMARKS.md's replica figure counts: the subscribed
+	// partition's five records, key and value, and not a byte of the others.
+	want := 0
+	for n := 1; n <= 5; n++ {
+		want += len(id.Key()) + len(event(id.Conversation, "r", n))
+	}
+	checkMetric(t, f.reg, "turnpike_pushgw_live_bytes_total", float64(want))
 	for q, h := range fetches {
 		switch n := h.Hits(); {
 		case q == p && n == 0:
