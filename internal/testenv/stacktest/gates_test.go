@@ -17,7 +17,9 @@ type pauser func(ctx context.Context, conversation string) error
 
 // local pauses through g in this process, as Agent's model does.
 func local(g *Gates) pauser {
-	return func(ctx context.Context, conversation string) error { return g.pause(ctx, conversation, time.Nanosecond) }
+	return func(ctx context.Context, conversation string) error {
+		return g.pause(ctx, conversation, time.Nanosecond)
+	}
 }
 
 // remote pauses through g as RemoteAgent's model does in another process:
