@@ -24,6 +24,7 @@ import (
 
 	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/testenv/stacktest"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/auth"
 	"github.com/turnpike-dev/turnpike/pkg/client"
@@ -68,6 +69,8 @@ func runServiceProcess(role string) int {
 		run = s.Run
 	case "worker":
 		return runWorkerProcess(ln)
+	case "gated-worker":
+		return runWorkerProcess(ln, stacktest.RemoteAgent)
 	case "durable-worker":
 		return runDurableWorkerProcess(ln)
 	case "state-worker":
@@ -97,15 +100,25 @@ func runServiceProcess(role string) int {
 	return 0
 }
 
+// envGates names the address of the test's gates (stacktest.Gates.Serve)
+// to a gated worker process.
+const envGates = "TURNPIKE_TEST_GATES"
+
 // runWorkerProcess runs the worker as cmd/worker does (pkg/worker's
 // Main), configured from the environment, with its ops endpoints on ln.
-func runWorkerProcess(ln net.Listener) int {
+// With gated, its agent is the one gated returns (stacktest.RemoteAgent),
+// its pauses held by the gates of the test's process at envGates.
+func runWorkerProcess(ln net.Listener, gated ...func(worker.Config, string) worker.Option) int {
 	c, err := worker.LoadConfig(nil, os.LookupEnv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 2
 	}
-	w, err := worker.New(c, worker.WithListener(ln))
+	opts := []worker.Option{worker.WithListener(ln)}
+	for _, agent := range gated {
+		opts = append(opts, agent(c, os.Getenv(envGates)))
+	}
+	w, err := worker.New(c, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 1
@@ -135,6 +148,9 @@ type faultStack struct {
 	db       string
 	group    string
 	env      []string
+
+	gated     *stacktest.Gates // gates(): nil until a test asks
+	gatesAddr string           // where gated serves
 
 	mu      sync.Mutex // guards workers
 	workers map[int]*workerProc
@@ -229,6 +245,36 @@ func (f *faultStack) store() history.Store {
 func (f *faultStack) spawn(i int) {
 	f.t.Helper()
 	f.spawnAs(i, "worker")
+}
+
+// gates serves gates (stacktest.Gates) in this process for the gated
+// workers of spawnGated, until the test ends.
+func (f *faultStack) gates() *stacktest.Gates {
+	f.t.Helper()
+	if f.gated != nil {
+		return f.gated
+	}
+	g, ln := stacktest.NewGates(), loopback(f.t)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ctx, ln) }()
+	f.t.Cleanup(func() {
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			f.t.Errorf("gates: %v", err)
+		}
+	})
+	f.gated, f.gatesAddr = g, ln.Addr().String()
+	return g
+}
+
+// spawnGated starts worker process i (replacing a dead one) with its echo
+// model's pauses held by f.gates(): an answer that pauses ([[delay:D]])
+// runs on only as far as the test lets it.
+func (f *faultStack) spawnGated(i int) {
+	f.t.Helper()
+	f.gates()
+	f.spawnAs(i, "gated-worker", envGates+"="+f.gatesAddr)
 }
 
 // spawnAs starts worker process i as role (a role of TestMain's that runs
@@ -655,6 +701,12 @@ func (f *faultStack) streamOf(t *testing.T, requestID string) <-chan events.Even
 	return ch
 }
 
+// A cancel recorded while the request's run is in flight wins over the
+// re-run that follows the crash of its worker: the request completes
+// cancelled, runs no more and persists no answer but a cancelled one. The
+// answer is held at a gate in the test (the worker is a process of its
+// own: stacktest.RemoteAgent), so the kill and the cancel land while it
+// runs, however loaded the machine: it cannot end before them.
 func TestACancelWinsOverARequestReRunAfterAWorkerIsKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills a worker process")
@@ -664,26 +716,35 @@ func TestACancelWinsOverARequestReRunAfterAWorkerIsKilled(t *testing.T) {
 			ctx := testenv.Context(t, 2*time.Minute)
 			f := newFaultStack(t)
 			c := f.ingest(t, "acme", "ann")
-			f.spawn(0)
+			gate := f.gates().Hold("race", 3)
+			f.spawnGated(0)
 			f.waitConsuming(ctx, 1)
-			a, err := c.Send(ctx, "race", "[[tokens:400]][[delay:20ms]]", client.SendOptions{})
+			a, err := c.Send(ctx, "race", "[[tokens:400]][[delay:1ms]]", client.SendOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			stream := f.streamOf(t, a.RequestID)
+			// The answer streams three words and waits at the gate, in
+			// the worker: it is in flight until the kill or the cancel.
 			var firstRun string
-			for tokens := 0; tokens < 3; {
+			var text strings.Builder
+			for firstRun == "" || len(strings.Fields(text.String())) < 3 {
 				select {
 				case e := <-stream:
 					if e.Type() == events.TypeRunStarted {
 						firstRun = e.Header().RunID
 					}
-					if e.Type() == events.TypeToken {
-						tokens++
+					if tok, ok := e.(*events.TokenEvent); ok {
+						text.WriteString(tok.Delta)
 					}
 				case <-ctx.Done():
 					t.Fatal("the request never started")
 				}
+			}
+			select {
+			case <-gate.Held():
+			case <-ctx.Done():
+				t.Fatal("the answer never waited at its gate")
 			}
 			if order == "kill, then cancel" {
 				f.kill(0)
@@ -692,7 +753,9 @@ func TestACancelWinsOverARequestReRunAfterAWorkerIsKilled(t *testing.T) {
 				cancel(t, ctx, c, "race", "")
 				f.kill(0)
 			}
-			f.spawn(0)
+			// The gate stays shut: a re-run that ignored the cancel would
+			// start (and be seen starting), not finish.
+			f.spawnGated(0)
 			var final events.Status
 			for final == "" {
 				select {

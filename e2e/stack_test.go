@@ -20,6 +20,7 @@ type stack struct {
 	*devstack.Stack
 	stop func()
 	dir  string
+	cfg  devstack.Config // what the stack was started with
 }
 
 type stackOption func(*devstack.Config)
@@ -62,7 +63,7 @@ func startStackWith(t *testing.T, dir string, gates *stacktest.Gates, opts ...st
 		wopts = append(wopts, gates.Agent(cfg.Worker))
 	}
 	st := stacktest.Start(t, cfg, wopts...)
-	return &stack{Stack: st, dir: cfg.DataDir, stop: func() {
+	return &stack{Stack: st, dir: cfg.DataDir, cfg: cfg, stop: func() {
 		if err := st.Close(); err != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("devstack: %v", err)
 		}

@@ -25,7 +25,12 @@ const producerFrame = "echo.(*Model).produce("
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if code == 0 {
-		if n := waitProducers(0, 10*time.Second); n > 0 {
+		// The run's end has no test context: a minute for the last
+		// streams' goroutines to go.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		n := waitProducers(ctx, 0)
+		cancel()
+		if n > 0 {
 			fmt.Fprintf(os.Stderr, "%d stream goroutines leaked\n", n)
 			code = 1
 		}
@@ -45,16 +50,19 @@ func producers() int {
 	}
 }
 
-// waitProducers waits up to d until want goroutines run a stream and returns
-// how many do.
-func waitProducers(want int, d time.Duration) int {
-	deadline := time.Now().Add(d)
+// waitProducers waits until want goroutines run a stream, or ctx ends
+// (the test's own bound), and returns how many do.
+func waitProducers(ctx context.Context, want int) int {
 	for {
 		n := producers()
-		if n == want || time.Now().After(deadline) {
+		if n == want {
 			return n
 		}
-		time.Sleep(5 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return n
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }
 
@@ -673,11 +681,12 @@ func TestClosingTheReaderEndsTheProducer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if n := waitProducers(0, 10*time.Second); n != 0 {
+			ctx := testContext(t)
+			if n := waitProducers(ctx, 0); n != 0 {
 				t.Fatalf("%d stream goroutines still running before the test", n)
 			}
 			m := newModel(t, echo.Config{Delay: tt.delay})
-			sr, err := m.Stream(testContext(t), user("[[tokens:1000]]"))
+			sr, err := m.Stream(ctx, user("[[tokens:1000]]"))
 			if err != nil {
 				t.Fatalf("Stream: %v", err)
 			}
@@ -693,12 +702,12 @@ func TestClosingTheReaderEndsTheProducer(t *testing.T) {
 				}
 			}
 			// A goroutine shows in stack dumps only once it has run.
-			if n := waitProducers(1, 10*time.Second); n != 1 {
+			if n := waitProducers(ctx, 1); n != 1 {
 				t.Fatalf("%d stream goroutines running, want 1", n)
 			}
 			sr.Close()
 			closed = true
-			if n := waitProducers(0, 10*time.Second); n != 0 {
+			if n := waitProducers(ctx, 0); n != 0 {
 				t.Fatalf("the stream goroutine outlived Close")
 			}
 		})

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/turnpike-dev/turnpike/internal/testenv"
 )
 
 // fakeBulk is a bulk writer whose writes wait to be released, recording
@@ -58,20 +60,23 @@ func waiting[T any](g *groupWriter[T]) int {
 	return len(g.open.items)
 }
 
-// until polls cond: the writers' goroutines join batches on their own.
-func until(t *testing.T, cond func() bool) {
+// until polls cond: the writers' goroutines join batches on their own,
+// with nothing to wait on but the batch itself. It fails the test when
+// the test's ctx ends first: the test's own bound, not one of the wait's.
+func until(t *testing.T, ctx context.Context, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached")
+		select {
+		case <-ctx.Done():
+			t.Fatal("condition not reached before the test's context ended")
+		case <-time.After(time.Millisecond):
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
 func TestGroupWriterBatchesConcurrentWritesAndGivesEachItsOwnResult(t *testing.T) {
 	t.Parallel()
+	tctx := testenv.Context(t, time.Minute)
 	f := newFakeBulk()
 	g := newGroupWriter(3, 1, time.Minute, f.write)
 	ctx := context.Background()
@@ -92,7 +97,7 @@ func TestGroupWriterBatchesConcurrentWritesAndGivesEachItsOwnResult(t *testing.T
 	// open another. Both wait for the slot.
 	for i, it := range []string{"a", "dup-b", "c", "bad-d", "e"} {
 		do(it)
-		until(t, func() bool { return waiting(g) == []int{1, 2, 0, 1, 2}[i] })
+		until(t, tctx, func() bool { return waiting(g) == []int{1, 2, 0, 1, 2}[i] })
 	}
 	for range 3 {
 		f.release <- struct{}{}
@@ -175,17 +180,18 @@ func TestBulkErrorsSpreadsACommandErrorToEveryDocument(t *testing.T) {
 
 func TestGroupWriterLetsAWaiterGiveUpWhileItsBatchIsStillWritten(t *testing.T) {
 	t.Parallel()
+	tctx := testenv.Context(t, time.Minute)
 	f := newFakeBulk()
 	g := newGroupWriter(64, 1, time.Minute, f.write)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = g.do(context.Background(), "first") })
 	<-f.started // the first write holds the only slot
 	wg.Go(func() { _ = g.do(context.Background(), "leader") })
-	until(t, func() bool { return waiting(g) == 1 })
+	until(t, tctx, func() bool { return waiting(g) == 1 })
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
 	go func() { gaveUp <- g.do(ctx, "impatient") }()
-	until(t, func() bool { return waiting(g) == 2 })
+	until(t, tctx, func() bool { return waiting(g) == 2 })
 	cancel()
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 		t.Fatalf("a waiter whose context ended got %v, want context.Canceled", err)
@@ -205,6 +211,7 @@ func TestGroupWriterLetsAWaiterGiveUpWhileItsBatchIsStillWritten(t *testing.T) {
 // every caller in it, the leader included, gets its document's result.
 func TestGroupWriterWritesABatchWhoseLeaderWentAway(t *testing.T) {
 	t.Parallel()
+	tctx := testenv.Context(t, time.Minute)
 	release, started := make(chan struct{}), make(chan struct{}, 10)
 	g := newGroupWriter(64, 1, time.Minute, func(ctx context.Context, items []string) []error {
 		started <- struct{}{}
@@ -217,9 +224,9 @@ func TestGroupWriterWritesABatchWhoseLeaderWentAway(t *testing.T) {
 	leaderCtx, leaderGone := context.WithCancel(context.Background())
 	leader := make(chan error, 1)
 	go func() { leader <- g.do(leaderCtx, "led") }()
-	until(t, func() bool { return waiting(g) == 1 })
+	until(t, tctx, func() bool { return waiting(g) == 1 })
 	go func() { results <- g.do(context.Background(), "joined") }()
-	until(t, func() bool { return waiting(g) == 2 })
+	until(t, tctx, func() bool { return waiting(g) == 2 })
 	leaderGone()
 	release <- struct{}{} // the first write ends; the batch takes the slot
 	<-started

@@ -64,14 +64,14 @@ func (c *client) serve(ctx context.Context) {
 func (c *client) write(ctx context.Context) {
 	ping := time.NewTicker(c.gw.cfg.PingInterval)
 	defer ping.Stop()
-	expiry := time.NewTimer(time.Until(c.expires))
-	defer expiry.Stop()
+	expiry := c.gw.expiry(c.expires)
+	defer expiry.stop()
 	for {
 		select {
 		case <-ctx.Done():
 			c.fail(websocket.CloseGoingAway, "server shutting down")
 			return
-		case <-expiry.C:
+		case <-expiry.expired:
 			c.fail(CloseTokenExpired, "token expired")
 			return
 		case <-c.done:

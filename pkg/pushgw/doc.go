@@ -52,6 +52,8 @@
 // full is closed with 4008. The writer also ends its
 // connection when the token it connected with expires: a WebSocket with
 // 4401, an event stream with an error event of code unauthenticated.
+// Tokens expire on the system clock, or on the Clock given by WithClock
+// (a test's, stepped past a token's exp).
 //
 // Locks, in order: a shard's mutex (hub.go) may be held while a client's
 // outbox mutex is taken (outbox.mu is a leaf), while its close state is

@@ -37,6 +37,7 @@ const (
 type gateway struct {
 	cfg            Config
 	verifier       *auth.Verifier
+	clock          Clock // tokens' expiry; the verifier's Now is its Now
 	log            *slog.Logger
 	metrics        *metrics
 	transport      *kafka.Transport
@@ -94,6 +95,7 @@ func newGateway(cfg Config, v *auth.Verifier, reg prometheus.Registerer, log *sl
 	g := &gateway{
 		cfg:            cfg,
 		verifier:       v,
+		clock:          systemClock{},
 		log:            log,
 		metrics:        m,
 		transport:      tr,
@@ -223,4 +225,18 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer g.clients.Done()
 		c.serve(ctx)
 	}()
+}
+
+// tokenExpiry is closed when a connection's token expires on the
+// gateway's clock (gateway.expiry).
+type tokenExpiry struct {
+	expired chan struct{} // closed at the token's exp
+	stop    func() bool   // stops the clock's timer
+}
+
+// expiry returns the expiry of a token whose exp is exp, on g's clock.
+func (g *gateway) expiry(exp time.Time) tokenExpiry {
+	e := tokenExpiry{expired: make(chan struct{})}
+	e.stop = g.clock.AfterFunc(exp.Sub(g.clock.Now()), func() { close(e.expired) })
+	return e
 }

@@ -53,6 +53,9 @@ type fixture struct {
 	// dialKafka, if set, opens the live readers' broker connections of the
 	// gateways launched next.
 	dialKafka topic.DialFunc
+	// clock, if set, is the clock tokens expire on in the gateways
+	// launched next (WithClock); else the system clock.
+	clock Clock
 
 	*instance // the gateway of start
 }
@@ -109,7 +112,11 @@ func (f *fixture) launch(ctx context.Context, mod func(*Config), wrap func(net.L
 	if mod != nil {
 		mod(&cfg)
 	}
-	v, err := auth.NewVerifier(testSecret, nil)
+	clock := f.clock
+	if clock == nil {
+		clock = systemClock{}
+	}
+	v, err := auth.NewVerifier(testSecret, clock.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +133,7 @@ func (f *fixture) launch(ctx context.Context, mod func(*Config), wrap func(net.L
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	in.gw.clock = clock
 	in.gw.beforeDispatch = hook
 	in.gw.dialKafka = f.dialKafka
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))

@@ -223,7 +223,7 @@ func TestAClientThatStopsAnsweringPingsIsDropped(t *testing.T) {
 			t.Fatalf("the client answering pings got %d pings", n)
 		}
 	}
-	eventually(t, 10*time.Second, "one connection dropped", func() bool {
+	eventually(t, ctx, "one connection dropped", func() bool {
 		return testenv.MetricValue(t, f.reg, "turnpike_pushgw_connections") == 1
 	})
 	select {
@@ -232,7 +232,9 @@ func TestAClientThatStopsAnsweringPingsIsDropped(t *testing.T) {
 	default: // the remaining connection is the one answering pings
 	}
 	// The silent client finds its connection closed.
-	_ = silent.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if dl, ok := ctx.Deadline(); ok {
+		_ = silent.conn.SetReadDeadline(dl) // the test's own bound
+	}
 	silent.conn.SetPingHandler(func(string) error { return nil })
 	for {
 		_, _, err := silent.conn.ReadMessage()
@@ -244,20 +246,21 @@ func TestAClientThatStopsAnsweringPingsIsDropped(t *testing.T) {
 		}
 		break
 	}
-	eventually(t, 10*time.Second, "connections = 1, only the client answering pings", func() bool {
+	eventually(t, ctx, "connections = 1, only the client answering pings", func() bool {
 		return testenv.MetricValue(t, f.reg, "turnpike_pushgw_connections") == 1
 	})
 }
 
-// eventually fails t unless cond holds within d.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+// eventually polls cond until it holds, and fails t with what when the
+// test's ctx ends first: the test's own bound, not one of the wait's.
+func eventually(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what)
+		select {
+		case <-ctx.Done():
+			t.Fatalf("not before the test's context ended: %s", what)
+		case <-time.After(10 * time.Millisecond):
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -292,7 +295,7 @@ func TestAClientThatStopsReadingIsCutOffByTheWriteDeadline(t *testing.T) {
 	if err := f.writer.WriteMessages(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the gateway closed the connection", func() bool {
+	eventually(t, ctx, "the gateway closed the connection", func() bool {
 		return testenv.MetricValue(t, f.reg, "turnpike_pushgw_connections") == 0
 	})
 	checkMetric(t, f.reg, "turnpike_pushgw_slow_disconnects_total", 0) // none: the write deadline cut the client off, not a queue overflow

@@ -1,6 +1,7 @@
 package pushgw
 
 import (
+	"context"
 	"net/http"
 	"sync"
 	"testing"
@@ -152,12 +153,12 @@ func holdBack(t *testing.T) (hook func(int, int64), release func()) {
 // awaitCursorWaiter returns once a subscribe on in waits for partition p's
 // live reader to reach its cursor (in hub.awaitDispatched), so that a test
 // releasing the reader afterwards tests that wait, not a race with it.
-func awaitCursorWaiter(t *testing.T, in *instance, p int) {
+func awaitCursorWaiter(t *testing.T, ctx context.Context, in *instance, p int) {
 	t.Helper()
 	in.gw.mu.Lock()
 	s := in.gw.hub.shards[p]
 	in.gw.mu.Unlock()
-	eventually(t, 10*time.Second, "a subscribe waits for the live reader", func() bool {
+	eventually(t, ctx, "a subscribe waits for the live reader", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.advanced != nil
@@ -205,7 +206,7 @@ func TestAReplicaBehindACursorWaitsForItsLiveReader(t *testing.T) {
 		r := replicas[i]
 		c := f.dialURL(ctx, r.in.url, tok)
 		c.subscribe(conv, seen[tt.seq-1].Cursor)
-		awaitCursorWaiter(t, r.in, partitionOf(id))
+		awaitCursorWaiter(t, ctx, r.in, partitionOf(id))
 		r.release()
 		if fr := c.next(ctx); fr.Type != "subscribed" {
 			t.Fatalf("%s Got %+v, want subscribed", tt.name, fr)

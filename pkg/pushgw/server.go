@@ -39,6 +39,7 @@ type options struct {
 	registry *prometheus.Registry
 	ready    func()
 	listener net.Listener
+	clock    Clock
 }
 
 // WithLogger sets the logger. Default: Config.LogLevel and LogFormat on
@@ -57,6 +58,34 @@ func WithReady(f func()) Option { return func(o *options) { o.ready = f } }
 // WithListener serves on ln instead of listening on Config.Addr; Run
 // closes it.
 func WithListener(ln net.Listener) Option { return func(o *options) { o.listener = ln } }
+
+// Clock is the time the gateway holds tokens to. Now decides whether a
+// token has expired when a client connects (its exp must be after Now)
+// and AfterFunc ends a connection when its token expires: it calls f in
+// its own goroutine once d has passed on the clock (at once for d <= 0),
+// unless the stop it returned was called first. The system clock is
+// time.Now and time.AfterFunc. A Clock must be safe for concurrent use.
+type Clock interface {
+	Now() time.Time
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
+// systemClock is the default Clock.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) AfterFunc(d time.Duration, f func()) func() bool {
+	return time.AfterFunc(d, f).Stop
+}
+
+// WithClock sets the clock tokens expire on: a token is refused once its
+// exp is not after c.Now(), and a connection (WebSocket or event stream)
+// ends when its token's exp passes on c. Default: the system clock. A
+// test steps a clock of its own past a token's exp to expire it without
+// waiting. The rate limits, ping, heartbeat and write timeouts keep the
+// system clock.
+func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
 
 // DefaultConfig returns cmd/pushgw's defaults, with no brokers or secret.
 func DefaultConfig() Config {
@@ -154,7 +183,10 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	if reg == nil {
 		reg = server.NewRegistry()
 	}
-	v, err := auth.NewVerifier(cfg.AuthSecret, nil)
+	if o.clock == nil {
+		o.clock = systemClock{}
+	}
+	v, err := auth.NewVerifier(cfg.AuthSecret, o.clock.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -162,6 +194,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	gw.clock = o.clock
 	return &Server{cfg: cfg, opts: o, reg: reg, gw: gw}, nil
 }
 

@@ -150,7 +150,7 @@ func TestACursorIsValidUpToThePartitionsLastRecordAndRefusedAtOnceFromItsEndOffs
 	ws := []*wsClient{f.dialURL(ctx, caughtUp.url, tok).subscribed(ctx, conv, lastCursor)}
 	waiting := f.dialURL(ctx, behind.url, tok)
 	waiting.subscribe(conv, lastCursor)
-	awaitCursorWaiter(t, behind, p)
+	awaitCursorWaiter(t, ctx, behind, p)
 	release()
 	waiting.expect(ctx, "subscribed")
 	ws = append(ws, waiting)
@@ -247,7 +247,7 @@ func TestAnUnsubscribeDuringAReplayIsAnsweredByNoFrame(t *testing.T) {
 	defer conn.Close()
 	stuck := &wsClient{t: t, conn: conn}
 	stuck.subscribe(conv, "earliest") // and never reads
-	eventually(t, 10*time.Second, "a replay holds the only replay slot", func() bool { return len(f.gw.replaySlots) == 1 })
+	eventually(t, ctx, "a replay holds the only replay slot", func() bool { return len(f.gw.replaySlots) == 1 })
 
 	c := f.dial(ctx, tok)
 	first := FormatCursor(partitionOf(id), 0)

@@ -345,14 +345,14 @@ func (st *stream) serve(ctx context.Context) {
 func (st *stream) write(ctx context.Context) {
 	beat := time.NewTicker(st.gw.cfg.SSEHeartbeat)
 	defer beat.Stop()
-	expiry := time.NewTimer(time.Until(st.expires))
-	defer expiry.Stop()
+	expiry := st.gw.expiry(st.expires)
+	defer expiry.stop()
 	for {
 		select {
 		case <-ctx.Done():
 			st.fail(0, "stream ended: client gone or server shutting down")
 			return
-		case <-expiry.C:
+		case <-expiry.expired:
 			st.deadline()
 			if _, err := st.wire.Write(appendErrorEvent(nil, server.CodeUnauthenticated, "token expired: reconnect with a fresh token and Last-Event-ID")); err == nil {
 				_ = st.wire.end() // the stream ends either way

@@ -45,8 +45,12 @@ func (g *Gates) Hold(conversation string, after int) *Gate {
 
 // Agent returns the worker option that runs c's agent on the echo model
 // (c.EchoDelay), its pauses through g.
-func (g *Gates) Agent(c worker.Config) worker.Option {
-	m, err := echo.New(echo.Config{Delay: c.EchoDelay, Sleep: g.sleep})
+func (g *Gates) Agent(c worker.Config) worker.Option { return gatedAgent(c, g.sleep) }
+
+// gatedAgent is the worker option that runs c's agent on the echo model
+// (c.EchoDelay), pausing with sleep.
+func gatedAgent(c worker.Config, sleep func(context.Context, time.Duration) error) worker.Option {
+	m, err := echo.New(echo.Config{Delay: c.EchoDelay, Sleep: sleep})
 	return worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
 		if err != nil {
 			return nil, worker.Permanent(err)
@@ -69,14 +73,26 @@ func (g *Gates) sleep(ctx context.Context, d time.Duration) error {
 
 // pause is one pause of d of conversation's answer.
 func (g *Gates) pause(ctx context.Context, conversation string, d time.Duration) error {
+	if err := g.pass(ctx, conversation); err != nil {
+		return err
+	}
+	return sleep(ctx, d)
+}
+
+// pass returns when a token of conversation's answer may pass its gate (at
+// once without a gate), or ctx.Err() when ctx ends first.
+func (g *Gates) pass(ctx context.Context, conversation string) error {
 	g.mu.Lock()
 	gate := g.gates[conversation]
 	g.mu.Unlock()
-	if gate != nil {
-		if err := gate.pass(ctx); err != nil {
-			return err
-		}
+	if gate == nil {
+		return nil
 	}
+	return gate.pass(ctx)
+}
+
+// sleep waits d, or returns ctx.Err() when ctx ends first.
+func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
