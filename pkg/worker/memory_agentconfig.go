@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/turnpike-dev/turnpike/pkg/history"
 )
 
 // memorySpec is an agent's "memory" object in the agent file
@@ -48,4 +50,15 @@ func (a *agents) checkMemory(spec *agentConfig) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// memorySearch is the history.MemorySearch of Config.Memory ("" too: text).
+func memorySearch(s string) (history.MemorySearch, error) {
+	switch s {
+	case "", "text":
+		return history.MemorySearchText, nil
+	case "terms":
+		return history.MemorySearchTerms, nil
+	}
+	return 0, fmt.Errorf("TURNPIKE_MEMORY %q: want text, terms or empty", s)
 }
