@@ -166,18 +166,20 @@ func TestMemoryAddedOnceAfterTheCommitAndNeverFailingTheTurn(t *testing.T) {
 func TestMemoryInjectionKeepsKAndTheBudget(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
-	mem := history.NewInMemoryMemory()
 	id := events.Identity{Tenant: "acme", User: "alice", Conversation: "a"}
-	for i, q := range []string{"otter one", "otter two", "otter three", "otter four"} {
-		if _, err := mem.Add(ctx, history.Memory{Identity: id, Turn: int64(i + 1), Question: q, Answer: "ok", At: time.Unix(int64(i), 0)}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	lines := func(cfg worker.MemoryConfig) int {
+		// A memory service of its own each time: the run's turn is
+		// remembered too.
+		mem := history.NewInMemoryMemory()
+		for i, q := range []string{"otter one", "otter two", "otter three", "otter four"} {
+			if _, err := mem.Add(ctx, history.Memory{Identity: id, Turn: int64(i + 1), Question: q, Answer: "ok", At: time.Unix(int64(i), 0)}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		m := echoing()
 		st := newStep(t, stepConfig(), worker.WithAgent(chatAgent(t, m)), worker.WithMemory(mem, cfg))
 		b := id
-		b.Conversation = "b" + time.Now().Format("150405.000000000")
+		b.Conversation = "b"
 		runOK(t, ctx, st, history.NewMemoryStore(), b, "r", "otter?")
 		return strings.Count(memoryOfWindow(m.seen()[0]), "\n- [")
 	}
