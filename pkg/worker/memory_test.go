@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -233,5 +235,32 @@ func TestSearchMemoryToolIsScopedToTheRunsUser(t *testing.T) {
 	}
 	if len(out.Memories) != 1 || out.Memories[0].User != "alice's locker code is zebra" {
 		t.Fatalf("search_memory returned %+v; want alice's memory only", out.Memories)
+	}
+}
+
+// An agent file's "memory" is checked, and memory used by an agent file
+// without a memory service is refused at start.
+func TestAgentFileMemoryIsCheckedAndNeedsAService(t *testing.T) {
+	t.Parallel()
+	if _, err := worker.ParseAgentConfig([]byte(`{"agent":{"name":"a","memory":{"inject":true,"k":51,"token_budget":-1}}}`)); err == nil ||
+		!strings.Contains(err.Error(), "agent.memory") {
+		t.Fatalf("ParseAgentConfig(k 51, budget -1) = %v; want an agent.memory error", err)
+	}
+	for _, js := range []string{
+		`{"agent":{"name":"a","memory":{"inject":true}}}`,
+		`{"agent":{"name":"a","tools":["search_memory"]}}`,
+	} {
+		path := t.TempDir() + "/agents.json"
+		if err := os.WriteFile(path, []byte(js), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c := stepConfig()
+		c.AgentFile = path
+		if _, err := worker.NewStep(c, worker.WithLogger(slog.New(slog.DiscardHandler))); err == nil || !strings.Contains(err.Error(), "needs a memory service") {
+			t.Fatalf("NewStep(%s) without memory = %v; want refused", js, err)
+		}
+		if _, err := worker.NewStep(c, worker.WithLogger(slog.New(slog.DiscardHandler)), worker.WithMemory(history.NewInMemoryMemory(), worker.MemoryConfig{})); err != nil {
+			t.Fatalf("NewStep(%s) with memory = %v", js, err)
+		}
 	}
 }
