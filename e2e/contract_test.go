@@ -38,6 +38,7 @@ func TestTheRunningStackMatchesThePublishedSpecs(t *testing.T) {
 		// The token bucket does not refill within the test: the 21st
 		// POST of a user is the 429.
 		c.Ingest.RatePerSecond, c.Ingest.RateBurst = 0.001, 20
+		c.Worker.Memory = "terms" // DELETE /v1/memories is served
 	})
 	spec := specContract(t)
 	report := newContractReport(t)
@@ -102,6 +103,15 @@ func TestTheRunningStackMatchesThePublishedSpecs(t *testing.T) {
 	want(do("POST", ingest+"/v1/dev/token", "", nil, `{"user":"a!"}`), 400, "dev token of a bad user")
 	want(do("POST", ingest+"/v1/dev/token", "", map[string]string{"Origin": "https://evil.example"}, `{"user":"alice"}`), 403, "dev token from a foreign page")
 	want(do("GET", ingest+"/v1/dev/token", "", nil, ""), 405, "GET of the dev token")
+
+	// Memories: deleting one conversation's and all, and the refusals.
+	for _, target := range []string{"/v1/memories?conversation=c1", "/v1/memories"} {
+		want(do("DELETE", ingest+target, tok, nil, ""), 200, "DELETE "+target)
+	}
+	want(do("DELETE", ingest+"/v1/memories", "", nil, ""), 401, "DELETE memories without a token")
+	want(do("DELETE", ingest+"/v1/memories?conversation=a%2Fb", tok, nil, ""), 400, "DELETE memories of a forged conversation")
+	want(do("DELETE", ingest+"/v1/memories?tenant=other", tok, nil, ""), 400, "DELETE memories naming a tenant")
+	want(do("GET", ingest+"/v1/memories", tok, nil, ""), 405, "GET of memories")
 
 	// Posts, with an idempotency key, and their refusals.
 	msgs := ingest + "/v1/conversations/c1/messages"

@@ -444,6 +444,7 @@ func ingestConfig(i ingest.Config, w worker.Config, secret string) ingest.Config
 	i.Brokers, i.MongoURI, i.MongoDB, i.MongoPool, i.AuthSecret = w.Brokers, w.MongoURI, w.MongoDB, w.MongoPool, secret
 	i.TopicPrefix, i.Partitions, i.LogLevel, i.LogFormat = w.TopicPrefix, w.Partitions, w.LogLevel, w.LogFormat
 	i.OTLPEndpoint, i.TraceSampleRatio = w.OTLPEndpoint, w.TraceSampleRatio
+	i.Memory = w.Memory // the worker remembers, the API deletes
 	i.Addr, i.PprofAddr = "", ""
 	return i
 }

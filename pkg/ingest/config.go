@@ -101,6 +101,11 @@ type Config struct {
 	// 404 like any unknown one. cmd/ingest has no flag or environment
 	// variable for it.
 	DevTokens bool
+	// Memory serves DELETE /v1/memories on the MongoDB collection
+	// "memories" (-memory, TURNPIKE_MEMORY; the devstack copies the
+	// worker's): "text" (MongoDB) or "terms" (FerretDB), as the
+	// worker's Config.Memory. "" (the default): not served.
+	Memory string
 	// DevTokenOrigins are the browser origins (as pushgw's AllowedOrigins)
 	// whose pages may call POST /v1/dev/token; a request with any other
 	// Origin header is refused 403 permission_denied. One without Origin
@@ -186,6 +191,9 @@ func (c Config) withDefaults() Config {
 func (c Config) validateAPI() error {
 	c = c.withDefaults()
 	var errs []error
+	if c.Memory != "" && c.Memory != "text" && c.Memory != "terms" {
+		errs = append(errs, fmt.Errorf("TURNPIKE_MEMORY %q: want text, terms or empty", c.Memory))
+	}
 	if c.MaxContentBytes < 0 {
 		errs = append(errs, fmt.Errorf("max content bytes: %d, must be positive", c.MaxContentBytes))
 	}

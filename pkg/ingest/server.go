@@ -126,6 +126,7 @@ func (c *Config) bind(set *flagenv.Set, cmdLine bool) {
 	if cmdLine {
 		flagenv.Ignore(set, "model", "echo-delay", "openai-base-url", "openai-api-key", "openai-model")
 		set.String(&c.Addr, "addr", "TURNPIKE_INGEST_ADDR", defaultAddr, "listen address of the HTTP API")
+		set.String(&c.Memory, "memory", "TURNPIKE_MEMORY", "", "serve DELETE /v1/memories: text (MongoDB), terms (FerretDB) or empty: off")
 		set.String(&c.PublicStreamURL, "public-stream-url", "TURNPIKE_PUBLIC_STREAM_URL", webui.DefaultStreamURL,
 			"push gateway WebSocket URL for the demo page at /; {host} is the page's host name")
 	}
@@ -262,6 +263,17 @@ func (s *Server) open(ctx context.Context, o *server.Opened) (server.Parts, erro
 		Cancels: store, Control: control, Positions: NewKafkaPositions(c.Brokers, names.Requests),
 		Completions: newKafkaCompletions(c.Brokers, names.Control, log),
 		Tracing:     o.Tracing,
+	}
+	if c.Memory != "" {
+		search := history.MemorySearchText
+		if c.Memory == "terms" {
+			search = history.MemorySearchTerms
+		}
+		mem, err := history.NewMongoMemory(ctx, conn.DB, history.MongoMemoryConfig{Search: search})
+		if err != nil {
+			return server.Parts{}, fmt.Errorf("open memory: %w", err)
+		}
+		d.Memory = mem
 	}
 	if c.DevTokens {
 		d.MintToken = func(user string) (string, error) {

@@ -55,6 +55,9 @@ type serviceDeps struct {
 	Completions interface {
 		Run(ctx context.Context, done func(requestID string)) error
 	}
+	// Memory, if set, serves DELETE /v1/memories (memory.go). Default:
+	// not served (404).
+	Memory memoryDeleter
 	// Tracing, if set, continues the caller's trace (traceparent header) in
 	// a span per request. Default: none.
 	Tracing *tracing.Tracing
@@ -93,6 +96,7 @@ type service struct {
 	limiter    *rateLimiter
 	queued     *queuedRequests
 	tracing    *tracing.Tracing
+	memory     memoryDeleter
 }
 
 // newService returns a Service. It registers the metrics with d.Registerer, so a
@@ -141,6 +145,7 @@ func newService(cfg Config, d serviceDeps) (*service, error) {
 		positions:   d.Positions,
 		completions: d.Completions,
 		tracing:     d.Tracing,
+		memory:      d.Memory,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -192,6 +197,9 @@ func (s *service) routes() http.Handler {
 	}
 	if s.cancels != nil {
 		table = append(table, route{"POST " + cancelPath, s.authed(s.postCancel)}, route{cancelPath, server.MethodNotAllowed("POST")})
+	}
+	if s.memory != nil {
+		table = append(table, route{"DELETE " + memoriesPath, s.authed(s.deleteMemories)}, route{memoriesPath, server.MethodNotAllowed("DELETE")})
 	}
 	if s.cfg.DevTokens {
 		table = append(table,

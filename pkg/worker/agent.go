@@ -57,6 +57,10 @@ type agents struct {
 	summarizer         model.BaseChatModel
 	summarizerModel    string
 	summaryInstruction string
+	// memory is WithMemory's service (nil: nothing is remembered), and
+	// memoryOf the memory settings of a run starting from an agent.
+	memory   history.MemoryService
+	memoryOf func(agent string) MemoryConfig
 }
 
 // buildAgents builds the agent (or the supervisor and its sub-agents) of
@@ -180,6 +184,7 @@ func buildAgents(ctx context.Context, cfg Config, spec *agentConfig, d deps) (*a
 	if hasTools(spec.Agent) {
 		a.agent = func(context.Context, Request) (adk.Agent, error) { return newAgent() }
 	}
+	a.memoryOf = fileMemory(spec)
 	if fromFile {
 		a.stream = selectAgents(spec.Stream)
 		a.persist = selectAgents(spec.Persist)

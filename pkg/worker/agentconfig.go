@@ -76,6 +76,9 @@ type agentSpec struct {
 	// MaxIterations bounds the model calls of one run of this agent (tool
 	// calls loop). Default 20.
 	MaxIterations int `json:"max_iterations,omitempty"`
+	// Memory, if set, is how a run starting from this agent uses
+	// long-term memory (memory_agentconfig.go). Default: no injection.
+	Memory *memorySpec `json:"memory,omitempty"`
 }
 
 // summarizerSpec configures context compaction's summaries.
@@ -204,6 +207,11 @@ func (c *agentConfig) validate() error {
 		}
 		if a.MaxIterations < 0 {
 			fail(where+".max_iterations", "%d < 0", a.MaxIterations)
+		}
+		if a.Memory != nil {
+			if err := a.Memory.config().validate(); err != nil {
+				fail(where+".memory", "%v", err)
+			}
 		}
 		if root && a.Sticky {
 			fail(where+".sticky", "only a sub-agent can be sticky: the root agent is where a conversation starts")

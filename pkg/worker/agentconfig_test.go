@@ -56,7 +56,7 @@ func TestParseAgentConfigReportsEveryProblem(t *testing.T) {
 			`models.nomodel: base_url "ftp://x"`,
 			`agent.name: "bad name"`,
 			`agent.model: "missing" is not defined`,
-			`agent.tools[0]: unknown tool "rm_rf" (built-in tools: ask_user, current_time)`,
+			`agent.tools[0]: unknown tool "rm_rf" (built-in tools: ask_user, current_time, search_memory)`,
 			`agent.tools[2]: tool "current_time" listed twice`,
 			`agent.max_iterations: -1 < 0`,
 			`agent.sub_agents[0].description: required`,

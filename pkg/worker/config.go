@@ -103,6 +103,13 @@ type Config struct {
 	// (-compact-keep, TURNPIKE_COMPACT_KEEP). Default 6.
 	CompactKeep int
 
+	// Memory gives the agent file's agents long-term memory: turns are
+	// remembered, and its memory settings and search_memory work (-memory, TURNPIKE_MEMORY), in
+	// the MongoDB collection "memories": "text" searches it with a text
+	// index and $text (MongoDB), "terms" with the term scan (FerretDB:
+	// the devstack's); "" (the default) is off. docs/api.md "Memory".
+	Memory string
+
 	// HistoryV1 keeps the worker from starting turn format version 2 (an
 	// answer of several agents stored as one assistant message per agent)
 	// in a conversation (-history-v1, TURNPIKE_HISTORY_V1). True is for the
@@ -295,6 +302,9 @@ func (c Config) validate(needStore, goAgent bool) error {
 	}
 	if needStore && c.MongoDB == "" {
 		errs = append(errs, errors.New("TURNPIKE_MONGO_DB is empty"))
+	}
+	if _, err := memorySearch(c.Memory); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MongoPool < 0 {
 		errs = append(errs, fmt.Errorf("TURNPIKE_MONGO_POOL %d: must not be negative", c.MongoPool))

@@ -164,8 +164,16 @@ func newAgents(cfg Config, d deps) (*agents, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	if d.Go != nil {
+		if err := d.Go.memoryCfg.validate(); err != nil {
+			return nil, fmt.Errorf("worker: WithMemory: %w", err)
+		}
+	}
 	if goAgent {
-		return goAgents(d.Go, d), nil
+		a := goAgents(d.Go, d)
+		cfg := d.Go.memoryCfg
+		a.memory, a.memoryOf = d.Go.memory, func(string) MemoryConfig { return cfg }
+		return a, nil
 	}
 	if d.Now == nil {
 		d.Now = time.Now
@@ -173,6 +181,12 @@ func newAgents(cfg Config, d deps) (*agents, error) {
 	a, err := buildAgents(context.Background(), cfg, d.Agent, d)
 	if err != nil {
 		return nil, fmt.Errorf("worker: build agent: %w", err)
+	}
+	if d.Go != nil {
+		a.memory = d.Go.memory
+	}
+	if err := a.checkMemory(d.Agent); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
 	}
 	return a, nil
 }

@@ -63,6 +63,8 @@ func (c *Config) bind(set *flagenv.Set, goAgent, noAddr bool) {
 	set.Int(&c.CompactTokens, "compact-tokens", "TURNPIKE_COMPACT_TOKENS", 0,
 		"token budget of the model's window (bytes/4): over it, older messages are condensed into a summary; 0: off")
 	set.Int(&c.CompactKeep, "compact-keep", "TURNPIKE_COMPACT_KEEP", 6, "newest stored messages compaction keeps verbatim")
+	set.String(&c.Memory, "memory", "TURNPIKE_MEMORY", "",
+		"long-term memory in MongoDB: text (a text index, MongoDB), terms (term scan, FerretDB) or empty: off")
 	set.Bool(&c.HistoryV1, "history-v1", "TURNPIKE_HISTORY_V1", false,
 		"start no conversation in history format version 2 (one message per agent): true only while workers of a release before it may still run (docs/deploy.md)")
 	set.Bool(&c.JournalOff, "journal-off", "TURNPIKE_JOURNAL_OFF", false,

@@ -37,6 +37,8 @@ type metrics struct {
 	journalSkipped     *prometheus.CounterVec
 	journalDivergences prometheus.Counter
 	journalSwept       prometheus.Counter
+	// Long-term memory (memory.go).
+	memory *prometheus.CounterVec
 }
 
 // stageBuckets are the buckets of the turn-stage histograms: 0.5 ms to
@@ -134,11 +136,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		journalSwept: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "turnpike_worker_journal_swept_total", Help: "Expired step journals the worker deleted (requests that never reached a durable end), on stores without a TTL index.",
 		}),
+		memory: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "turnpike_worker_memory_total", Help: "Long-term memory operations by result: added, add_duplicate, add_failed (the turn stays committed), injected, search_failed (the run goes on without memories).",
+		}, []string{"result"}),
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.completionsDropped, m.lag, m.streamWrite, m.cancelled, m.fenced, m.committed, m.running, m.peakInflight, m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds,
 		m.tokens, m.transfers, m.interrupts, m.resumes, m.compactions, m.moved, m.fetchLag, m.startDelay, m.firstTokenWrite,
-		m.journalSteps, m.journalSkipped, m.journalDivergences, m.journalSwept} {
+		m.journalSteps, m.journalSkipped, m.journalDivergences, m.journalSwept, m.memory} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

@@ -116,6 +116,8 @@ type options struct {
 	listener     net.Listener
 	hooks        bool // an agent hook was set
 	bufferSize   int
+	memory       history.MemoryService // WithMemory's
+	memoryCfg    MemoryConfig
 }
 
 func collect(opts []Option) *options {

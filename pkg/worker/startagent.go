@@ -8,6 +8,7 @@ import (
 	"github.com/cloudwego/eino/adk"
 
 	"github.com/turnpike-dev/turnpike/pkg/bridge"
+	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 )
 
@@ -63,6 +64,13 @@ type stateTurn struct {
 	// written is the change the commit wrote: set only once the turn is
 	// committed by this run (not a duplicate), for StateChanged.
 	written *history.StateChange
+
+	// id and question are the request's; with remember, a commit that
+	// wrote the turn sets memory, what the run adds to long-term memory.
+	id                  events.Identity
+	requestID, question string
+	remember            bool
+	memory              *history.Memory
 }
 
 var _ bridge.TransferTurn = (*stateTurn)(nil)
@@ -83,6 +91,9 @@ func (t *stateTurn) CommitAnswer(ctx context.Context, a history.Answer) (history
 	c, err := t.Pending.CommitAnswer(ctx, a)
 	if err == nil && !c.Duplicate {
 		t.written = a.State
+		if t.remember {
+			t.memory = turnMemory(t.id, t.requestID, t.question, a, c)
+		}
 	}
 	return c, err
 }

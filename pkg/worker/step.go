@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -272,7 +273,13 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 	// turn's commit keeps the changes.
 	state := newState(id, st.State, store)
 	ctx = withState(ctx, state)
-	turn := &stateTurn{Pending: pending, state: state, agent: st.State.Agent}
+	turn := &stateTurn{Pending: pending, state: state, agent: st.State.Agent, id: id, requestID: req.RequestID, question: req.Content}
+	if s.agents.memory != nil {
+		// Tools search the run's user's memories (MemoryFromContext);
+		// the commit's turn is remembered after the run (rememberTurn).
+		ctx = withMemory(ctx, &Memory{svc: s.agents.memory, tenant: id.Tenant, user: id.User})
+		turn.remember = true
+	}
 
 	runID := newRunID()
 	log = log.With(slog.String("run_id", runID))
@@ -305,6 +312,9 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		}
 		// The conversation was left with a sub-agent: the run starts there.
 		ag = s.startAgent(runCtx, ag, st.State.Agent, turn, log)
+		if s.agents.memoryOf != nil {
+			input = s.injectMemories(runCtx, id, req.Content, s.agents.memoryOf(cmp.Or(turn.from, turn.root)), input, log)
+		}
 		// An interrupt saves the run's checkpoint under this request's id.
 		iter = newRunner(runCtx, ag, store).Run(runCtx, input, adk.WithCheckPointID(checkpointKey(id, req.RequestID)))
 	}
@@ -363,6 +373,9 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		// The request reached its durable end: its journal goes.
 		s.dropJournal(ctx, store, id, req.RequestID, owner, &history.Steps{}, log)
 	}
+	// After the run's last event is in the sink: off the token path,
+	// after the commit, and never failing the request.
+	s.rememberTurn(ctx, turn.memory, log)
 	if res.Committed.N == 0 && !res.Committed.Duplicate {
 		// Nothing persisted (discarded, or cancelled before any content):
 		// record the outcome so a redelivery does not run the model again.

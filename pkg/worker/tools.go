@@ -21,12 +21,14 @@ const (
 
 // builtinTools lists the tools an agent configuration may name.
 func builtinTools() []string {
-	names := []string{toolCurrentTime, toolAskUser}
+	names := []string{toolCurrentTime, toolAskUser, toolSearchMemory}
 	sort.Strings(names)
 	return names
 }
 
-func isBuiltinTool(name string) bool { return name == toolCurrentTime || name == toolAskUser }
+func isBuiltinTool(name string) bool {
+	return name == toolCurrentTime || name == toolAskUser || name == toolSearchMemory
+}
 
 // newTool returns the built-in tool name; now is the clock of current_time.
 func newTool(name string, now func() time.Time) (tool.BaseTool, error) {
@@ -35,6 +37,8 @@ func newTool(name string, now func() time.Time) (tool.BaseTool, error) {
 		return currentTime{now: now}, nil
 	case toolAskUser:
 		return askUser{}, nil
+	case toolSearchMemory:
+		return NewSearchMemoryTool(), nil
 	}
 	return nil, fmt.Errorf("unknown tool %q", name)
 }

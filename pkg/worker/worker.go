@@ -94,6 +94,14 @@ func (w *Worker) run(ctx context.Context, log *slog.Logger, reg *prometheus.Regi
 				}
 				store = ms
 				checks = append(checks, server.Check{Name: "mongo", Fn: conn.Ping})
+				if o.memory == nil && c.Memory != "" {
+					search, _ := memorySearch(c.Memory) // Validate checked it
+					mem, err := history.NewMongoMemory(ctx, conn.DB, history.MongoMemoryConfig{Search: search})
+					if err != nil {
+						return server.Parts{}, fmt.Errorf("open memory: %w", err)
+					}
+					o.memory = mem
+				}
 			}
 			d, err := c.agentDeps(o)
 			if err != nil {
