@@ -8,6 +8,7 @@ import (
 	"github.com/cloudwego/eino/adk"
 
 	"github.com/turnpike-dev/turnpike/pkg/bridge"
+	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 )
 
@@ -60,6 +61,15 @@ type stateTurn struct {
 	from  string // the agent the run started from ("": the root)
 	agent string // the active agent now
 
+	// arts is the run's artifacts (nil: none); artifacts, store, id and
+	// requestID publish them after the commit; published is what was.
+	arts      *Artifacts
+	artifacts history.ArtifactService
+	store     history.Store
+	id        events.Identity
+	requestID string
+	published []history.Artifact
+
 	// written is the change the commit wrote: set only once the turn is
 	// committed by this run (not a duplicate), for StateChanged.
 	written *history.StateChange
@@ -80,9 +90,17 @@ func (t *stateTurn) Transferred(_, to string) {
 // CommitAnswer commits the answer with the run's state change.
 func (t *stateTurn) CommitAnswer(ctx context.Context, a history.Answer) (history.Committed, error) {
 	a.State = t.state.change(t.agent, t.from)
+	a.Artifacts = t.arts.manifest()
 	c, err := t.Pending.CommitAnswer(ctx, a)
 	if err == nil && !c.Duplicate {
 		t.written = a.State
+	}
+	if err == nil {
+		// The committed manifest's saves become readable: a failure
+		// fails the request, whose redelivery publishes them again.
+		if t.published, err = publishArtifacts(ctx, t.artifacts, t.store, t.id, t.requestID, a.Artifacts, c.Duplicate); err != nil {
+			return history.Committed{}, err
+		}
 	}
 	return c, err
 }
