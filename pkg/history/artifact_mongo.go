@@ -404,18 +404,27 @@ func (m *MongoArtifacts) SweepArtifacts(ctx context.Context, before time.Time) (
 	if len(docs) == 0 {
 		return 0, nil
 	}
-	var ids, tokens bson.A
+	// Each staged document goes first, on the condition that it is still
+	// unpublished, and only then its chunks: a save published meanwhile
+	// keeps its content. (A Publish that read the staged document before
+	// its delete can still publish a version whose content is gone: the
+	// cut must be far older than any redelivery, hours, not seconds.)
+	var tokens bson.A
 	for _, d := range docs {
-		ids, tokens = append(ids, d.ID), append(tokens, strings.TrimPrefix(d.ID, "s#"))
+		res, err := m.arts.DeleteOne(ctx, bson.D{{Key: "_id", Value: d.ID}, {Key: "pub", Value: bson.D{{Key: "$exists", Value: false}}}})
+		if err != nil {
+			return 0, fmt.Errorf("sweep artifacts: %w", err)
+		}
+		if res.DeletedCount == 1 {
+			tokens = append(tokens, strings.TrimPrefix(d.ID, "s#"))
+		}
 	}
-	if _, err := m.chunks.DeleteMany(ctx, bson.D{{Key: "token", Value: bson.D{{Key: "$in", Value: tokens}}}}); err != nil {
-		return 0, fmt.Errorf("sweep artifacts: %w", err)
+	if len(tokens) > 0 {
+		if _, err := m.chunks.DeleteMany(ctx, bson.D{{Key: "token", Value: bson.D{{Key: "$in", Value: tokens}}}}); err != nil {
+			return 0, fmt.Errorf("sweep artifacts: %w", err)
+		}
 	}
-	res, err := m.arts.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "pub", Value: bson.D{{Key: "$exists", Value: false}}}})
-	if err != nil {
-		return 0, fmt.Errorf("sweep artifacts: %w", err)
-	}
-	return int(res.DeletedCount), nil
+	return len(tokens), nil
 }
 
 var _ ManifestReader = (*MongoStore)(nil)

@@ -18,7 +18,7 @@ import (
 // newService is called once per subtest, from that subtest's goroutine,
 // and returns a service whose limits are ArtifactLimits{MaxBytes: 1 << 20,
 // MaxNames: 3}; subtests run in parallel, each under identities of its
-// own. newStore, when not nil, is the turn store whose manifests the
+// own, but for the sweep's, which runs alone after them. newStore, when not nil, is the turn store whose manifests the
 // suite checks (Turn.Artifacts, history.ManifestReader).
 func Artifacts(t *testing.T, newService func(t *testing.T) history.ArtifactService, newStore func(t *testing.T) history.Store) {
 	tests := []struct {
@@ -32,18 +32,25 @@ func Artifacts(t *testing.T, newService func(t *testing.T) history.ArtifactServi
 		{"Forged names and MIME types are refused and store nothing", testArtifactInvalid},
 		{"Content over MaxBytes and a name past MaxNames are refused with ErrArtifactLimit", testArtifactLimits},
 		{"Delete removes every version, and a later publish of a deleted save brings nothing back", testArtifactDelete},
-		{"Sweep drops the staged saves never published and keeps the published ones", testArtifactSweep},
 		{"Content of several chunks and empty content round-trip byte-exact", testArtifactContent},
 		{"Concurrent publishes of one user: name from two conversations take distinct versions", testArtifactConcurrent},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			defer cancel()
-			tc.run(t, ctx, newService(t))
-		})
-	}
+	t.Run("in parallel", func(t *testing.T) {
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				defer cancel()
+				tc.run(t, ctx, newService(t))
+			})
+		}
+	})
+	// The sweep is the service's, every identity's: it runs alone.
+	t.Run("Sweep drops the staged saves never published and keeps the published ones", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		testArtifactSweep(t, ctx, newService(t))
+	})
 	if newStore != nil {
 		t.Run("A turn keeps its artifact manifest, and a duplicate commit keeps the first one's", func(t *testing.T) {
 			t.Parallel()
