@@ -147,6 +147,12 @@ type Turn struct {
 	// state of the turn it follows), the agent, and the user and tenant
 	// changes, which Commit then rolls forward (see StateChange).
 	State *StateChange
+	// Artifacts, when set, is the manifest of the run's artifact saves:
+	// the tokens of the versions staged by ArtifactService.Stage. The
+	// turn keeps it in its one document, so the saves commit with the
+	// turn (atomically, exactly once); ArtifactService.Publish makes them
+	// readable after the commit (see docs/api.md "Artifacts").
+	Artifacts []string
 
 	// tip, set by Pending.Start, is the conversation's newest turn when
 	// the request started: the turn the commit expects to follow.
@@ -212,6 +218,9 @@ func (t Turn) Validate() error {
 		errs = append(errs, fmt.Errorf("%w turn: source without topic", events.ErrInvalid))
 	}
 	if err := t.State.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := validateManifest(t.Artifacts); err != nil {
 		errs = append(errs, err)
 	}
 	if !t.Status.Persisted() {

@@ -68,6 +68,10 @@ type Step struct {
 	// to the store (a replay of the step applies it again); nil when
 	// nothing.
 	State []byte
+	// Artifacts is the tokens of the artifact saves the step staged (a
+	// replay of the step adds them to the run's manifest again, without
+	// staging them again); nil when none.
+	Artifacts []string
 	// Owner is the owner token of the run that recorded it (set by
 	// RecordStep).
 	Owner int64
@@ -89,7 +93,9 @@ type Steps struct {
 }
 
 // size is what a step adds to a journal's Bytes.
-func (s Step) size() int { return len(s.Key) + len(s.Hash) + len(s.Data) + len(s.State) }
+func (s Step) size() int {
+	return len(s.Key) + len(s.Hash) + len(s.Data) + len(s.State) + 32*len(s.Artifacts)
+}
 
 // JournalLimits bound a journal. Zero fields take their defaults.
 type JournalLimits struct {

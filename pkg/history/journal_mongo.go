@@ -33,16 +33,18 @@ type journalDoc struct {
 }
 
 type stepDoc struct {
-	Key   string    `bson:"key"`
-	Hash  string    `bson:"hash,omitempty"`
-	Data  []byte    `bson:"data"`
-	State []byte    `bson:"state,omitempty"`
-	Owner int64     `bson:"owner"`
-	At    time.Time `bson:"at"`
+	Key   string `bson:"key"`
+	Hash  string `bson:"hash,omitempty"`
+	Data  []byte `bson:"data"`
+	State []byte `bson:"state,omitempty"`
+	// Artifacts is the step's staged artifact saves (Step.Artifacts).
+	Artifacts []string  `bson:"artifacts,omitempty"`
+	Owner     int64     `bson:"owner"`
+	At        time.Time `bson:"at"`
 }
 
 func toStepDoc(s Step) stepDoc {
-	return stepDoc{Key: s.Key, Hash: s.Hash, Data: s.Data, State: s.State, Owner: s.Owner, At: s.At}
+	return stepDoc{Key: s.Key, Hash: s.Hash, Data: s.Data, State: s.State, Artifacts: s.Artifacts, Owner: s.Owner, At: s.At}
 }
 
 func (d stepDoc) step() Step {
@@ -50,7 +52,7 @@ func (d stepDoc) step() Step {
 	if data == nil {
 		data = []byte{}
 	}
-	return Step{Key: d.Key, Hash: d.Hash, Data: data, State: d.State, Owner: d.Owner, At: d.At.UTC()}
+	return Step{Key: d.Key, Hash: d.Hash, Data: data, State: d.State, Artifacts: d.Artifacts, Owner: d.Owner, At: d.At.UTC()}
 }
 
 func (d journalDoc) steps() Steps {

@@ -99,6 +99,9 @@ type Answer struct {
 	// State, if set, is the run's change of the conversation's state and
 	// its active agent (Turn.State).
 	State *StateChange
+	// Artifacts, if set, is the manifest of the run's staged artifact
+	// saves (Turn.Artifacts).
+	Artifacts []string
 }
 
 // CommitAnswer is Commit with the answer's token usage and interrupt.
@@ -123,6 +126,7 @@ func (p *Pending) CommitAnswer(ctx context.Context, a Answer) (Committed, error)
 		Usage:       a.Usage,
 		Interrupt:   a.Interrupt,
 		State:       a.State,
+		Artifacts:   a.Artifacts,
 		tip:         p.tip,
 	})
 	if err != nil {

@@ -326,6 +326,9 @@ type turnDoc struct {
 	ActiveAgent string     `bson:"active_agent,omitempty"`
 	FromAgent   string     `bson:"from_agent,omitempty"`
 	Scoped      *scopedDoc `bson:"scoped,omitempty"`
+	// Artifacts is the manifest of the run's artifact saves (absent:
+	// none): see artifact.go.
+	Artifacts []string `bson:"artifacts,omitempty"`
 }
 
 // stateDoc is one key of state: its JSON value, or a delete (Del, in a
@@ -825,6 +828,7 @@ func (s *MongoStore) Commit(ctx context.Context, id events.Identity, t Turn) (Co
 			return Committed{}, fmt.Errorf("commit: %w", err)
 		}
 		doc.setState(st)
+		doc.Artifacts = t.Artifacts
 		err = s.turnWriter.do(ctx, doc)
 		switch {
 		case err == nil:

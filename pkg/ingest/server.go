@@ -242,6 +242,10 @@ func (s *Server) open(ctx context.Context, o *server.Opened) (server.Parts, erro
 	if err != nil {
 		return server.Parts{}, fmt.Errorf("open history store: %w", err)
 	}
+	artifacts, err := history.NewMongoArtifacts(conn.DB, history.ArtifactConfig{})
+	if err != nil {
+		return server.Parts{}, fmt.Errorf("open artifacts: %w", err)
+	}
 	names := c.topics()
 	producer, err := newKafkaProducer(c.Brokers, names.Requests)
 	if err != nil {
@@ -259,7 +263,7 @@ func (s *Server) open(ctx context.Context, o *server.Opened) (server.Parts, erro
 	}
 	o.Defer(func() { control.Close() })
 	d := serviceDeps{
-		Verifier: verifier, Producer: producer, History: store, Page: page, Registerer: s.reg, Logger: log,
+		Verifier: verifier, Producer: producer, History: store, Artifacts: artifacts, Page: page, Registerer: s.reg, Logger: log,
 		Cancels: store, Control: control, Positions: NewKafkaPositions(c.Brokers, names.Requests),
 		Completions: newKafkaCompletions(c.Brokers, names.Control, log),
 		Tracing:     o.Tracing,

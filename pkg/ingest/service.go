@@ -15,6 +15,7 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/server"
 	"github.com/turnpike-dev/turnpike/internal/tracing"
 	"github.com/turnpike-dev/turnpike/pkg/auth"
+	"github.com/turnpike-dev/turnpike/pkg/history"
 )
 
 // retryAfter is the Retry-After of a 503.
@@ -61,6 +62,8 @@ type serviceDeps struct {
 	// Tracing, if set, continues the caller's trace (traceparent header) in
 	// a span per request. Default: none.
 	Tracing *tracing.Tracing
+	// Artifacts, if set, serves the artifact routes (artifact.go).
+	Artifacts history.ArtifactService
 	// Registerer receives the service's metrics. Default: not registered.
 	Registerer prometheus.Registerer
 	// Logger logs 5xx answers. Default: discard.
@@ -97,6 +100,7 @@ type service struct {
 	queued     *queuedRequests
 	tracing    *tracing.Tracing
 	memory     memoryDeleter
+	artifacts  history.ArtifactService // nil: no artifact routes (artifact.go)
 }
 
 // newService returns a Service. It registers the metrics with d.Registerer, so a
@@ -146,6 +150,7 @@ func newService(cfg Config, d serviceDeps) (*service, error) {
 		completions: d.Completions,
 		tracing:     d.Tracing,
 		memory:      d.Memory,
+		artifacts:   d.Artifacts,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -194,6 +199,15 @@ func (s *service) routes() http.Handler {
 		{"POST " + resetPath, s.authed(s.postReset)},
 		{resetPath, server.MethodNotAllowed("POST")},
 		{"/", http.HandlerFunc(server.NotFound)},
+	}
+	if s.artifacts != nil { // artifact.go
+		table = append(table,
+			route{"GET " + artifactsPath, s.authed(s.listArtifacts)},
+			route{artifactsPath, server.MethodNotAllowed("GET, HEAD")},
+			route{"GET " + artifactPath, s.authed(s.getArtifact)},
+			route{"DELETE " + artifactPath, s.authed(s.deleteArtifact)},
+			route{artifactPath, server.MethodNotAllowed("GET, HEAD, DELETE")},
+		)
 	}
 	if s.cancels != nil {
 		table = append(table, route{"POST " + cancelPath, s.authed(s.postCancel)}, route{cancelPath, server.MethodNotAllowed("POST")})

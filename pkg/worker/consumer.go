@@ -23,6 +23,8 @@ import (
 type deps struct {
 	// Store keeps the conversations. Required.
 	Store history.Store
+	// Artifacts, if set, keeps the artifacts the runs' tools save.
+	Artifacts history.ArtifactService
 	// Model is Config.Model's: the model of the agent configuration's
 	// "default" and the default summarizer. Required without a Go agent.
 	Model model.ToolCallingChatModel
@@ -132,6 +134,7 @@ func newConsumer(cfg Config, d deps) (*consumer, error) {
 	if err != nil {
 		return nil, err
 	}
+	step.artifacts = d.Artifacts
 	return &consumer{
 		cfg:      cfg,
 		topics:   cfg.topics(),

@@ -411,6 +411,9 @@ func (h *durableHandler) WrapInvokableToolCall(_ context.Context, endpoint adk.I
 			if err := st.replay(rec.State); err != nil {
 				return "", err
 			}
+			// So are the artifacts it saved (staged then, under these
+			// tokens): they join the run's manifest without a new save.
+			ArtifactsFromContext(ctx).replay(rec.Artifacts)
 			return string(rec.Data), nil
 		}
 		// The call's changes of the session state are journaled with its
@@ -418,6 +421,10 @@ func (h *durableHandler) WrapInvokableToolCall(_ context.Context, endpoint adk.I
 		view, changes := st.recording()
 		if view != nil {
 			ctx = withState(ctx, view)
+		}
+		artsView, saves := ArtifactsFromContext(ctx).recording()
+		if artsView != nil {
+			ctx = withArtifacts(ctx, artsView)
 		}
 		out, err := endpoint(withStepScope(context.WithValue(ctx, toolStepKey{}, ToolStep{Key: jr.requestID + "/" + key, Attempt: jr.attempt()}), key), args, opts...)
 		if err != nil {
@@ -427,7 +434,7 @@ func (h *durableHandler) WrapInvokableToolCall(_ context.Context, endpoint adk.I
 		if err != nil {
 			return "", fmt.Errorf("journal: encode the state of step %s: %w", key, err)
 		}
-		if err := jr.record(ctx, "tool", history.Step{Key: key, Hash: hash, Data: []byte(out), State: state}); err != nil {
+		if err := jr.record(ctx, "tool", history.Step{Key: key, Hash: hash, Data: []byte(out), State: state, Artifacts: saves.recorded()}); err != nil {
 			return "", err
 		}
 		return out, nil

@@ -113,6 +113,7 @@ type options struct {
 	registry     *prometheus.Registry
 	ready        func()
 	store        history.Store
+	artifacts    history.ArtifactService // WithArtifacts (artifact.go)
 	listener     net.Listener
 	hooks        bool // an agent hook was set
 	bufferSize   int

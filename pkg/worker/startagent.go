@@ -61,12 +61,20 @@ type stateTurn struct {
 	from  string // the agent the run started from ("": the root)
 	agent string // the active agent now
 
+	// arts is the run's artifacts (nil: none); artifacts, store, id and
+	// requestID publish them after the commit; published is what was.
+	arts      *Artifacts
+	artifacts history.ArtifactService
+	store     history.Store
+	published []history.Artifact
+
 	// written is the change the commit wrote: set only once the turn is
 	// committed by this run (not a duplicate), for StateChanged.
 	written *history.StateChange
 
-	// id and question are the request's; with remember, a commit that
-	// wrote the turn sets memory, what the run adds to long-term memory.
+	// id, requestID and question are the request's; with remember, a
+	// commit that wrote the turn sets memory, what the run adds to
+	// long-term memory.
 	id                  events.Identity
 	requestID, question string
 	remember            bool
@@ -88,11 +96,19 @@ func (t *stateTurn) Transferred(_, to string) {
 // CommitAnswer commits the answer with the run's state change.
 func (t *stateTurn) CommitAnswer(ctx context.Context, a history.Answer) (history.Committed, error) {
 	a.State = t.state.change(t.agent, t.from)
+	a.Artifacts = t.arts.manifest()
 	c, err := t.Pending.CommitAnswer(ctx, a)
 	if err == nil && !c.Duplicate {
 		t.written = a.State
 		if t.remember {
 			t.memory = turnMemory(t.id, t.requestID, t.question, a, c)
+		}
+	}
+	if err == nil {
+		// The committed manifest's saves become readable: a failure
+		// fails the request, whose redelivery publishes them again.
+		if t.published, err = publishArtifacts(ctx, t.artifacts, t.store, t.id, t.requestID, a.Artifacts, c.Duplicate); err != nil {
+			return history.Committed{}, err
 		}
 	}
 	return c, err

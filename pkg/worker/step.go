@@ -49,6 +49,9 @@ type Step struct {
 	metrics *metrics
 	log     *slog.Logger
 	now     func() time.Time
+	// artifacts, when set, is where the runs' tools save artifacts
+	// (ArtifactsFromContext; artifact.go).
+	artifacts history.ArtifactService
 
 	mu          sync.Mutex // guards running and peakRunning
 	running     int
@@ -95,7 +98,12 @@ func NewStep(cfg Config, opts ...Option) (*Step, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newStep(cfg, a, m, d.Logger, d.Now, o.bufferSize)
+	st, err := newStep(cfg, a, m, d.Logger, d.Now, o.bufferSize)
+	if err != nil {
+		return nil, err
+	}
+	st.artifacts = o.artifacts
+	return st, nil
 }
 
 // newStep is the step of agents a, with its metrics, logger, clock and
@@ -230,6 +238,14 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		return bridge.Result{}, fmt.Errorf("start request: %w", err)
 	}
 	if st.Decided {
+		// A crash between the commit and the publication of its
+		// artifacts left them staged: the committed manifest is
+		// published again (which makes no second version).
+		if st.Committed.N > 0 {
+			if _, err := publishArtifacts(ctx, s.artifacts, store, id, req.RequestID, nil, true); err != nil {
+				return bridge.Result{}, err
+			}
+		}
 		// A crash between the end and the journal's delete left it.
 		s.dropJournal(ctx, store, id, req.RequestID, s.ownerOf(sr), st.Steps, log)
 		log.Info("duplicate request", slog.Int64("turn", st.Committed.N), slog.String("status", string(st.Committed.Status)))
@@ -273,7 +289,14 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 	// turn's commit keeps the changes.
 	state := newState(id, st.State, store)
 	ctx = withState(ctx, state)
-	turn := &stateTurn{Pending: pending, state: state, agent: st.State.Agent, id: id, requestID: req.RequestID, question: req.Content}
+	// The run's artifact saves (ArtifactsFromContext) are staged, and
+	// the turn's commit keeps their manifest (artifact.go).
+	arts := newArtifacts(id, s.artifacts)
+	if arts != nil {
+		ctx = withArtifacts(ctx, arts)
+	}
+	turn := &stateTurn{Pending: pending, state: state, agent: st.State.Agent,
+		arts: arts, artifacts: s.artifacts, store: store, id: id, requestID: req.RequestID, question: req.Content}
 	if s.agents.memory != nil {
 		// Tools search the run's user's memories (MemoryFromContext);
 		// the commit's turn is remembered after the run (rememberTurn).

@@ -81,7 +81,7 @@ func (w *Worker) run(ctx context.Context, log *slog.Logger, reg *prometheus.Regi
 		Logger:  log, Registry: reg,
 		Open: func(ctx context.Context, op *server.Opened) (server.Parts, error) {
 			checks := []server.Check{{Name: "kafka", Fn: func(ctx context.Context) error { return topic.Ping(ctx, c.Brokers) }}}
-			store := o.store
+			store, artifacts := o.store, o.artifacts
 			if store == nil {
 				conn, err := mongodial.Dial(c.MongoURI, c.MongoDB, c.MongoPool)
 				if err != nil {
@@ -93,6 +93,11 @@ func (w *Worker) run(ctx context.Context, log *slog.Logger, reg *prometheus.Regi
 					return server.Parts{}, fmt.Errorf("open history store: %w", err)
 				}
 				store = ms
+				if o.artifacts == nil {
+					if artifacts, err = history.NewMongoArtifacts(conn.DB, history.ArtifactConfig{}); err != nil {
+						return server.Parts{}, fmt.Errorf("open artifacts: %w", err)
+					}
+				}
 				checks = append(checks, server.Check{Name: "mongo", Fn: conn.Ping})
 				if o.memory == nil && c.Memory != "" {
 					search, _ := memorySearch(c.Memory) // Validate checked it
@@ -107,7 +112,7 @@ func (w *Worker) run(ctx context.Context, log *slog.Logger, reg *prometheus.Regi
 			if err != nil {
 				return server.Parts{}, err
 			}
-			d.Store, d.Registerer, d.Logger, d.Tracing, d.Ready = store, reg, log, op.Tracing, o.ready
+			d.Store, d.Artifacts, d.Registerer, d.Logger, d.Tracing, d.Ready = store, artifacts, reg, log, op.Tracing, o.ready
 			cons, err := newConsumer(c, d)
 			if err != nil {
 				return server.Parts{}, err

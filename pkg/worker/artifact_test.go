@@ -1,0 +1,235 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/eino/adk"
+	"github.com/cloudwego/eino/components/model"
+	"github.com/cloudwego/eino/components/tool"
+	"github.com/cloudwego/eino/compose"
+	"github.com/cloudwego/eino/schema"
+
+	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
+	"github.com/turnpike-dev/turnpike/pkg/worker"
+)
+
+// saveTool saves "chart.png" with the content of its n-th call ("png n")
+// and reports whether the save was already readable in the run.
+type saveTool struct{ calls *atomic.Int32 }
+
+func (s saveTool) Info(context.Context) (*schema.ToolInfo, error) {
+	return &schema.ToolInfo{Name: "save", Desc: "saves a chart"}, nil
+}
+
+func (s saveTool) InvokableRun(ctx context.Context, _ string, _ ...tool.Option) (string, error) {
+	n := s.calls.Add(1)
+	a := worker.ArtifactsFromContext(ctx)
+	if err := a.Save(ctx, "chart.png", "image/png", []byte(fmt.Sprintf("png %d", n))); err != nil {
+		return "", err
+	}
+	list, err := a.List(ctx)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("saved, %d visible", len(list)), nil
+}
+
+func artifactStep(t *testing.T, svc history.ArtifactService, calls *atomic.Int32, say func(string) string) *worker.Step {
+	t.Helper()
+	return newStep(t, stepConfig(), worker.WithArtifacts(svc), worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		return toolAgent(ctx, toolThenSay("save", say), saveTool{calls: calls})
+	}))
+}
+
+func expectVersions(t *testing.T, ctx context.Context, svc history.ArtifactService, id events.Identity, want ...string) {
+	t.Helper()
+	for v, w := range want {
+		_, data, err := svc.OpenArtifact(ctx, id, "chart.png", v+1)
+		if err != nil || string(data) != w {
+			t.Fatalf("version %d = %q, %v; want %q", v+1, data, err, w)
+		}
+	}
+	if a, _, err := svc.OpenArtifact(ctx, id, "chart.png", len(want)+1); !errors.Is(err, history.ErrNotFound) {
+		t.Fatalf("version %d = %+v, %v; want none", len(want)+1, a, err)
+	}
+}
+
+// A tool's save is not visible during its run, is version 1 once the turn
+// commits, and the next run's save is version 2 with version 1 kept.
+func TestAToolsSaveIsPublishedByTheTurnsCommit(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	svc := history.NewMemoryArtifacts(history.ArtifactLimits{})
+	var calls atomic.Int32
+	step := artifactStep(t, svc, &calls, echoResult)
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "charts"}
+	res, err := step.Run(ctx, stepRequest(id, "r1", "chart"), store, newRecordingSink())
+	if err != nil || res.Answer != "said saved, 0 visible" {
+		t.Fatalf("run 1: %+v, %v; want the save invisible during the run", res, err)
+	}
+	expectVersions(t, ctx, svc, id, "png 1")
+	if res, err := step.Run(ctx, stepRequest(id, "r2", "chart"), store, newRecordingSink()); err != nil || res.Answer != "said saved, 1 visible" {
+		t.Fatalf("run 2: %+v, %v", res, err)
+	}
+	expectVersions(t, ctx, svc, id, "png 1", "png 2")
+	if got := worker.ArtifactsFromContext(ctx); got != nil {
+		t.Fatalf("ArtifactsFromContext outside a run = %v", got)
+	}
+	if err := (*worker.Artifacts)(nil).Save(ctx, "a", "text/plain", nil); !errors.Is(err, worker.ErrNoArtifacts) {
+		t.Fatalf("Save on nil = %v", err)
+	}
+}
+
+// A run that persists nothing (its answer is empty: discarded) publishes
+// nothing, and its staged content is swept.
+func TestASaveOfARunThatPersistedNothingIsNeverVisible(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	svc := history.NewMemoryArtifacts(history.ArtifactLimits{})
+	var calls atomic.Int32
+	step := artifactStep(t, svc, &calls, func(string) string { return "" })
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "lost"}
+	res, err := step.Run(ctx, stepRequest(id, "r1", "chart"), history.NewMemoryStore(), newRecordingSink())
+	if err != nil || res.Status != events.StatusDiscarded || calls.Load() != 1 {
+		t.Fatalf("run: %+v, %v (%d saves); want discarded after a save", res, err, calls.Load())
+	}
+	expectVersions(t, ctx, svc, id)
+	if n, err := svc.SweepArtifacts(ctx, time.Now().Add(time.Hour)); n != 1 || err != nil {
+		t.Fatalf("sweep = %d, %v; want the staged save", n, err)
+	}
+}
+
+// failingPublish fails its first Publish after the turn's commit (a crash
+// between the commit and the publication).
+type failingPublish struct {
+	history.ArtifactService
+	failed atomic.Bool
+}
+
+func (f *failingPublish) Publish(ctx context.Context, id events.Identity, tokens []string) ([]history.Artifact, error) {
+	if f.failed.CompareAndSwap(false, true) {
+		return nil, errors.New("store down")
+	}
+	return f.ArtifactService.Publish(ctx, id, tokens)
+}
+
+// A request delivered again after its turn committed (whether its
+// artifacts were published or not) publishes the committed manifest: one
+// version, the committed run's, never a second.
+func TestARedeliveredRequestPublishesItsCommittedSavesOnce(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	svc := &failingPublish{ArtifactService: history.NewMemoryArtifacts(history.ArtifactLimits{})}
+	var calls atomic.Int32
+	step := artifactStep(t, svc, &calls, echoResult)
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "again"}
+	req := stepRequest(id, "r1", "chart")
+	if _, err := step.Run(ctx, req, store, newRecordingSink()); err == nil {
+		t.Fatal("the run whose publication failed succeeded")
+	}
+	if c, found, err := store.Lookup(ctx, id, "r1"); err != nil || !found || c.N != 1 {
+		t.Fatalf("the turn: %+v, %v, %v; want committed", c, found, err)
+	}
+	expectVersions(t, ctx, svc, id)
+	for i := range 2 {
+		res, err := step.Run(ctx, req, store, newRecordingSink())
+		if err != nil || !res.Committed.Duplicate {
+			t.Fatalf("redelivery %d: %+v, %v; want a duplicate", i+1, res, err)
+		}
+		expectVersions(t, ctx, svc, id, "png 1")
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("the tool ran %d times", calls.Load())
+	}
+}
+
+// crashingModel calls tool "save" and, in the run that has crash set,
+// crashes (cancels the run and waits for it to end) when the tool's
+// result comes back: after the tool's step is journaled.
+type crashingModel struct {
+	mu    sync.Mutex
+	crash func()
+}
+
+func (m *crashingModel) reply(ctx context.Context, in []*schema.Message) (*schema.Message, error) {
+	if lastOf(in).Role != schema.Tool {
+		return call("save", `{}`), nil
+	}
+	m.mu.Lock()
+	crash := m.crash
+	m.crash = nil
+	m.mu.Unlock()
+	if crash != nil {
+		crash()
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return schema.AssistantMessage("done: "+lastOf(in).Content, nil), nil
+}
+
+func (m *crashingModel) Generate(ctx context.Context, in []*schema.Message, _ ...model.Option) (*schema.Message, error) {
+	out, err := m.reply(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	out.ResponseMeta = &schema.ResponseMeta{FinishReason: "stop"}
+	return out, nil
+}
+
+func (m *crashingModel) Stream(ctx context.Context, in []*schema.Message, _ ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	out, err := m.Generate(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	return schema.StreamReaderFromArray([]*schema.Message{out}), nil
+}
+
+func (m *crashingModel) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	return m, nil
+}
+
+// In a durable run, a save made by a tool call that the re-run answers
+// from the journal (the tool does not run again) is still committed and
+// published, once.
+func TestASaveOfAJournaledToolCallIsCommittedByTheReRun(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	svc := history.NewMemoryArtifacts(history.ArtifactLimits{})
+	var calls atomic.Int32
+	m := &crashingModel{}
+	step := newStep(t, stepConfig(), worker.WithArtifacts(svc), worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+		return adk.NewChatModelAgent(ctx, worker.Durable(&adk.ChatModelAgentConfig{Name: "assistant", Description: "charts", Model: m,
+			ToolsConfig: adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: []tool.BaseTool{saveTool{calls: &calls}}}}}))
+	}))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "durable"}
+	req := stepRequest(id, "r1", "chart")
+	firstCtx, crash := context.WithCancel(ctx)
+	m.mu.Lock()
+	m.crash = crash
+	m.mu.Unlock()
+	if _, err := step.Run(firstCtx, req, store, newRecordingSink()); !errors.Is(err, bridge.ErrAborted) {
+		t.Fatalf("the first run = %v, want aborted by the crash", err)
+	}
+	expectVersions(t, ctx, svc, id)
+	res, err := step.Run(ctx, req, store, newRecordingSink())
+	if err != nil || res.Status != events.StatusComplete || !strings.HasPrefix(res.Answer, "done: saved") {
+		t.Fatalf("the re-run: %+v, %v", res, err)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("the tool ran %d times, want once (replayed from the journal)", calls.Load())
+	}
+	expectVersions(t, ctx, svc, id, "png 1")
+}
