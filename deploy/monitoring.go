@@ -4,21 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"slices"
 	"strings"
 
-	pmodel "github.com/prometheus/common/model"
-	"github.com/prometheus/prometheus/model/rulefmt"
-	"github.com/prometheus/prometheus/promql/parser"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 )
 
 // PrometheusRule is the Prometheus Operator's PrometheusRule
 // (monitoring.coreos.com/v1): groups of alerting and recording rules in
-// Prometheus's rule file format. Validate checks them as `promtool check
-// rules` does.
+// Prometheus's rule file format.
 type PrometheusRule struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata"`
@@ -50,19 +43,26 @@ type Rule struct {
 	Annotations   map[string]string `json:"annotations,omitempty"`
 }
 
-// promqlParser parses PromQL as Prometheus does by default.
-func promqlParser() parser.Parser { return parser.NewParser(parser.Options{}) }
-
-// Validate parses the groups with Prometheus's own rule loader
-// (model/rulefmt, what `promtool check rules` runs): every expression is
-// valid PromQL, every rule is an alert or a record with a valid name, the
-// groups' names are unique, templates in labels and annotations parse.
+// Validate checks the rules' shape: each group named, each rule an alert
+// or a record (not both) with an expression. The expressions' PromQL and
+// the templates are checked by Prometheus's own rule loader in the
+// deploy/promcheck module (kept out of this one so that Prometheus's
+// dependencies stay out of the workspace the root module builds in).
 func (r *PrometheusRule) Validate() error {
-	y, err := yaml.Marshal(r.Spec)
-	if err != nil {
-		return fmt.Errorf("spec: %w", err)
+	var errs []error
+	for i, g := range r.Spec.Groups {
+		if g.Name == "" {
+			errs = append(errs, fmt.Errorf("spec.groups[%d]: no name", i))
+		}
+		for j, rule := range g.Rules {
+			if (rule.Alert == "") == (rule.Record == "") {
+				errs = append(errs, fmt.Errorf("group %q rule %d: one of alert and record is required", g.Name, j))
+			}
+			if strings.TrimSpace(rule.Expr) == "" {
+				errs = append(errs, fmt.Errorf("group %q rule %d: no expr", g.Name, j))
+			}
+		}
 	}
-	_, errs := rulefmt.Parse(y, false, pmodel.LegacyValidation, promqlParser(), slog.New(slog.DiscardHandler))
 	return errors.Join(errs...)
 }
 
@@ -126,41 +126,4 @@ func DashboardQueries(dashboard []byte) ([]string, error) {
 	}
 	walk(d.Panels)
 	return out, errors.Join(errs...)
-}
-
-// MetricNames parses each expression as PromQL and returns the metric
-// names its selectors read, sorted and without duplicates. A selector
-// without a literal name (only a regular expression on __name__, or no
-// name) is an error: its metrics could not be checked.
-func MetricNames(exprs ...string) ([]string, error) {
-	p := promqlParser()
-	var names []string
-	var errs []error
-	for _, e := range exprs {
-		ast, err := p.ParseExpr(e)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%q: %w", e, err))
-			continue
-		}
-		parser.Inspect(ast, func(n parser.Node, _ []parser.Node) error {
-			vs, ok := n.(*parser.VectorSelector)
-			if !ok {
-				return nil
-			}
-			name := vs.Name
-			for _, m := range vs.LabelMatchers {
-				if m.Name == pmodel.MetricNameLabel && m.Type.String() == "=" {
-					name = m.Value
-				}
-			}
-			if name == "" {
-				errs = append(errs, fmt.Errorf("%q: selector %s names no metric", e, vs))
-				return nil
-			}
-			names = append(names, name)
-			return nil
-		})
-	}
-	slices.Sort(names)
-	return slices.Compact(names), errors.Join(errs...)
 }

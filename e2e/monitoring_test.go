@@ -16,9 +16,9 @@ import (
 )
 
 // monitoringMetricsFile lists every metric the Grafana dashboard and the
-// PrometheusRule read; deploy's TestTheMonitoringMetricsListIsCurrent
+// PrometheusRule read; deploy/promcheck's TestTheMetricsListIsCurrent
 // keeps it equal to the names their PromQL parses to.
-var monitoringMetricsFile = filepath.Join("..", "deploy", "monitoring-metrics.txt")
+var monitoringMetricsFile = filepath.Join("..", "deploy", "promcheck", "metrics.txt")
 
 // Every metric the dashboard and the alerts read exists on a running
 // stack's /metrics (docs/deploy.md "Monitoring"), once a turn has run and
