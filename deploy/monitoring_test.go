@@ -16,7 +16,7 @@ import (
 const (
 	dashboardFile      = "k8s/base/grafana/turnpike.json"
 	dashboardConfigMap = "turnpike-grafana-dashboard"
-	runbookPrefix         = "https://github.com/turnpike-dev/turnpike/blob/main/docs/deploy.md#"
+	runbookPrefix      = "https://github.com/turnpike-dev/turnpike/blob/main/docs/deploy.md#"
 )
 
 // The dashboard ships in every build as the ConfigMap Grafana's sidecar
