@@ -78,6 +78,8 @@ func newTyped(apiVersion, kind string) (metav1.Object, bool) {
 		return &ScaledObject{}, true
 	case "external-secrets.io/v1 ExternalSecret":
 		return &ExternalSecret{}, true
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		return &PrometheusRule{}, true
 	}
 	return nil, false
 }

@@ -62,10 +62,22 @@ type Check struct {
 // CheckTimeout bounds each readiness check.
 const CheckTimeout = 2 * time.Second
 
+// ReadyCheckMetric is the gauge /metrics adds to g's series: per check
+// (label check), 1 when it passed at the last /readyz, 0 when it failed.
+// A check has no series until /readyz first runs it (in Kubernetes the
+// kubelet's readiness probe does, every period).
+const ReadyCheckMetric = "turnpike_ready_check_up"
+
 // HandleOps registers /healthz (the process is alive), /readyz (every check
 // passes, each within CheckTimeout; the checks run concurrently) and /metrics
-// (Prometheus, from g) on mux. None of them needs auth.
+// (Prometheus, from g, with ReadyCheckMetric) on mux. None of them needs
+// auth.
 func HandleOps(mux *http.ServeMux, g prometheus.Gatherer, checks ...Check) {
+	up := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: ReadyCheckMetric, Help: "1 when the readiness check (label check: kafka, mongo) passed at the last /readyz, 0 when it failed.",
+	}, []string{"check"})
+	ready := prometheus.NewRegistry()
+	ready.MustRegister(up)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -85,9 +97,11 @@ func HandleOps(mux *http.ServeMux, g prometheus.Gatherer, checks ...Check) {
 		for i, c := range checks {
 			if errs[i] != nil {
 				status[c.Name] = errs[i].Error()
+				up.WithLabelValues(c.Name).Set(0)
 				ok = false
 				continue
 			}
+			up.WithLabelValues(c.Name).Set(1)
 			status[c.Name] = "ok"
 		}
 		if !ok {
@@ -97,7 +111,7 @@ func HandleOps(mux *http.ServeMux, g prometheus.Gatherer, checks ...Check) {
 		}
 		WriteJSON(w, http.StatusOK, map[string]any{"status": "ok", "checks": status})
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{g, ready}, promhttp.HandlerOpts{}))
 	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
 		mux.Handle(p, MethodNotAllowed("GET, HEAD"))
 	}

@@ -436,3 +436,44 @@ func TestServeReportsAListenerFailure(t *testing.T) {
 		t.Fatal("Serve did not return after its listener failed")
 	}
 }
+
+// /metrics carries each readiness check's result at the last /readyz
+// (turnpike_ready_check_up{check}, docs/api.md "Health and metrics"): no
+// series before a probe, then 1 for a passing check and 0 for a failing
+// one, following the check when it changes.
+func TestMetricsCarryEachReadinessChecksLastResult(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	var mongoDown atomic.Bool
+	mongoDown.Store(true)
+	srv := opsServer(t,
+		server.Check{Name: "kafka", Fn: func(context.Context) error { return nil }},
+		server.Check{Name: "mongo", Fn: func(context.Context) error {
+			if mongoDown.Load() {
+				return errors.New("down")
+			}
+			return nil
+		}})
+	if _, body := get(t, ctx, srv.URL+"/metrics"); strings.Contains(string(body), server.ReadyCheckMetric) {
+		t.Errorf("/metrics before any /readyz has %s:\n%s", server.ReadyCheckMetric, body)
+	}
+	for _, want := range []struct {
+		mongoDown bool
+		lines     []string
+	}{
+		{true, []string{`turnpike_ready_check_up{check="kafka"} 1`, `turnpike_ready_check_up{check="mongo"} 0`}},
+		{false, []string{`turnpike_ready_check_up{check="kafka"} 1`, `turnpike_ready_check_up{check="mongo"} 1`}},
+	} {
+		mongoDown.Store(want.mongoDown)
+		get(t, ctx, srv.URL+"/readyz")
+		_, body := get(t, ctx, srv.URL+"/metrics")
+		for _, l := range want.lines {
+			if !strings.Contains(string(body), l+"\n") {
+				t.Errorf("mongo down %v: /metrics lacks %q:\n%s", want.mongoDown, l, body)
+			}
+		}
+		if !strings.Contains(string(body), "turnpike_test_things_total 3") {
+			t.Errorf("/metrics lacks the registry's own counter:\n%s", body)
+		}
+	}
+}

@@ -37,6 +37,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Request records that could not be written to Kafka (answered 503).",
 		}),
 	}
+	// Every limit's series exists from the start, so that a rate over it
+	// (a dashboard's, an alert's) reads 0 before the first refusal.
+	for _, l := range []string{"rate", "queued"} {
+		m.limited.WithLabelValues(l)
+	}
 	if reg == nil {
 		return m, nil
 	}

@@ -225,7 +225,7 @@ func (w *consumer) Run(ctx context.Context) error {
 	if err := topic.Ensure(ctx, w.cfg.Brokers, topic.StreamPartitions(w.cfg.Partitions, w.cfg.StreamPartitions), w.topics.Stream); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	w.stream = newStreamWriter(w.cfg.Brokers, w.topics.Stream, w.cfg.StreamBatchTimeout, w.metrics.streamWrite, w.metrics.firstTokenWrite)
+	w.stream = newStreamWriter(w.cfg.Brokers, w.topics.Stream, w.cfg.StreamBatchTimeout, w.metrics.streamWrite, w.metrics.firstTokenWrite, w.metrics.timeToFirstToken)
 	w.dlq = newDeadLetters(w.cfg.Brokers, w.topics.DLQ)
 	w.mover = newMover(w.cfg.Brokers, w.topics.Requests)
 	w.control = newControlChannel(w)

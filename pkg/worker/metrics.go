@@ -32,6 +32,9 @@ type metrics struct {
 	fetchLag        prometheus.Histogram
 	startDelay      prometheus.Histogram
 	firstTokenWrite prometheus.Histogram
+	// The time to first token: the request record's Kafka timestamp to
+	// its run's first token record acknowledged.
+	timeToFirstToken prometheus.Histogram
 	// The step journal of durable runs.
 	journalSteps       *prometheus.CounterVec
 	journalSkipped     *prometheus.CounterVec
@@ -44,6 +47,10 @@ type metrics struct {
 // stageBuckets are the buckets of the turn-stage histograms: 0.5 ms to
 // about 16 s, doubling.
 var stageBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
+
+// ttftBuckets are the buckets of the time to first token, with bounds at
+// round objectives (1, 2, 5, 10 s) for error budgets over the histogram.
+var ttftBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60}
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
@@ -124,6 +131,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "turnpike_worker_first_token_write_seconds", Help: "From a run's first token event's emission to the broker's acknowledgement of its stream record.",
 			Buckets: stageBuckets,
 		}),
+		timeToFirstToken: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "turnpike_worker_time_to_first_token_seconds", Help: "From a request record's Kafka timestamp (its producer's clock) to the broker's acknowledgement of its run's first token record (includes clock skew between hosts).",
+			Buckets: ttftBuckets,
+		}),
 		journalSteps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "turnpike_worker_journal_steps_total", Help: "Steps of durable runs, by kind (model, tool) and result (recorded: written to the journal; replayed: answered from it without calling the model or running the tool).",
 		}, []string{"kind", "result"}),
@@ -142,7 +153,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.completionsDropped, m.lag, m.streamWrite, m.cancelled, m.fenced, m.committed, m.running, m.peakInflight, m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds,
-		m.tokens, m.transfers, m.interrupts, m.resumes, m.compactions, m.moved, m.fetchLag, m.startDelay, m.firstTokenWrite,
+		m.tokens, m.transfers, m.interrupts, m.resumes, m.compactions, m.moved, m.fetchLag, m.startDelay, m.firstTokenWrite, m.timeToFirstToken,
 		m.journalSteps, m.journalSkipped, m.journalDivergences, m.journalSwept, m.memory} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)

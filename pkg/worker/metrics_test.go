@@ -40,6 +40,7 @@ func TestTheWorkersTurnStagesAreObservedOncePerRecordAgentAndRun(t *testing.T) {
 		{"turnpike_worker_fetch_lag_seconds", 3},
 		{"turnpike_worker_start_delay_seconds", 2},
 		{"turnpike_worker_first_token_write_seconds", 2},
+		{"turnpike_worker_time_to_first_token_seconds", 2},
 	} {
 		if got := histogramCount(t, reg, c.name); got != c.want {
 			t.Errorf("%s counts %d samples, want %d", c.name, got, c.want)

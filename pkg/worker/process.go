@@ -103,7 +103,7 @@ func (w *consumer) complete(genCtx context.Context, e *entry, status events.Stat
 // completed emits run.completed for a request that ended without a run of
 // its own, and tells ingest it ended.
 func (w *consumer) completed(ctx context.Context, id events.Identity, requestID string, status events.Status) error {
-	sink := w.stream.run(w.tracing.KafkaHeaders(ctx))
+	sink := w.stream.run(w.tracing.KafkaHeaders(ctx), time.Time{})
 	if err := bridge.NewEmitter(sink, id, requestID, newRunID(), w.now).Completed(ctx, status); err != nil {
 		return err
 	}
@@ -207,7 +207,7 @@ func (w *consumer) run(genCtx, ctx context.Context, m kafka.Message, req events.
 	src := history.Source{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Time: m.Time}
 	ar := w.active.register(id.Key(), req.RequestID, src, origin(m))
 	defer w.active.unregister(id.Key(), ar)
-	sink := w.stream.run(w.tracing.KafkaHeaders(ctx))
+	sink := w.stream.run(w.tracing.KafkaHeaders(ctx), m.Time)
 	res, err := w.step.run(ctx, req, w.store, sink, stepRun{
 		source: &src,
 		cancelled: func(ctx context.Context) (bool, error) {

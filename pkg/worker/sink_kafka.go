@@ -37,10 +37,14 @@ type streamWriter struct {
 	// event, the time from its first token event's emission (the event's
 	// ts) to the acknowledgement of its record.
 	firstToken prometheus.Observer
+	// ttft observes, for each run that emits a token event and whose
+	// request record's time is known, the time from that record's Kafka
+	// timestamp to the acknowledgement of the run's first token record.
+	ttft prometheus.Observer
 }
 
-func newStreamWriter(brokers []string, streamTopic string, batchTimeout time.Duration, written, firstToken prometheus.Observer) *streamWriter {
-	s := &streamWriter{w: topic.StreamWriter(brokers, streamTopic, batchTimeout), written: written, firstToken: firstToken}
+func newStreamWriter(brokers []string, streamTopic string, batchTimeout time.Duration, written, firstToken, ttft prometheus.Observer) *streamWriter {
+	s := &streamWriter{w: topic.StreamWriter(brokers, streamTopic, batchTimeout), written: written, firstToken: firstToken, ttft: ttft}
 	s.w.Async = true
 	s.w.Completion = func(msgs []kafka.Message, err error) {
 		now := time.Now()
@@ -49,6 +53,9 @@ func newStreamWriter(brokers []string, streamTopic string, batchTimeout time.Dur
 				s.written.Observe(now.Sub(pe.at).Seconds())
 				if pe.firstToken != 0 && err == nil {
 					s.firstToken.Observe(max(0, now.Sub(time.Unix(0, pe.firstToken)).Seconds()))
+					if !pe.rs.requested.IsZero() {
+						s.ttft.Observe(max(0, now.Sub(pe.rs.requested).Seconds()))
+					}
 				}
 				pe.rs.acked(err)
 			}
@@ -67,9 +74,10 @@ type pendingEvent struct {
 }
 
 // run returns the sink of one run's events; headers (trace context) go on
-// every event.
-func (s *streamWriter) run(headers []kafka.Header) *runSink {
-	return &runSink{w: s.w, window: make(chan struct{}, runWindow), headers: headers}
+// every event. requested is the Kafka timestamp of the run's request record
+// (the start of its time to first token), zero when the run has none.
+func (s *streamWriter) run(headers []kafka.Header, requested time.Time) *runSink {
+	return &runSink{w: s.w, window: make(chan struct{}, runWindow), headers: headers, requested: requested}
 }
 
 // Close flushes what is buffered and closes the writer.
@@ -81,6 +89,8 @@ func (s *streamWriter) Close() error { return s.w.Close() }
 type runSink struct {
 	w       *kafka.Writer
 	headers []kafka.Header
+	// requested is the request record's Kafka timestamp (zero: unknown).
+	requested time.Time
 	// The record key of the run's identity, built once: kafka-go only
 	// reads a message's Key, so every event of the run shares it.
 	keyOf   events.Identity

@@ -27,7 +27,7 @@ type sinkFixture struct {
 	w       *streamWriter
 	id      events.Identity
 	// The writer's histograms: every event's write, each run's first token's.
-	written, firstToken prometheus.Histogram
+	written, firstToken, ttft prometheus.Histogram
 }
 
 func newSinkFixture(t *testing.T, ctx context.Context, hold func(p heldProduce) (kmsg.Response, bool)) *sinkFixture {
@@ -49,7 +49,8 @@ func newSinkFixture(t *testing.T, ctx context.Context, hold func(p heldProduce) 
 	})
 	f.written = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "stream_write_seconds"})
 	f.firstToken = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "first_token_write_seconds"})
-	f.w = newStreamWriter(f.brokers, f.stream, time.Millisecond, f.written, f.firstToken)
+	f.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "time_to_first_token_seconds", Buckets: ttftBuckets})
+	f.w = newStreamWriter(f.brokers, f.stream, time.Millisecond, f.written, f.firstToken, f.ttft)
 	t.Cleanup(func() { f.w.Close() })
 	return f
 }
@@ -111,7 +112,7 @@ func TestAStreamSinkKeepsARunsEventsInOrderWithAtMostTwoUnacknowledged(t *testin
 		return nil, false // then the broker writes it
 	})
 	headers := []kafka.Header{{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}}
-	rs := f.w.run(headers)
+	rs := f.w.run(headers, time.Time{})
 	for seq := int64(1); seq <= 2; seq++ { // the documented window
 		if err := rs.Emit(ctx, f.id, f.token(seq)); err != nil {
 			t.Fatalf("event %d: %v", seq, err)
@@ -166,7 +167,7 @@ func TestAStreamSinkFlushWaitsForEveryAcknowledgementAndReportsAFailure(t *testi
 		c.sleep(func() { waitOrEnd(t, answer) })
 		return c.refuse(), true
 	})
-	rs := f.w.run(nil)
+	rs := f.w.run(nil, time.Time{})
 	if err := rs.Emit(ctx, f.id, f.token(1)); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestAStreamSinkTimesOnlyTheFirstTokenEventOfEachRun(t *testing.T) {
 		{&events.RunStartedEvent{Meta: meta(1)}, f.token(2), f.token(3), f.token(4), &events.RunCompletedEvent{Meta: meta(5), Status: events.StatusComplete}},
 		{&events.RunStartedEvent{Meta: meta(1)}, &events.RunCompletedEvent{Meta: meta(2), Status: events.StatusDiscarded}},
 	} {
-		rs := f.w.run(nil)
+		rs := f.w.run(nil, time.Time{})
 		for _, e := range run {
 			if err := rs.Emit(ctx, f.id, e); err != nil {
 				t.Fatalf("event %d: %v", e.Header().Seq, err)
@@ -218,5 +219,49 @@ func TestAStreamSinkTimesOnlyTheFirstTokenEventOfEachRun(t *testing.T) {
 		if got := m.GetHistogram().GetSampleCount(); got != c.want {
 			t.Errorf("%s: %d samples, want %d", c.name, got, c.want)
 		}
+	}
+}
+
+// The time to first token (turnpike_worker_time_to_first_token_seconds,
+// docs/api.md "Health and metrics") runs from the request record's Kafka
+// timestamp, not from the token's emission: a run whose request was
+// stamped an hour ago counts one sample of at least an hour, a run
+// without a token event and a run without a request time (a completion
+// written for a request that never ran) none.
+func TestAStreamSinkTimesTheFirstTokenFromTheRequestRecord(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	f := newSinkFixture(t, ctx, func(heldProduce) (kmsg.Response, bool) { return nil, false })
+	meta := func(seq int64) events.Meta {
+		return events.Meta{Conversation: f.id.Conversation, RequestID: "r1", RunID: "run-1", Seq: seq, TS: time.Now().UnixNano()}
+	}
+	requested := time.Now().Add(-time.Hour)
+	for _, run := range []struct {
+		requested time.Time
+		events    []events.Event
+	}{
+		{requested, []events.Event{&events.RunStartedEvent{Meta: meta(1)}, f.token(2), f.token(3), &events.RunCompletedEvent{Meta: meta(4), Status: events.StatusComplete}}},
+		{requested, []events.Event{&events.RunStartedEvent{Meta: meta(1)}, &events.RunCompletedEvent{Meta: meta(2), Status: events.StatusDiscarded}}},
+		{time.Time{}, []events.Event{&events.RunStartedEvent{Meta: meta(1)}, f.token(2), &events.RunCompletedEvent{Meta: meta(3), Status: events.StatusComplete}}},
+	} {
+		rs := f.w.run(nil, run.requested)
+		for _, e := range run.events {
+			if err := rs.Emit(ctx, f.id, e); err != nil {
+				t.Fatalf("event %d: %v", e.Header().Seq, err)
+			}
+		}
+		if err := rs.Flush(); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+	}
+	var m dto.Metric
+	if err := f.ttft.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetHistogram().GetSampleCount(); got != 1 {
+		t.Errorf("time to first token: %d samples, want 1", got)
+	}
+	if got := m.GetHistogram().GetSampleSum(); got < time.Hour.Seconds() {
+		t.Errorf("time to first token: %v s, want at least an hour (from the request record's timestamp)", got)
 	}
 }
