@@ -16,10 +16,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/turnpike-dev/turnpike/internal/mongodial"
 	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/auth"
 	"github.com/turnpike-dev/turnpike/pkg/devstack"
 	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
 )
 
 // TestTheRunningStackMatchesThePublishedSpecs drives every route of
@@ -190,6 +192,72 @@ func TestTheRunningStackMatchesThePublishedSpecs(t *testing.T) {
 	want(do("POST", reset, bob, nil, `{"state":false,"agent":false}`), 400, "a reset of nothing")
 	want(do("POST", reset, bob, nil, `{"state":true,"memory":true}`), 400, "a reset of an unknown part")
 	want(do("GET", reset, bob, nil, ""), 405, "GET of reset")
+
+	// Artifacts: two committed versions of alice's c1 notes.txt (staged
+	// and published as a run's commit does), listed, read whole, by
+	// version, by range and revalidated, deleted; and the refusals,
+	// another user's included.
+	aconn, err := mongodial.Dial(st.MongoURI, st.cfg.Worker.MongoDB, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer aconn.Close()
+	arts, err := history.NewMongoArtifacts(aconn.DB, history.ArtifactConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aliceC1 := events.Identity{Tenant: auth.DefaultTenant, User: "alice", Conversation: "c1"}
+	for _, body := range []string{"first version", "second version, longer"} {
+		token, err := arts.Stage(ctx, aliceC1, history.ArtifactSave{Name: "notes.txt", MIME: "text/plain; charset=utf-8", Data: []byte(body)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := arts.Publish(ctx, aliceC1, []string{token}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	artsURL := ingest + "/v1/conversations/c1/artifacts"
+	notes := artsURL + "/notes.txt"
+	var listed struct {
+		Artifacts []struct {
+			Name    string `json:"name"`
+			Version int    `json:"version"`
+		} `json:"artifacts"`
+	}
+	if err := json.Unmarshal(want(do("GET", artsURL, tok, nil, ""), 200, "artifacts").body, &listed); err != nil ||
+		len(listed.Artifacts) != 1 || listed.Artifacts[0].Name != "notes.txt" || listed.Artifacts[0].Version != 2 {
+		t.Fatalf("the artifacts of c1: %+v (%v), want notes.txt version 2", listed, err)
+	}
+	if a := want(do("GET", artsURL, bob, nil, ""), 200, "another user's artifacts"); !strings.Contains(string(a.body), `"artifacts":[]`) {
+		t.Fatalf("bob lists %s, want none", a.body)
+	}
+	want(do("GET", artsURL, "", nil, ""), 401, "artifacts without a token")
+	want(do("GET", ingest+"/v1/conversations/c%21/artifacts", tok, nil, ""), 400, "artifacts of a bad conversation")
+	want(do("POST", artsURL, tok, nil, `{}`), 405, "POST of artifacts")
+	latest := want(do("GET", notes, tok, nil, ""), 200, "an artifact")
+	if string(latest.body) != "second version, longer" || latest.header.Get("X-Artifact-Version") != "2" {
+		t.Fatalf("the newest notes.txt: %q version %s, want the second", latest.body, latest.header.Get("X-Artifact-Version"))
+	}
+	if a := want(do("GET", notes+"?version=1", tok, nil, ""), 200, "version 1 of an artifact"); string(a.body) != "first version" {
+		t.Fatalf("version 1 of notes.txt: %q", a.body)
+	}
+	if a := want(do("GET", notes, tok, map[string]string{"Range": "bytes=0-5"}, ""), 206, "a range of an artifact"); string(a.body) != "second" {
+		t.Fatalf("bytes 0-5 of notes.txt: %q", a.body)
+	}
+	want(do("GET", notes, tok, map[string]string{"Range": "bytes=1000-2000"}, ""), 416, "a range beyond an artifact")
+	want(do("GET", notes, tok, map[string]string{"If-None-Match": latest.header.Get("ETag")}, ""), 304, "an artifact not modified")
+	want(do("GET", notes+"?version=0", tok, nil, ""), 400, "version 0 of an artifact")
+	want(do("GET", notes+"?version=3", tok, nil, ""), 404, "a version never saved")
+	want(do("GET", notes, bob, nil, ""), 404, "another user's artifact")
+	want(do("GET", artsURL+"/a%2Fnotes.txt", tok, nil, ""), 400, "an artifact name with an escaped slash")
+	want(do("GET", artsURL+"/..%2Fnotes.txt", tok, nil, ""), 404, "an artifact path out of canonical form")
+	want(do("GET", artsURL+"/a%00b", tok, nil, ""), 400, "an artifact name with NUL")
+	want(do("GET", notes, "", nil, ""), 401, "an artifact without a token")
+	want(do("PUT", notes, tok, nil, `{}`), 405, "PUT of an artifact")
+	want(do("DELETE", notes, bob, nil, ""), 404, "another user's DELETE of an artifact")
+	want(do("DELETE", notes, tok, nil, ""), 204, "DELETE of an artifact")
+	want(do("DELETE", notes, tok, nil, ""), 404, "DELETE of a deleted artifact")
+	want(do("GET", notes+"?version=1", tok, nil, ""), 404, "a deleted artifact")
 
 	// A WebSocket over the whole of c1: a failing run (a notice, an
 	// incomplete answer), a resume with nothing to resume (rejected, a
