@@ -52,3 +52,22 @@ func ExampleFollower_WaitTokens() {
 		t.Fatalf("run %v", run)
 	}
 }
+
+// A test of an agent with long-term memory served by the stack: the
+// worker configuration's Memory ("terms", on the embedded store) opens
+// the service, and worker.WithMemory(nil, …) turns injection on for a Go
+// agent. A turn's memory is searchable once the conversation's next turn
+// has run, so the test runs one before asking elsewhere.
+func ExampleStartConfig_memory() {
+	var t *testing.T // the test's
+	cfg := turnpiketest.Config()
+	cfg.Memory = "terms"
+	stack := turnpiketest.StartConfig(t, cfg, worker.WithAgentFactory(newAgent),
+		worker.WithMemory(nil, worker.MemoryConfig{Inject: true}))
+	c := stack.Client("alice")
+	f := c.Follow("a")
+	f.Run(c.Send("a", "My sister lives in Lisbon"))
+	f.Run(c.Send("a", "thanks")) // turn 1 is remembered before turn 2 runs
+	// A turn of conversation "b" now has turn 1 in its window, first, as
+	// one system message starting with worker.MemoryHeader.
+}
