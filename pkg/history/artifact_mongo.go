@@ -356,9 +356,11 @@ func (m *MongoArtifacts) OpenArtifact(ctx context.Context, id events.Identity, n
 }
 
 // DeleteArtifact implements ArtifactService: the name's versions (one
-// range query), then its staged saves, their chunks and the versions.
-// The staged saves go first, so a Publish of the name's tokens that
-// comes later (a redelivered request) finds nothing to publish.
+// range query) and its staged saves, published or not (one query), then
+// those staged saves, their chunks and the versions. The staged saves go
+// first, so a Publish of the name's tokens that comes later (a
+// redelivered request, or a run that saved before the delete and commits
+// after it) finds nothing to publish.
 func (m *MongoArtifacts) DeleteArtifact(ctx context.Context, id events.Identity, name string) error {
 	if err := validateRead("delete", id, name); err != nil {
 		return err
@@ -374,6 +376,22 @@ func (m *MongoArtifacts) DeleteArtifact(ctx context.Context, id events.Identity,
 	var staged, tokens bson.A
 	for _, d := range docs {
 		staged, tokens = append(staged, stagedID(d.Token)), append(tokens, d.Token)
+	}
+	// The staged saves not published yet: committed by a turn whose
+	// publish has not run, or of a run still going.
+	cur, err := m.arts.Find(ctx, bson.D{idRange("s#"), {Key: "scope", Value: scope}, {Key: "name", Value: name},
+		{Key: "pub", Value: bson.D{{Key: "$exists", Value: false}}}}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return fmt.Errorf("delete artifact %s: %w", name, err)
+	}
+	var pending []struct {
+		ID string `bson:"_id"`
+	}
+	if err := cur.All(ctx, &pending); err != nil {
+		return fmt.Errorf("delete artifact %s: %w", name, err)
+	}
+	for _, p := range pending {
+		staged, tokens = append(staged, p.ID), append(tokens, strings.TrimPrefix(p.ID, "s#"))
 	}
 	if _, err := m.arts.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: staged}}}}); err != nil {
 		return fmt.Errorf("delete artifact %s: %w", name, err)

@@ -293,12 +293,15 @@ func testArtifactDelete(t *testing.T, ctx context.Context, a history.ArtifactSer
 	t2 := stage(t, ctx, a, id, "r.pdf", "application/pdf", []byte("2"))
 	publish(t, ctx, a, id, t1, t2)
 	publish(t, ctx, a, id, stage(t, ctx, a, id, "keep.pdf", "application/pdf", []byte("k")))
+	// A save staged before the delete and not published yet (its turn
+	// committed, its publish not run) goes with the name.
+	t3 := stage(t, ctx, a, id, "r.pdf", "application/pdf", []byte("3"))
 	if err := a.DeleteArtifact(ctx, id, "r.pdf"); err != nil {
 		t.Fatalf("DeleteArtifact: %v", err)
 	}
 	expectArtifactNotFound(t, ctx, a, id, "r.pdf", 0)
 	expectArtifactNotFound(t, ctx, a, id, "r.pdf", 1)
-	if got := publish(t, ctx, a, id, t1, t2); len(got) != 0 {
+	if got := publish(t, ctx, a, id, t1, t2, t3); len(got) != 0 {
 		t.Fatalf("Publish after delete = %+v, want nothing", got)
 	}
 	expectArtifactNotFound(t, ctx, a, id, "r.pdf", 0)
