@@ -52,8 +52,9 @@ type artifactsCore struct {
 	id  events.Identity
 	svc history.ArtifactService
 
-	mu     sync.Mutex // guards tokens
-	tokens []string   // the run's manifest, in save order
+	mu      sync.Mutex // guards tokens and staging
+	tokens  []string   // the run's manifest, in save order
+	staging int        // Saves between their check of the limit and their add
 }
 
 // artifactRecord is the tokens of the saves one tool call made.
@@ -94,13 +95,22 @@ func (a *Artifacts) Save(ctx context.Context, name, mime string, data []byte) er
 	if a == nil {
 		return ErrNoArtifacts
 	}
+	// The slot is taken before the Stage, so that saves made in
+	// parallel (tool calls run concurrently) cannot pass the limit
+	// together: a manifest over it would make the turn's commit refused.
 	a.mu.Lock()
-	full := len(a.tokens) >= history.MaxArtifactsPerTurn
+	full := len(a.tokens)+a.staging >= history.MaxArtifactsPerTurn
+	if !full {
+		a.staging++
+	}
 	a.mu.Unlock()
 	if full {
 		return fmt.Errorf("save artifact %s: %w: %d saves in one run", name, history.ErrArtifactLimit, history.MaxArtifactsPerTurn)
 	}
 	token, err := a.svc.Stage(ctx, a.id, history.ArtifactSave{Name: name, MIME: mime, Data: data})
+	a.mu.Lock()
+	a.staging--
+	a.mu.Unlock()
 	if err != nil {
 		return err
 	}

@@ -233,3 +233,51 @@ func TestASaveOfAJournaledToolCallIsCommittedByTheReRun(t *testing.T) {
 	}
 	expectVersions(t, ctx, svc, id, "png 1")
 }
+
+// heldStage is an ArtifactService whose Stage reports its entry on
+// entered and waits for release.
+type heldStage struct {
+	history.ArtifactService
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h heldStage) Stage(ctx context.Context, id events.Identity, s history.ArtifactSave) (string, error) {
+	h.entered <- struct{}{}
+	<-h.release
+	return h.ArtifactService.Stage(ctx, id, s)
+}
+
+// Saves made in parallel (tool calls run concurrently) cannot pass the
+// per-run limit together: the limit's slots are taken before the Stage,
+// so that the turn's manifest never grows past what its commit accepts.
+func TestParallelSavesCannotPassTheRunsLimit(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, time.Minute)
+	h := heldStage{ArtifactService: history.NewMemoryArtifacts(history.ArtifactLimits{}),
+		entered: make(chan struct{}, history.MaxArtifactsPerTurn+1), release: make(chan struct{})}
+	a := worker.NewRunArtifacts(events.Identity{Tenant: "acme", User: "ann", Conversation: "c1"}, h)
+	errs := make(chan error, history.MaxArtifactsPerTurn)
+	for i := range history.MaxArtifactsPerTurn {
+		go func() { errs <- a.Save(ctx, fmt.Sprintf("f%d", i), "text/plain", []byte("x")) }()
+	}
+	for range history.MaxArtifactsPerTurn {
+		<-h.entered // every slot is staging
+	}
+	extra := make(chan error, 1)
+	go func() { extra <- a.Save(ctx, "one-too-many", "text/plain", []byte("x")) }()
+	select {
+	case err := <-extra:
+		if !errors.Is(err, history.ErrArtifactLimit) {
+			t.Fatalf("the save past the limit = %v, want ErrArtifactLimit", err)
+		}
+	case <-h.entered:
+		t.Fatal("a save past the limit was staged while the others were staging")
+	}
+	close(h.release)
+	for range history.MaxArtifactsPerTurn {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"net"
 	"time"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
 )
 
 // What the package's external tests reach of its insides.
@@ -63,3 +66,8 @@ func SetJournalSweeps(w *Consumer, ticks <-chan time.Time) { w.sweepTicks = tick
 
 // GoOptions are a Go agent's options, as Deps.Go takes them.
 func GoOptions(opts ...Option) *options { return collect(opts) }
+
+// NewRunArtifacts is newArtifacts: the artifact store of one run of id.
+func NewRunArtifacts(id events.Identity, svc history.ArtifactService) *Artifacts {
+	return newArtifacts(id, svc)
+}
