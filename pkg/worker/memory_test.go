@@ -264,3 +264,32 @@ func TestAgentFileMemoryIsCheckedAndNeedsAService(t *testing.T) {
 		}
 	}
 }
+
+// failingFlush is a sink whose Flush fails: the run's events did not all
+// reach the stream, so the request fails after its turn committed.
+type failingFlush struct{ *recordingSink }
+
+func (failingFlush) Flush() error { return errors.New("stream unreachable") }
+
+// A turn committed by a run that then fails (its events' flush, here) is
+// remembered all the same: its redelivery is a duplicate, which
+// remembers nothing.
+func TestMemoryOfATurnCommittedByARunThatFailedAfterTheCommit(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	mem := &countingMemory{MemoryService: history.NewInMemoryMemory()}
+	st := newStep(t, stepConfig(), worker.WithAgent(chatAgent(t, echoing())), worker.WithMemory(mem, worker.MemoryConfig{}))
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "alice", Conversation: "a"}
+	if _, err := st.Run(ctx, stepRequest(id, "r1", "remember the pelican"), store, failingFlush{newRecordingSink()}); err == nil {
+		t.Fatal("a run whose flush failed succeeded")
+	}
+	res, err := st.Run(ctx, stepRequest(id, "r1", "remember the pelican"), store, newRecordingSink())
+	if err != nil || !res.Committed.Duplicate {
+		t.Fatalf("redelivery = %+v, %v; want a duplicate", res, err)
+	}
+	hits, err := mem.Search(ctx, "acme", "alice", "pelican", 5)
+	if err != nil || len(hits) != 1 || hits[0].RequestID != "r1" {
+		t.Fatalf("Search = %+v, %v; want the turn of r1", hits, err)
+	}
+}

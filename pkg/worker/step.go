@@ -390,6 +390,12 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		err = ferr
 	}
 	if err != nil {
+		// The turn may be committed all the same (the sink's flush, the
+		// journal or the artifacts' publish failed after the commit):
+		// its redelivery is a duplicate that remembers nothing, so it
+		// is remembered now (turn.memory is set only by a commit that
+		// wrote the turn).
+		s.rememberTurn(ctx, turn.memory, log)
 		return res, fmt.Errorf("run %s: %w", runID, err)
 	}
 	if jr != nil && jr.exists() {
