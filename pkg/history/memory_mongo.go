@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -150,7 +151,10 @@ func (s *MongoMemory) Search(ctx context.Context, tenant, user, query string, li
 	)
 	switch s.search {
 	case MemorySearchText:
-		filter = bson.D{{Key: "tenant", Value: tenant}, {Key: "user", Value: user}, {Key: "$text", Value: bson.D{{Key: "$search", Value: query}}}}
+		// The query's words, not its text: $search reads quotes as a
+		// phrase and a leading '-' as a negation, which a user's message
+		// does not mean.
+		filter = bson.D{{Key: "tenant", Value: tenant}, {Key: "user", Value: user}, {Key: "$text", Value: bson.D{{Key: "$search", Value: strings.Join(q, " ")}}}}
 		score := bson.D{{Key: "$meta", Value: "textScore"}}
 		opts = options.Find().
 			SetProjection(bson.D{{Key: "terms", Value: 0}, {Key: "score", Value: score}}).

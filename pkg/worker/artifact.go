@@ -24,11 +24,12 @@ var ErrNoArtifacts = errors.New("no artifact service in this context: not a work
 // A Save stages the content at once (it is written to the artifact
 // service, invisible) and adds it to the run's manifest; the manifest is
 // committed with the run's turn, in its one document, and the saves are
-// published (each becomes its name's next version, readable, announced
-// by an artifact.saved event) right after the commit. A run that
+// published (each becomes its name's next version, readable) right after
+// the commit; no stream event announces it yet (docs/api.md). A run that
 // persists nothing (discarded, cancelled before content, fenced, aborted,
 // failed) publishes nothing: its staged content is never visible, and
-// the service's SweepArtifacts drops it. A redelivered request whose turn
+// the service's SweepArtifacts drops it when called (the worker does not
+// call it on a schedule yet). A redelivered request whose turn
 // is committed publishes the committed turn's manifest again, which makes
 // no second version; in a durable run a tool call answered from the
 // journal adds the saves it made in its first run to the manifest again,
@@ -193,7 +194,7 @@ func (a *Artifacts) replay(tokens []string) {
 // publishArtifacts publishes the manifest of the committed turn of
 // requestID: tokens when this run committed it, else the manifest the
 // store kept (a duplicate: the request's first commit). It returns the
-// published versions, for artifact.saved.
+// published versions.
 func publishArtifacts(ctx context.Context, svc history.ArtifactService, store history.Store, id events.Identity, requestID string, tokens []string, duplicate bool) ([]history.Artifact, error) {
 	if svc == nil {
 		return nil, nil

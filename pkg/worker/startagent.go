@@ -62,11 +62,10 @@ type stateTurn struct {
 	agent string // the active agent now
 
 	// arts is the run's artifacts (nil: none); artifacts, store, id and
-	// requestID publish them after the commit; published is what was.
+	// requestID publish them after the commit.
 	arts      *Artifacts
 	artifacts history.ArtifactService
 	store     history.Store
-	published []history.Artifact
 
 	// written is the change the commit wrote: set only once the turn is
 	// committed by this run (not a duplicate), for StateChanged.
@@ -107,7 +106,7 @@ func (t *stateTurn) CommitAnswer(ctx context.Context, a history.Answer) (history
 	if err == nil {
 		// The committed manifest's saves become readable: a failure
 		// fails the request, whose redelivery publishes them again.
-		if t.published, err = publishArtifacts(ctx, t.artifacts, t.store, t.id, t.requestID, a.Artifacts, c.Duplicate); err != nil {
+		if _, err = publishArtifacts(ctx, t.artifacts, t.store, t.id, t.requestID, a.Artifacts, c.Duplicate); err != nil {
 			return history.Committed{}, err
 		}
 	}
