@@ -140,17 +140,25 @@ func validateDelete(tenant, user, conversation string) error {
 	return nil
 }
 
-// memoryStopWords are words too common to search by (a subset of
+// isMemoryStopWord reports a word too common to search by (a subset of
 // MongoDB's English stop words).
-var memoryStopWords = func() map[string]bool {
-	m := map[string]bool{}
-	for _, w := range strings.Fields(`a an and are as at be but by for from has have he her his i if in into is it its
-		me my of on or our she so that the their them then there these they this to was we were what when where which who
-		will with you your do does did not no yes can`) {
-		m[w] = true
+func isMemoryStopWord(w string) bool {
+	switch w {
+	case "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "from", "has", "have", "he", "her", "his",
+		"i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "our", "she", "so", "that", "the",
+		"their", "them", "then", "there", "these", "they", "this", "to", "was", "we", "were", "what", "when", "where",
+		"which", "who", "will", "with", "you", "your", "do", "does", "did", "not", "no", "yes", "can":
+		return true
 	}
-	return m
-}()
+	return false
+}
+
+// memoryWords splits text into lower-cased runs of letters and digits.
+func memoryWords(text string) []string {
+	return strings.FieldsFunc(strings.ToLower(text), func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r)
+	})
+}
 
 // MemoryTerms is how the in-memory service and MongoMemory's term scan
 // split text into search terms: lower-cased runs of letters and digits,
@@ -159,10 +167,8 @@ var memoryStopWords = func() map[string]bool {
 func MemoryTerms(text string) []string {
 	seen := map[string]bool{}
 	var out []string
-	for _, f := range strings.FieldsFunc(strings.ToLower(text), func(r rune) bool {
-		return !unicode.IsLetter(r) && !unicode.IsDigit(r)
-	}) {
-		if memoryStopWords[f] || seen[f] {
+	for _, f := range memoryWords(text) {
+		if isMemoryStopWord(f) || seen[f] {
 			continue
 		}
 		seen[f] = true
@@ -186,9 +192,7 @@ func queryTerms(query string) []string {
 // repeating them above one that does not. 0 for no match.
 func termScore(q []string, m Memory) float64 {
 	counts := map[string]int{}
-	for _, f := range strings.FieldsFunc(strings.ToLower(m.Question+"\n"+m.Answer), func(r rune) bool {
-		return !unicode.IsLetter(r) && !unicode.IsDigit(r)
-	}) {
+	for _, f := range memoryWords(m.Question + "\n" + m.Answer) {
 		counts[f]++
 	}
 	var s float64
