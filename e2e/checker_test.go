@@ -25,7 +25,8 @@ import (
 // order, with its answer; each request completed at least once, every
 // completion with the status persisted, the last run of a request whole
 // (seqs 1…n, run.started to run.completed, or a lone run.completed
-// re-announcing a decided request), and nothing of a request after its
+// re-announcing a decided request, after the artifact.saved of its turn's
+// artifacts if any), and nothing of a request after its
 // last completion.
 //
 // It also counts the evidence that a fault exercised recovery: runs
@@ -241,6 +242,9 @@ type runTrace struct {
 	events    map[int64]string // the encoding of each seq's first occurrence
 	started   bool
 	completed bool
+	// others counts its events other than run.started, run.completed and
+	// artifact.saved: a re-announcement has none.
+	others int
 }
 
 // requestTrace is what the stream showed of one request.
@@ -317,6 +321,8 @@ func checkStream(v *verdict, recs []streamRecord, reqs map[string]persisted) {
 		run.seqs = append(run.seqs, h.Seq)
 		run.events[h.Seq] = enc
 		switch e := rec.ev.(type) {
+		case *events.ArtifactSavedEvent:
+			// A re-announcement announces its turn's artifacts again.
 		case *events.RunStartedEvent:
 			run.started = true
 		case *events.RunCompletedEvent:
@@ -327,6 +333,8 @@ func checkStream(v *verdict, recs []streamRecord, reqs map[string]persisted) {
 				v.conflicting++
 				v.note("%s run %s completed %s, persisted %s", h.RequestID, h.RunID, e.Status, want.status)
 			}
+		default:
+			run.others++
 		}
 	}
 	byConv := map[string][]string{}
@@ -349,8 +357,10 @@ func checkStream(v *verdict, recs []streamRecord, reqs map[string]persisted) {
 			}
 		}
 		final := tr.runs[tr.finalRun]
+		// A re-announcement of a decided request is a lone run.completed,
+		// after its turn's artifact.saved when it saved artifacts.
 		whole := final.seqs[0] == 1 && int64(len(final.seqs)) == final.maxSeq &&
-			(final.started || len(final.seqs) == 1) // a lone run.completed re-announces a decided request
+			(final.started || final.others == 0)
 		if !whole {
 			v.brokenRun++
 			v.note("%s: last run %s has seqs %v (started %v)", reqID, final.id, final.seqs, final.started)
@@ -447,6 +457,10 @@ func TestTheInvariantCheckerCountsEveryKindOfViolation(t *testing.T) {
 		{"A completion with another status than the persisted one conflicts.", cat(whole("r1", "a"), whole("r2", "b"), one(done("r2", "b2", 1, events.StatusFailed))),
 			verdict{conflicting: 1, redeliveries: 1}},
 		{"A gap in the last run breaks it.", cat(whole("r1", "a"), one(started("r2", "b", 1), done("r2", "b", 3, events.StatusComplete))), verdict{brokenRun: 1}},
+		{"A redelivery's completion after the artifact.saved of its turn passes.",
+			cat(whole("r1", "a"), one(&events.ArtifactSavedEvent{Meta: meta("r1", "a2", 1), Artifact: events.ArtifactInfo{Name: "chart.png", Version: 1, MIME: "image/png", Size: 3}},
+				done("r1", "a2", 2, events.StatusComplete)), whole("r2", "b")),
+			verdict{redeliveries: 1}},
 		{"A last run without its run.started breaks it.", cat(whole("r1", "a"), one(token("r2", "b", 1), done("r2", "b", 2, events.StatusComplete))), verdict{brokenRun: 1}},
 		{"An event after the last completion is counted.", cat(whole("r1", "a"), one(token("r1", "a0", 5)), whole("r2", "b")), verdict{afterFinal: 1}},
 		{"A re-run started after the request completed is counted (its first run is superseded).",

@@ -663,6 +663,8 @@ type stack struct {
 	// gates, if set, runs the agent on the echo model through them
 	// (stacktest.Gates): a test holds an answer mid-stream while it acts.
 	gates *stacktest.Gates
+	// opts are more worker options (an agent of the test's).
+	opts []worker.Option
 }
 
 func newStack(t *testing.T) *stack {
@@ -685,6 +687,7 @@ func (s *stack) start(t *testing.T, secret string) *devstack.Stack {
 	if s.gates != nil {
 		opts = append(opts, s.gates.Agent(cfg.Worker))
 	}
+	opts = append(opts, s.opts...)
 	s.running = stacktest.Start(t, cfg, opts...)
 	return s.running
 }

@@ -148,9 +148,10 @@ func render(index []byte, cfg Config) ([]byte, error) {
 }
 
 // contentSecurityPolicy allows the page's own files, its API on the same
-// origin, and WebSockets anywhere (the push gateway listens on another
-// port or host).
-const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+// origin, WebSockets anywhere (the push gateway listens on another port or
+// host), and blob: images: the artifacts it shows inline, whose bytes it
+// fetches with the token in the Authorization header.
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; " +
 	"connect-src 'self' ws: wss:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // ServeHTTP serves GET and HEAD of the page's files, revalidated on every

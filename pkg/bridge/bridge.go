@@ -76,6 +76,20 @@ type StateTurn interface {
 	StateChanged() (conversation, user []string)
 }
 
+// ArtifactTurn is a Turn whose commit publishes the artifacts the run's
+// tools saved (the worker's is). After a commit that succeeded, a
+// duplicate's included (a redelivery publishes the committed turn's
+// manifest again), the bridge emits one artifact.saved per version it
+// names, in order, right after the commit and before state.changed,
+// run.interrupted and run.completed; never before the commit, never when
+// the run persisted nothing or its commit failed.
+type ArtifactTurn interface {
+	Turn
+	// PublishedArtifacts is the versions the commit published, in save
+	// order: none before the commit.
+	PublishedArtifacts() []events.ArtifactInfo
+}
+
 // Skip tells an OnSkip observer what the bridge left out and why.
 type Skip struct {
 	Source Source
@@ -777,6 +791,13 @@ loop:
 		}
 		res.Committed = c
 		res.Status = c.Status // a duplicate reports the status first committed
+	}
+	// The commit published the run's artifacts (a duplicate's, the
+	// committed turn's): each version is announced, after the commit only.
+	if at, ok := r.run.Turn.(ArtifactTurn); ok && res.Committed.N > 0 {
+		for _, a := range at.PublishedArtifacts() {
+			emit(func() error { return r.emit.ArtifactSaved(ctx, a) })
+		}
 	}
 	// Only a turn this run wrote changed state: nothing for a run that
 	// persisted nothing, nor for a duplicate (the earlier run's turn, and

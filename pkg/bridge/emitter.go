@@ -126,3 +126,9 @@ func (e *Emitter) StateChanged(ctx context.Context, conversation, user []string)
 	ev.User = take(user)
 	return e.sink.Emit(ctx, e.id, ev)
 }
+
+// ArtifactSaved emits artifact.saved: a version of an artifact the run's
+// tools saved is published.
+func (e *Emitter) ArtifactSaved(ctx context.Context, a events.ArtifactInfo) error {
+	return e.sink.Emit(ctx, e.id, &events.ArtifactSavedEvent{Meta: e.meta(), Artifact: a})
+}

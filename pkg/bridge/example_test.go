@@ -64,3 +64,48 @@ func Example() {
 	// 6 run.completed complete
 	// persisted "echo #1: hello bridge" as turn 1 (complete), 2 messages
 }
+
+// publishingTurn is a pending turn whose commit publishes the files the
+// run saved (as the worker's does with its artifact service): an
+// ArtifactTurn.
+type publishingTurn struct {
+	*history.Pending
+	published []events.ArtifactInfo
+}
+
+func (t *publishingTurn) CommitAnswer(ctx context.Context, a history.Answer) (history.Committed, error) {
+	c, err := t.Pending.CommitAnswer(ctx, a)
+	if err == nil {
+		// Published once the turn is committed, never before.
+		t.published = []events.ArtifactInfo{{Name: "chart.png", Version: 1, MIME: "image/png", Size: 5120}}
+	}
+	return c, err
+}
+
+func (t *publishingTurn) PublishedArtifacts() []events.ArtifactInfo { return t.published }
+
+// A turn that publishes artifacts with its commit: the bridge announces
+// each published version with artifact.saved, after the commit and right
+// before run.completed.
+func ExampleArtifactTurn() {
+	ctx := context.Background()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "c1"}
+	model, _ := echo.New(echo.Config{})
+	agent, _ := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "assistant", Description: "echo", Model: model})
+	runner := adk.NewRunner(ctx, adk.RunnerConfig{Agent: agent, EnableStreaming: true})
+
+	turn := &publishingTurn{Pending: history.Begin(history.NewMemoryStore(), id, "req-1", "chart", time.Now())}
+	// MaxDeltaBytes 8 keeps each echoed word a token of its own.
+	b, _ := bridge.New(bridge.Config{Sink: printSink{}, MaxDeltaBytes: 8})
+	if _, err := b.Run(ctx, bridge.Run{Identity: id, RequestID: "req-1", RunID: "run-1", Turn: turn},
+		runner.Run(ctx, []adk.Message{schema.UserMessage("chart")})); err != nil {
+		fmt.Println("run failed:", err)
+	}
+	// Output:
+	// 1 run.started
+	// 2 token "echo "
+	// 3 token "#1: "
+	// 4 token "chart"
+	// 5 artifact.saved
+	// 6 run.completed complete
+}

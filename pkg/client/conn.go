@@ -186,11 +186,13 @@ var (
 		"type": true, "conversation": true, "request_id": true, "run_id": true, "seq": true, "ts": true,
 		"cursor": true, "delta": true, "agent": true, "role": true, "message": true, "status": true,
 		"from": true, "to": true, "usage": true, "interrupt": true, "keys": true, "truncated": true,
+		"artifact": true,
 	}
 	nestedMembers = map[string]map[string]bool{
 		"usage":     {"prompt_tokens": true, "completion_tokens": true, "total_tokens": true},
 		"interrupt": {"agent": true, "tool": true, "question": true},
 		"keys":      {"conversation": true, "user": true},
+		"artifact":  {"name": true, "version": true, "mime_type": true, "size": true},
 	}
 )
 
@@ -198,7 +200,7 @@ var (
 func knownType(t string) bool {
 	switch events.Type(t) {
 	case events.TypeRunStarted, events.TypeToken, events.TypeNotice, events.TypeRunCompleted,
-		events.TypeAgentTransfer, events.TypeRunInterrupted, events.TypeStateChanged:
+		events.TypeAgentTransfer, events.TypeRunInterrupted, events.TypeStateChanged, events.TypeArtifactSaved:
 		return true
 	}
 	return false

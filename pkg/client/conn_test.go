@@ -113,6 +113,7 @@ func everyEvent() []events.Event {
 		&events.AgentTransferEvent{Meta: m, From: "supervisor", To: "researcher"},
 		&events.RunInterruptedEvent{Meta: m, Interrupt: events.Interrupt{Agent: "assistant", Tool: "ask_user", Question: "Which one?"}},
 		&events.StateChangedEvent{Meta: m, Conversation: []string{"cart"}, User: []string{"language"}},
+		&events.ArtifactSavedEvent{Meta: m, Artifact: events.ArtifactInfo{Name: "chart.png", Version: 2, MIME: "image/png", Size: 5120}},
 		&events.RunCompletedEvent{Meta: m, Status: events.StatusComplete, Usage: &events.Usage{PromptTokens: 5, CompletionTokens: 7, TotalTokens: 12}},
 	}
 }
@@ -126,6 +127,7 @@ func withUnknownMembers(frame []byte) []byte {
 	s = strings.Replace(s, `"usage":{`, `"usage":{"cached_tokens":3,`, 1)
 	s = strings.Replace(s, `"interrupt":{`, `"interrupt":{"options":["a","b"],`, 1)
 	s = strings.Replace(s, `"keys":{`, `"keys":{"app":["x"],`, 1)
+	s = strings.Replace(s, `"artifact":{`, `"artifact":{"etag":"e1",`, 1)
 	return []byte(s)
 }
 

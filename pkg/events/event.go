@@ -27,6 +27,10 @@ const (
 	// the run's committed turn changed session state; it names the keys,
 	// never their values.
 	TypeStateChanged Type = "state.changed"
+	// TypeArtifactSaved extends the contract (docs/api.md
+	// "artifact.saved"): a tool of the run saved an artifact, and the
+	// version is now published (readable over HTTP).
+	TypeArtifactSaved Type = "artifact.saved"
 )
 
 // Status is how a request ended, carried by run.completed and by assistant
@@ -88,6 +92,12 @@ const (
 	// Truncated beyond it.
 	MaxStateChangedBytes = 16 << 10
 	maxMetaIDFields      = MaxIDLen
+	// MaxArtifactNameBytes bounds an artifact's name in artifact.saved
+	// ("user:" prefix included): history.MaxArtifactNameBytes is this.
+	MaxArtifactNameBytes = 128
+	// MaxArtifactMIMEBytes bounds an artifact's MIME type in
+	// artifact.saved: history.MaxArtifactMIMEBytes is this.
+	MaxArtifactMIMEBytes = 128
 )
 
 // Meta holds the fields every stream event carries.
@@ -106,7 +116,7 @@ type Meta struct {
 
 // Event is one stream event. The concrete types are *RunStartedEvent,
 // *TokenEvent, *NoticeEvent, *RunCompletedEvent, *AgentTransferEvent,
-// *RunInterruptedEvent and *StateChangedEvent.
+// *RunInterruptedEvent, *StateChangedEvent and *ArtifactSavedEvent.
 type Event interface {
 	Type() Type
 	// Header returns the common fields; callers may modify them.
@@ -188,6 +198,34 @@ type StateChangedEvent struct {
 	Truncated bool
 }
 
+// ArtifactSavedEvent says a version of an artifact a tool of the run
+// saved is published: GET /v1/conversations/{conversation}/artifacts/{name}
+// serves it from now on. It is emitted after the commit of the run's turn
+// and the publish that follows it, never before, one per published
+// version, in save order, right before state.changed (when there is one),
+// run.interrupted and run.completed. A redelivered request whose turn is
+// committed publishes its manifest again and may emit it again for the
+// same version: clients deduplicate by (Artifact.Name, Artifact.Version).
+type ArtifactSavedEvent struct {
+	Meta
+	Artifact ArtifactInfo
+}
+
+// ArtifactInfo describes one published version of an artifact.
+type ArtifactInfo struct {
+	// Name is the artifact's name, "user:" prefix included for one shared
+	// by the user's conversations: 1..MaxArtifactNameBytes bytes without
+	// control characters.
+	Name string `json:"name"`
+	// Version is the published version, from 1.
+	Version int64 `json:"version"`
+	// MIME is the content's media type: 1..MaxArtifactMIMEBytes bytes of
+	// printable ASCII.
+	MIME string `json:"mime_type"`
+	// Size is the content's length in bytes (>= 0).
+	Size int64 `json:"size"`
+}
+
 // Interrupt describes what an interrupted run waits for.
 type Interrupt struct {
 	// Agent is the agent that was interrupted.
@@ -206,6 +244,8 @@ func (*RunCompletedEvent) Type() Type        { return TypeRunCompleted }
 func (*AgentTransferEvent) Type() Type       { return TypeAgentTransfer }
 func (*RunInterruptedEvent) Type() Type      { return TypeRunInterrupted }
 func (*StateChangedEvent) Type() Type        { return TypeStateChanged }
+func (*ArtifactSavedEvent) Type() Type       { return TypeArtifactSaved }
+func (e *ArtifactSavedEvent) Header() *Meta  { return &e.Meta }
 func (e *StateChangedEvent) Header() *Meta   { return &e.Meta }
 func (e *AgentTransferEvent) Header() *Meta  { return &e.Meta }
 func (e *RunInterruptedEvent) Header() *Meta { return &e.Meta }
@@ -281,6 +321,16 @@ func AppendEvent(dst []byte, e Event) []byte {
 		if e.Truncated {
 			dst = append(dst, `,"truncated":true`...)
 		}
+	case *ArtifactSavedEvent:
+		dst = append(dst, `,"artifact":{"name":`...)
+		dst = appendString(dst, e.Artifact.Name)
+		dst = append(dst, `,"version":`...)
+		dst = strconv.AppendInt(dst, e.Artifact.Version, 10)
+		dst = append(dst, `,"mime_type":`...)
+		dst = appendString(dst, e.Artifact.MIME)
+		dst = append(dst, `,"size":`...)
+		dst = strconv.AppendInt(dst, e.Artifact.Size, 10)
+		dst = append(dst, '}')
 	}
 	if m.Cursor != "" {
 		return AppendCursor(dst, m.Cursor)
@@ -390,18 +440,21 @@ type wireEvent struct {
 	Interrupt json.RawMessage `json:"interrupt"`
 	Keys      json.RawMessage `json:"keys"`
 	Truncated *bool           `json:"truncated"`
+	Artifact  json.RawMessage `json:"artifact"`
 }
 
 var eventKeys = map[string]bool{
 	"type": true, "conversation": true, "request_id": true, "run_id": true, "seq": true, "ts": true,
 	"cursor": true, "delta": true, "agent": true, "role": true, "message": true, "status": true,
 	"from": true, "to": true, "usage": true, "interrupt": true, "keys": true, "truncated": true,
+	"artifact": true,
 }
 
 var (
 	usageKeys     = map[string]bool{"prompt_tokens": true, "completion_tokens": true, "total_tokens": true}
 	interruptKeys = map[string]bool{"agent": true, "tool": true, "question": true}
 	stateKeysKeys = map[string]bool{"conversation": true, "user": true}
+	artifactKeys  = map[string]bool{"name": true, "version": true, "mime_type": true, "size": true}
 )
 
 // isNull reports whether a raw JSON value is absent or null.
@@ -510,6 +563,42 @@ func decodeStateKeys(raw json.RawMessage) (conv, user []string, err error) {
 	return conv, user, nil
 }
 
+// decodeArtifact strictly decodes artifact.saved's artifact object: its
+// four members, a name of 1..MaxArtifactNameBytes bytes without control
+// characters, a version >= 1, a MIME type of 1..MaxArtifactMIMEBytes bytes
+// of printable ASCII and a size >= 0.
+func decodeArtifact(raw json.RawMessage) (ArtifactInfo, error) {
+	if err := checkKeys(raw, MaxEventBytes, artifactKeys); err != nil {
+		return ArtifactInfo{}, fmt.Errorf("artifact: %w", err)
+	}
+	var w struct {
+		Name    *string `json:"name"`
+		Version *int64  `json:"version"`
+		MIME    *string `json:"mime_type"`
+		Size    *int64  `json:"size"`
+	}
+	if err := decodeStrict(raw, MaxEventBytes, &w); err != nil {
+		return ArtifactInfo{}, fmt.Errorf("artifact: %w", err)
+	}
+	switch {
+	case w.Name == nil || w.Version == nil || w.MIME == nil || w.Size == nil:
+		return ArtifactInfo{}, fmt.Errorf("%w artifact: want name, version, mime_type and size", ErrInvalid)
+	case *w.Name == "" || len(*w.Name) > MaxArtifactNameBytes:
+		return ArtifactInfo{}, fmt.Errorf("%w artifact: name of %d bytes, want 1..%d", ErrInvalid, len(*w.Name), MaxArtifactNameBytes)
+	case strings.ContainsFunc(*w.Name, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return ArtifactInfo{}, fmt.Errorf("%w artifact: a name with a control character", ErrInvalid)
+	case *w.Version < 1:
+		return ArtifactInfo{}, fmt.Errorf("%w artifact: version %d, want >= 1", ErrInvalid, *w.Version)
+	case *w.MIME == "" || len(*w.MIME) > MaxArtifactMIMEBytes:
+		return ArtifactInfo{}, fmt.Errorf("%w artifact: mime_type of %d bytes, want 1..%d", ErrInvalid, len(*w.MIME), MaxArtifactMIMEBytes)
+	case strings.ContainsFunc(*w.MIME, func(r rune) bool { return r < 0x20 || r >= 0x7f }):
+		return ArtifactInfo{}, fmt.Errorf("%w artifact: mime_type is not printable ASCII", ErrInvalid)
+	case *w.Size < 0:
+		return ArtifactInfo{}, fmt.Errorf("%w artifact: size %d, want >= 0", ErrInvalid, *w.Size)
+	}
+	return ArtifactInfo{Name: *w.Name, Version: *w.Version, MIME: *w.MIME, Size: *w.Size}, nil
+}
+
 // DecodeEvent strictly decodes one stream event, as read from the stream
 // topic or from the push gateway's WebSocket (where it carries a cursor).
 // Fields of another event type, unknown or duplicated fields, a missing
@@ -536,13 +625,13 @@ func DecodeEvent(b []byte) (Event, error) {
 	// is optional (on run.completed only) and checked apart.
 	present := map[string]bool{"delta": w.Delta != nil, "agent": w.Agent != nil, "role": w.Role != nil,
 		"message": w.Message != nil, "status": w.Status != nil, "from": w.From != nil, "to": w.To != nil,
-		"interrupt": !isNull(w.Interrupt), "keys": !isNull(w.Keys)}
+		"interrupt": !isNull(w.Interrupt), "keys": !isNull(w.Keys), "artifact": !isNull(w.Artifact)}
 	allowed := func(fields ...string) error {
 		want := make(map[string]bool, len(fields))
 		for _, f := range fields {
 			want[f] = true
 		}
-		for _, name := range []string{"delta", "agent", "role", "message", "status", "from", "to", "interrupt", "keys"} {
+		for _, name := range []string{"delta", "agent", "role", "message", "status", "from", "to", "interrupt", "keys", "artifact"} {
 			if present[name] != want[name] {
 				if want[name] {
 					return fmt.Errorf("%w %s event: missing %s", ErrInvalid, w.Type, name)
@@ -646,6 +735,15 @@ func DecodeEvent(b []byte) (Event, error) {
 			e.Truncated = true
 		}
 		return e, nil
+	case TypeArtifactSaved:
+		if err := allowed("artifact"); err != nil {
+			return nil, err
+		}
+		a, err := decodeArtifact(w.Artifact)
+		if err != nil {
+			return nil, fmt.Errorf("artifact.saved event: %w", err)
+		}
+		return &ArtifactSavedEvent{Meta: m, Artifact: a}, nil
 	case "":
 		return nil, fmt.Errorf("%w event: missing type", ErrInvalid)
 	}

@@ -30,6 +30,7 @@ var (
 	interruptedJSON = `{"type":"run.interrupted","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":3,"ts":1700000000123456789,"interrupt":{"agent":"assistant","tool":"ask_user","question":"Which city?"}}`
 	usageJSON       = `{"type":"run.completed","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":4,"ts":1700000000123456789,"status":"complete","usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}`
 	stateJSON       = `{"type":"state.changed","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":3,"ts":1700000000123456789,"keys":{"conversation":["cart","step"],"user":["language"]}}`
+	artifactJSON    = `{"type":"artifact.saved","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":3,"ts":1700000000123456789,"artifact":{"name":"chart.png","version":2,"mime_type":"image/png","size":5120}}`
 )
 
 // splice replaces the first occurrence of old in s, failing loudly when the
@@ -95,6 +96,16 @@ func TestDecodeEventAcceptsEveryType(t *testing.T) {
 			&events.StateChangedEvent{Meta: meta(3, ""), Conversation: []string{"cart", "step"}, User: []string{"language"}, Truncated: true}},
 		{"A state key of 128 bytes is accepted.", splice(stateJSON, `"language"`, `"`+strings.Repeat("k", 128)+`"`),
 			&events.StateChangedEvent{Meta: meta(3, ""), Conversation: []string{"cart", "step"}, User: []string{strings.Repeat("k", 128)}}},
+		{"An artifact.saved event decodes with its artifact.", artifactJSON,
+			&events.ArtifactSavedEvent{Meta: meta(3, ""), Artifact: events.ArtifactInfo{Name: "chart.png", Version: 2, MIME: "image/png", Size: 5120}}},
+		{"An artifact.saved event of an empty user: artifact with MIME parameters decodes.",
+			splice(splice(splice(artifactJSON, `"chart.png"`, `"user:notes.txt"`), `"image/png"`, `"text/plain; charset=utf-8"`), `5120`, `0`),
+			&events.ArtifactSavedEvent{Meta: meta(3, ""), Artifact: events.ArtifactInfo{Name: "user:notes.txt", Version: 2, MIME: "text/plain; charset=utf-8"}}},
+		{"An artifact.saved event with a name and a MIME type of 128 bytes decodes.",
+			splice(splice(artifactJSON, `"chart.png"`, `"`+strings.Repeat("n", 128)+`"`), `"image/png"`, `"`+strings.Repeat("m", 128)+`"`),
+			&events.ArtifactSavedEvent{Meta: meta(3, ""), Artifact: events.ArtifactInfo{Name: strings.Repeat("n", 128), Version: 2, MIME: strings.Repeat("m", 128), Size: 5120}}},
+		{"An artifact.saved event with a cursor decodes with the cursor.", splice(artifactJSON, `}}`, `},"cursor":"0-9"}`),
+			&events.ArtifactSavedEvent{Meta: meta(3, "0-9"), Artifact: events.ArtifactInfo{Name: "chart.png", Version: 2, MIME: "image/png", Size: 5120}}},
 		{"The largest seq and ts are accepted.", splice(splice(runStartedJSON, `"seq":1`, `"seq":9223372036854775807`), `"ts":1700000000123456789`, `"ts":9223372036854775807`),
 			&events.RunStartedEvent{Meta: events.Meta{Conversation: "c1", RequestID: "r-1", RunID: "run-1", Seq: 1<<63 - 1, TS: 1<<63 - 1}}},
 	}
@@ -218,6 +229,34 @@ func TestDecodeEventRejectsBadEvents(t *testing.T) {
 		{"state.changed with more than 16 KiB of keys is rejected.", splice(splice(stateJSON, `["language"]`, keyList(128, 100)), `["cart","step"]`, keyList(128, 100))},
 		{"state.changed with truncated false is rejected.", splice(stateJSON, `}}`, `},"truncated":false}`)},
 		{"state.changed with a status is rejected.", splice(stateJSON, `}}`, `},"status":"complete"}`)},
+		{"artifact.saved without artifact is rejected.", splice(artifactJSON, `,"artifact":{"name":"chart.png","version":2,"mime_type":"image/png","size":5120}`, ``)},
+		{"artifact.saved with a null artifact is rejected.", splice(artifactJSON, `{"name":"chart.png","version":2,"mime_type":"image/png","size":5120}`, `null`)},
+		{"artifact.saved with an artifact that is not an object is rejected.", splice(artifactJSON, `{"name":"chart.png","version":2,"mime_type":"image/png","size":5120}`, `"chart.png"`)},
+		{"artifact.saved with flat members instead of an artifact is rejected.", splice(artifactJSON, `"artifact":{"name":"chart.png","version":2,"mime_type":"image/png","size":5120}`, `"name":"chart.png","version":2,"mime_type":"image/png","size":5120`)},
+		{"An artifact without a name is rejected.", splice(artifactJSON, `"name":"chart.png",`, ``)},
+		{"An artifact without a version is rejected.", splice(artifactJSON, `"version":2,`, ``)},
+		{"An artifact without a mime_type is rejected.", splice(artifactJSON, `"mime_type":"image/png",`, ``)},
+		{"An artifact without a size is rejected.", splice(artifactJSON, `,"size":5120`, ``)},
+		{"An artifact with an unknown member is rejected.", splice(artifactJSON, `"size":5120`, `"size":5120,"etag":"x"`)},
+		{"An artifact with a duplicated member is rejected.", splice(artifactJSON, `"version":2`, `"version":2,"version":3`)},
+		{"An artifact with a case-variant member is rejected.", splice(artifactJSON, `"mime_type"`, `"MIME_Type"`)},
+		{"An artifact with an empty name is rejected.", splice(artifactJSON, `"chart.png"`, `""`)},
+		{"An artifact with a name of 129 bytes is rejected.", splice(artifactJSON, `"chart.png"`, `"`+strings.Repeat("n", 129)+`"`)},
+		{"An artifact with a control character in its name is rejected.", splice(artifactJSON, `"chart.png"`, `"chart\u0000.png"`)},
+		{"An artifact with invalid UTF-8 in its name is rejected.", splice(artifactJSON, `"chart.png"`, "\"ch\xffart\"")},
+		{"An artifact of version 0 is rejected.", splice(artifactJSON, `"version":2`, `"version":0`)},
+		{"An artifact of a negative version is rejected.", splice(artifactJSON, `"version":2`, `"version":-1`)},
+		{"An artifact of a fractional version is rejected.", splice(artifactJSON, `"version":2`, `"version":2.5`)},
+		{"An artifact with a version given as a string is rejected.", splice(artifactJSON, `"version":2`, `"version":"2"`)},
+		{"An artifact with an empty MIME type is rejected.", splice(artifactJSON, `"image/png"`, `""`)},
+		{"An artifact with a MIME type of 129 bytes is rejected.", splice(artifactJSON, `"image/png"`, `"`+strings.Repeat("m", 129)+`"`)},
+		{"An artifact with a non-ASCII MIME type is rejected.", splice(artifactJSON, `"image/png"`, `"image/pngé"`)},
+		{"An artifact with a negative size is rejected.", splice(artifactJSON, `"size":5120`, `"size":-1`)},
+		{"artifact.saved with a status is rejected.", splice(artifactJSON, `}}`, `},"status":"complete"}`)},
+		{"artifact.saved with keys is rejected.", splice(artifactJSON, `}}`, `},"keys":{"conversation":["a"],"user":[]}}`)},
+		{"artifact on another event type is rejected.", splice(runCompletedJSON, `}`, `,"artifact":{"name":"a","version":1,"mime_type":"text/plain","size":1}}`)},
+		{"A case variant of the artifact member is rejected.", splice(artifactJSON, `"artifact"`, `"Artifact"`)},
+		{"A duplicated artifact member is rejected.", splice(artifactJSON, `}}`, `},"artifact":{"name":"b","version":1,"mime_type":"text/plain","size":1}}`)},
 		{"truncated on another event type is rejected.", splice(runCompletedJSON, `}`, `,"truncated":true}`)},
 		{"keys on another event type is rejected.", splice(runCompletedJSON, `}`, `,"keys":{"conversation":["a"],"user":[]}}`)},
 		{"A token with a to field is rejected.", splice(tokenJSON, `}`, `,"to":"x"}`)},
@@ -285,6 +324,8 @@ func TestAppendEventWritesTheDocumentedShape(t *testing.T) {
 			splice(stateJSON, `["cart","step"]`, `[]`)},
 		{"state.changed writes truncated only when set.", &events.StateChangedEvent{Meta: meta(3), Conversation: []string{"cart", "step"},
 			User: []string{"language"}, Truncated: true}, splice(stateJSON, `}}`, `},"truncated":true}`)},
+		{"artifact.saved carries the artifact's name, version, MIME type and size.", &events.ArtifactSavedEvent{Meta: meta(3),
+			Artifact: events.ArtifactInfo{Name: "chart.png", Version: 2, MIME: "image/png", Size: 5120}}, artifactJSON},
 		{"A cursor in the header is written last.", &events.TokenEvent{Meta: events.Meta{Conversation: "c1", RequestID: "r-1", RunID: "run-1",
 			Seq: 2, TS: 1700000000123456789, Cursor: "0-17"}, Delta: "echo ", Agent: "echo", Role: "assistant"}, tokenCursorJSON},
 	}
@@ -465,6 +506,12 @@ func TestMaximalEventsFitTheEventLimit(t *testing.T) {
 	}
 	for _, fill := range []string{"\x01", `"`, "\u2028"} {
 		rep := func(n int) string { return strings.Repeat(fill, n/len(fill)) }
+		// An artifact's name has no control characters: the longest
+		// escape it can need is `\"`.
+		artName := rep(events.MaxArtifactNameBytes)
+		if fill == "\x01" {
+			artName = strings.Repeat(`"`, events.MaxArtifactNameBytes)
+		}
 		for _, e := range []events.Event{
 			&events.TokenEvent{Meta: maxMeta, Delta: rep(events.MaxDeltaBytes), Agent: rep(events.MaxAgentBytes), Role: rep(30)},
 			&events.NoticeEvent{Meta: maxMeta, Message: rep(events.MaxNoticeBytes)},
@@ -474,6 +521,8 @@ func TestMaximalEventsFitTheEventLimit(t *testing.T) {
 			&events.RunCompletedEvent{Meta: maxMeta, Status: events.StatusInterrupted,
 				Usage: &events.Usage{PromptTokens: 1<<63 - 1, CompletionTokens: 1<<63 - 1, TotalTokens: 1<<63 - 1}},
 			maximalStateChanged(maxMeta, fill),
+			&events.ArtifactSavedEvent{Meta: maxMeta, Artifact: events.ArtifactInfo{Name: artName,
+				Version: 1<<63 - 1, MIME: strings.Repeat("m", events.MaxArtifactMIMEBytes), Size: 1<<63 - 1}},
 		} {
 			b := events.MarshalEvent(e)
 			if len(b) > events.MaxEventBytes {
@@ -515,7 +564,8 @@ func TestStatusPersisted(t *testing.T) {
 func TestHeaderGivesAccessToTheCommonFields(t *testing.T) {
 	t.Parallel()
 	for _, e := range []events.Event{&events.RunStartedEvent{}, &events.TokenEvent{}, &events.NoticeEvent{}, &events.RunCompletedEvent{},
-		&events.AgentTransferEvent{}, &events.RunInterruptedEvent{}, &events.StateChangedEvent{}} {
+		&events.AgentTransferEvent{}, &events.RunInterruptedEvent{}, &events.StateChangedEvent{},
+		&events.ArtifactSavedEvent{}} {
 		e.Header().Seq = 7
 		if e.Header().Seq != 7 {
 			t.Errorf("%s: Header() does not point into the event", e.Type())

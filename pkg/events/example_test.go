@@ -70,3 +70,33 @@ func ExampleDecodeEvent_interrupted() {
 	// assistant asks: Which day? (answer with POST …/resume, request_id r-1)
 	// interrupted true 23
 }
+
+// A client learns that a tool of the run saved an artifact, and dedupes
+// the events by (name, version): a redelivered request may announce the
+// same version again.
+func ExampleDecodeEvent_artifactSaved() {
+	seen := map[string]bool{}
+	for _, frame := range []string{
+		`{"type":"artifact.saved","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":3,"ts":1700000000000000000,"artifact":{"name":"chart.png","version":2,"mime_type":"image/png","size":5120},"cursor":"1-4-9"}`,
+		`{"type":"artifact.saved","conversation":"c1","request_id":"r-1","run_id":"run-2","seq":1,"ts":1700000000000000000,"artifact":{"name":"chart.png","version":2,"mime_type":"image/png","size":5120},"cursor":"1-4-12"}`,
+	} {
+		e, err := events.DecodeEvent([]byte(frame))
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		if a, ok := e.(*events.ArtifactSavedEvent); ok {
+			key := fmt.Sprintf("%s@%d", a.Artifact.Name, a.Artifact.Version)
+			if seen[key] {
+				fmt.Println("again:", key)
+				continue
+			}
+			seen[key] = true
+			fmt.Printf("GET /v1/conversations/%s/artifacts/%s?version=%d (%s, %d bytes)\n",
+				a.Conversation, a.Artifact.Name, a.Artifact.Version, a.Artifact.MIME, a.Artifact.Size)
+		}
+	}
+	// Output:
+	// GET /v1/conversations/c1/artifacts/chart.png?version=2 (image/png, 5120 bytes)
+	// again: chart.png@2
+}

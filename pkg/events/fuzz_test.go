@@ -59,6 +59,8 @@ func FuzzDecodeRequest(f *testing.F) {
 func FuzzDecodeEvent(f *testing.F) {
 	for _, seed := range []string{
 		runStartedJSON, tokenJSON, noticeJSON, runCompletedJSON, tokenCursorJSON, transferJSON, interruptedJSON, usageJSON,
+		artifactJSON, stateJSON,
+		`{"type":"artifact.saved","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":2,"ts":1,"artifact":{"name":"user:a\u00e9","version":9007199254740993,"mime_type":"a/b; q=\"x\"","size":0},"cursor":"1-2"}`,
 		`{"type":"run.interrupted","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":3,"ts":1,"interrupt":{"agent":"a","tool":"t","question":"\u2028\ud83d\ude00é","Tool":"x"}}`,
 		`{"type":"run.completed","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":4,"ts":1,"status":"interrupted","usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0},"cursor":"1-2-3"}`,
 		`{"type":"agent.transfer","conversation":"c1","request_id":"r-1","run_id":"run-1","seq":2,"ts":1,"from":"","to":"b","usage":null}`,

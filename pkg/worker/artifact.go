@@ -25,7 +25,8 @@ var ErrNoArtifacts = errors.New("no artifact service in this context: not a work
 // service, invisible) and adds it to the run's manifest; the manifest is
 // committed with the run's turn, in its one document, and the saves are
 // published (each becomes its name's next version, readable) right after
-// the commit; no stream event announces it yet (docs/api.md). A run that
+// the commit, and each published version is announced on the stream by
+// an artifact.saved event (docs/api.md). A run that
 // persists nothing (discarded, cancelled before content, fenced, aborted,
 // failed) publishes nothing: its staged content is never visible, and
 // the service's SweepArtifacts drops it when called (the worker does not

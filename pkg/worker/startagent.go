@@ -66,6 +66,9 @@ type stateTurn struct {
 	arts      *Artifacts
 	artifacts history.ArtifactService
 	store     history.Store
+	// published is the versions the commit's publish made readable, for
+	// PublishedArtifacts (the bridge's artifact.saved events).
+	published []history.Artifact
 
 	// written is the change the commit wrote: set only once the turn is
 	// committed by this run (not a duplicate), for StateChanged.
@@ -83,6 +86,7 @@ type stateTurn struct {
 var _ bridge.TransferTurn = (*stateTurn)(nil)
 var _ bridge.AnswerTurn = (*stateTurn)(nil)
 var _ bridge.StateTurn = (*stateTurn)(nil)
+var _ bridge.ArtifactTurn = (*stateTurn)(nil)
 
 // Transferred implements bridge.TransferTurn.
 func (t *stateTurn) Transferred(_, to string) {
@@ -106,11 +110,20 @@ func (t *stateTurn) CommitAnswer(ctx context.Context, a history.Answer) (history
 	if err == nil {
 		// The committed manifest's saves become readable: a failure
 		// fails the request, whose redelivery publishes them again.
-		if _, err = publishArtifacts(ctx, t.artifacts, t.store, t.id, t.requestID, a.Artifacts, c.Duplicate); err != nil {
+		published, err := publishArtifacts(ctx, t.artifacts, t.store, t.id, t.requestID, a.Artifacts, c.Duplicate)
+		if err != nil {
 			return history.Committed{}, err
 		}
+		t.published = published
 	}
 	return c, err
+}
+
+// PublishedArtifacts implements bridge.ArtifactTurn: the versions the
+// commit published (a duplicate's: the committed turn's manifest, again),
+// for the bridge's artifact.saved events. Nothing before the commit.
+func (t *stateTurn) PublishedArtifacts() []events.ArtifactInfo {
+	return artifactInfos(t.published)
 }
 
 // StateChanged implements bridge.StateTurn: the conversation and user
@@ -133,4 +146,16 @@ func opKeys(ops []history.StateOp) []string {
 		keys[i] = op.Key
 	}
 	return keys
+}
+
+// artifactInfos is what artifact.saved tells of each published version.
+func artifactInfos(published []history.Artifact) []events.ArtifactInfo {
+	if len(published) == 0 {
+		return nil
+	}
+	out := make([]events.ArtifactInfo, len(published))
+	for i, a := range published {
+		out[i] = events.ArtifactInfo{Name: a.Name, Version: int64(a.Version), MIME: a.MIME, Size: a.Size}
+	}
+	return out
 }

@@ -241,8 +241,11 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		// A crash between the commit and the publication of its
 		// artifacts left them staged: the committed manifest is
 		// published again (which makes no second version).
+		// Its versions are announced again before the re-announced
+		// run.completed (artifact.saved is at least once).
+		var published []history.Artifact
 		if st.Committed.N > 0 {
-			if _, err := publishArtifacts(ctx, s.artifacts, store, id, req.RequestID, nil, true); err != nil {
+			if published, err = publishArtifacts(ctx, s.artifacts, store, id, req.RequestID, nil, true); err != nil {
 				return bridge.Result{}, err
 			}
 		}
@@ -252,7 +255,7 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		s.metrics.duplicates.Inc()
 		c := st.Committed
 		c.Duplicate = true
-		return s.ended(ctx, sink, id, req.RequestID, c, "")
+		return s.endedWith(ctx, sink, id, req.RequestID, c, "", published)
 	}
 	if !st.Cancelled && sr.cancelled != nil {
 		if st.Cancelled, err = sr.cancelled(ctx); err != nil {
@@ -445,9 +448,20 @@ func (s *Step) startAgent(ctx context.Context, root adk.Agent, name string, turn
 // rejected): its notice, if any, and run.completed with c's status, under
 // a run id of their own.
 func (s *Step) ended(ctx context.Context, sink bridge.Sink, id events.Identity, requestID string, c history.Committed, notice string) (bridge.Result, error) {
+	return s.endedWith(ctx, sink, id, requestID, c, notice, nil)
+}
+
+// endedWith is ended, announcing first the artifact versions published
+// (a duplicate's: its committed turn's manifest, published again).
+func (s *Step) endedWith(ctx context.Context, sink bridge.Sink, id events.Identity, requestID string, c history.Committed, notice string, published []history.Artifact) (bridge.Result, error) {
 	e := bridge.NewEmitter(sink, id, requestID, newRunID(), s.now)
 	if notice != "" {
 		if err := e.Notice(ctx, notice); err != nil {
+			return bridge.Result{}, err
+		}
+	}
+	for _, a := range artifactInfos(published) {
+		if err := e.ArtifactSaved(ctx, a); err != nil {
 			return bridge.Result{}, err
 		}
 	}

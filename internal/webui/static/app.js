@@ -52,6 +52,7 @@ const state = {
   convNext: null,
   waiting: [], // {item, turn}: sends that failed for want of the server, in order
   retryTimer: 0,
+  artifacts: new Map(), // name -> {version, mimeType, url (a blob: URL), el}: the conversation's artifacts shown
 };
 
 // ---------- Turns: one user message and its answer ----------
@@ -307,6 +308,7 @@ function drawOlder(page) {
 
 function onEvent(epoch, ev) {
   if (epoch !== state.epoch) return;
+  if (ev.type === 'artifact.saved') showArtifact(epoch, ev.artifact);
   if (state.loading) {
     state.buffered.push(ev);
     return;
@@ -315,6 +317,9 @@ function onEvent(epoch, ev) {
 }
 
 function applyEvent(ev) {
+  // An artifact.saved is shown by onEvent; only one that starts a new run
+  // of its request (a re-announcement) matters to the answer.
+  if (ev.type === 'artifact.saved' && !ev.rerun) return;
   if (state.fromHistory.has(ev.request_id)) return; // persisted, shown from history
   let turn = state.turns.get(ev.request_id);
   if (!turn) {
@@ -390,6 +395,85 @@ async function reloadTurn(epoch, turn, status) {
   keepBottom(bottom);
 }
 
+// ---------- Artifacts: the files the conversation's tools saved ----------
+
+// loadArtifacts lists the conversation's artifacts and shows each.
+async function loadArtifacts(epoch) {
+  let list;
+  try {
+    list = await state.client.artifacts(state.conversation);
+  } catch (err) {
+    if (epoch !== state.epoch || handleAuthError(err)) return;
+    if (!(err instanceof TurnpikeError && err.code === 'not_found')) console.warn('turnpike: artifacts', err);
+    return;
+  }
+  if (epoch !== state.epoch) return;
+  for (const a of list.artifacts ?? []) showArtifact(epoch, a);
+}
+
+// showArtifact shows version a.version of artifact a.name, unless a newer
+// one (or the same: artifact.saved is at least once) is shown already. The
+// bytes are fetched with the token in the Authorization header and shown
+// through a blob: URL: images inline, anything else as a download link.
+async function showArtifact(epoch, a) {
+  if (!a?.name || !Number.isInteger(a.version)) return;
+  const shown = state.artifacts.get(a.name);
+  if (shown && shown.version >= a.version) return;
+  const entry = shown ?? { version: 0, url: '', el: null };
+  const before = entry.version;
+  entry.version = a.version; // claimed: an older fetch that ends later does not replace it
+  state.artifacts.set(a.name, entry);
+  let got;
+  try {
+    got = await state.client.artifact(state.conversation, a.name, { version: a.version });
+  } catch (err) {
+    if (entry.version === a.version) entry.version = before; // a later event or reload may try again
+    if (epoch !== state.epoch || handleAuthError(err)) return;
+    console.warn('turnpike: artifact', a.name, err);
+    return;
+  }
+  if (epoch !== state.epoch || entry.version !== a.version) return;
+  if (entry.url) URL.revokeObjectURL(entry.url);
+  entry.url = URL.createObjectURL(got.blob);
+  const mime = got.mimeType || a.mime_type || '';
+  const label = `${a.name} (version ${a.version}, ${sizeText(got.blob.size)})`;
+  const item = el('li', { class: 'artifact' });
+  item.dataset.name = a.name;
+  item.dataset.version = String(a.version);
+  if (/^image\//i.test(mime)) {
+    item.dataset.kind = 'image';
+    const img = el('img', { src: entry.url, alt: label });
+    item.append(img, el('span', { class: 'artifact-caption' }, label));
+  } else {
+    item.dataset.kind = 'file';
+    item.append(el('a', { href: entry.url, download: a.name.replace(/^user:/, '') }, label));
+  }
+  if (entry.el) entry.el.replaceWith(item);
+  else insertArtifact(item, a.name);
+  entry.el = item;
+  $('artifacts').hidden = false;
+}
+
+// insertArtifact keeps the list sorted by name.
+function insertArtifact(item, name) {
+  const list = $('artifact-list');
+  const next = [...list.children].find((li) => li.dataset.name > name);
+  list.insertBefore(item, next ?? null);
+}
+
+function clearArtifacts() {
+  for (const a of state.artifacts.values()) if (a.url) URL.revokeObjectURL(a.url);
+  state.artifacts.clear();
+  $('artifact-list').replaceChildren();
+  $('artifacts').hidden = true;
+}
+
+function sizeText(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+}
+
 // ---------- Opening a conversation ----------
 
 // openConversation shows conversation name. A fresh one (just started here,
@@ -405,6 +489,7 @@ async function openConversation(name, { fresh = false } = {}) {
   state.turns.clear();
   state.fromHistory.clear();
   state.orphans.clear();
+  clearArtifacts();
   log.replaceChildren();
   $('older').hidden = true;
   $('chat-title').textContent = name;
@@ -429,6 +514,7 @@ async function openConversation(name, { fresh = false } = {}) {
     drawHistory({ messages: [], next_before: null });
     flushBuffered();
   } else {
+    loadArtifacts(epoch);
     await reloadHistory(epoch);
     if (!ready) sub.ready.then(() => reloadHistory(epoch), () => {});
   }

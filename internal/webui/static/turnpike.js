@@ -42,7 +42,7 @@ const PERSISTED = new Set(['complete', 'incomplete', 'cancelled', 'interrupted']
 /** The close code of a socket whose token expired. */
 export const CLOSE_TOKEN_EXPIRED = 4401;
 
-const EVENT_TYPES = new Set(['run.started', 'token', 'notice', 'agent.transfer', 'run.interrupted', 'run.completed']);
+const EVENT_TYPES = new Set(['run.started', 'token', 'notice', 'agent.transfer', 'run.interrupted', 'artifact.saved', 'run.completed']);
 
 /** An error answer of the API, or a network failure (status 0, code "network"). */
 export class TurnpikeError extends Error {
@@ -230,6 +230,26 @@ export class Client {
    */
   conversations({ limit, before, signal } = {}) {
     return this.#request('GET', `/v1/conversations${query({ limit, before })}`, { signal, expect: 200 });
+  }
+
+  /**
+   * Lists the artifacts a conversation sees: the newest version of each name, sorted by name.
+   * @returns {Promise<{conversation: string, artifacts: {name: string, version: number,
+   *   mime_type: string, size: number, conversation: string, saved_at: string}[]}>}
+   */
+  artifacts(conversation, { signal } = {}) {
+    return this.#request('GET', `/v1/conversations/${encodeURIComponent(conversation)}/artifacts`, { signal, expect: 200 });
+  }
+
+  /**
+   * Reads an artifact's content: the newest version, or `version`. The request carries the
+   * token in its Authorization header, so the bytes come back as a Blob (show an image with
+   * `URL.createObjectURL(blob)`: an <img src> to the route could not send the header).
+   * @returns {Promise<{blob: Blob, mimeType: string, version: number}>}
+   */
+  artifact(conversation, name, { version, signal } = {}) {
+    const path = `/v1/conversations/${encodeURIComponent(conversation)}/artifacts/${encodeURIComponent(name)}${query({ version })}`;
+    return this.#request('GET', path, { signal, expect: 200, blob: true });
   }
 
   /** Drops the WebSocket and connects again at once; subscriptions resume by cursor. */
@@ -537,7 +557,7 @@ export class Client {
     return this.#token;
   }
 
-  async #requestOnce(method, path, token, { body, headers = {}, signal, expect }) {
+  async #requestOnce(method, path, token, { body, headers = {}, signal, expect, blob = false }) {
     const init = {
       method,
       headers: { Authorization: `Bearer ${token}`, ...headers },
@@ -554,6 +574,13 @@ export class Client {
     } catch (err) {
       if (err?.name === 'AbortError') throw err;
       throw new TurnpikeError(0, 'network', `network error: ${err?.message ?? err}`);
+    }
+    if (blob && res.status === expect) {
+      return {
+        blob: await res.blob(),
+        mimeType: res.headers.get('Content-Type') ?? '',
+        version: Number(res.headers.get('X-Artifact-Version')),
+      };
     }
     const text = await res.text();
     let data = null;
