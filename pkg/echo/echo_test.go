@@ -632,25 +632,50 @@ func TestContextEndStopsTheStream(t *testing.T) {
 	}
 }
 
+// Generate, paused before a token (a minute: the default Sleep, a timer),
+// returns context.Canceled as soon as its context ends. The test cancels
+// once the pause waits on the context (its Done is asked for), not after a
+// guessed time, and gives Generate until the test's own deadline.
 func TestContextEndStopsGenerate(t *testing.T) {
 	t.Parallel()
 	m := newModel(t, echo.Config{Delay: time.Minute})
-	ctx, cancel := context.WithCancel(testContext(t))
+	testCtx := testContext(t)
+	inner, cancel := context.WithCancel(testCtx)
+	ctx := &doneWatch{Context: inner, asked: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() {
 		_, err := m.Generate(ctx, user("hi"))
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // let Generate reach its pause
+	select {
+	case <-ctx.asked: // the pause waits on ctx
+	case err := <-done:
+		t.Fatalf("Generate = %v before its pause", err)
+	case <-testCtx.Done():
+		t.Fatal("Generate never waited on its context")
+	}
 	cancel()
 	select {
 	case err := <-done:
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("Generate = %v, want context.Canceled", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-testCtx.Done():
 		t.Fatal("Generate ignored the cancelled context")
 	}
+}
+
+// doneWatch is a context that closes asked the first time its Done is
+// called: a test learns that the code under test waits on it.
+type doneWatch struct {
+	context.Context
+	once  sync.Once
+	asked chan struct{}
+}
+
+func (c *doneWatch) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.asked) })
+	return c.Context.Done()
 }
 
 func TestEndedContextFailsStream(t *testing.T) {
