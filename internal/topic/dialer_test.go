@@ -55,15 +55,16 @@ func TestAnIdleFetchAnsweredAfterMaxWaitIsNoErrorAndTheNextRecordIsFetchedWithou
 	case <-ctx.Done():
 		t.Fatal("no empty fetch on the idle partition")
 	}
-	held, release := h.Arm()
+	// The held read began after its fetch was sent, so its answer, coming
+	// 1.5 MaxWait after the read began, is past kafka-go's MaxWait deadline
+	// (HeldConns applies the connection's deadline to that instant: nothing
+	// waits for it).
+	held, release := h.Arm(maxWait + maxWait/2)
 	select {
 	case <-held:
 	case <-ctx.Done():
 		t.Fatal("no fetch held")
 	}
-	// The held read began after its fetch was sent, so its MaxWait
-	// deadline has passed once maxWait more has.
-	<-time.After(maxWait + maxWait/2)
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: name, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	defer w.Close()
 	if err := w.WriteMessages(ctx, kafka.Message{Value: []byte("after the idle poll")}); err != nil {

@@ -64,7 +64,7 @@ func TestBrowserChat(t *testing.T) {
 	t.Parallel()
 	stk := newStack(t)
 	stk.gates = stacktest.NewGates() // the answers stopped and interrupted wait for it
-	st := stk.start(t, "")
+	st := stk.start(t, t.Context(), "")
 	checkDevstackServesThePage(t, st)
 	chromium := findChromium(t)
 	artifacts := artifactsDir(t)
@@ -287,7 +287,7 @@ func TestBrowserChat(t *testing.T) {
 	}
 	screenshot(t, ctx, artifacts, "chat-phone-server-down.png")
 	run(t, ctx, "desktop again", chromedp.EmulateViewport(1100, 720))
-	st = stk.start(t, "another-secret-after-the-restart-0123456789")
+	st = stk.start(t, ctx, "another-secret-after-the-restart-0123456789")
 	sent := fmt.Sprintf(`[...document.querySelectorAll('.turn[data-request-id]')].filter((t) => t.querySelector('.msg-user .msg-text')?.textContent === %q)`, typed)
 	run(t, ctx, "wait for the typed message to be sent and answered",
 		waitJS(sent+`.some((t) => t.querySelector('.msg-assistant')?.dataset.status === 'complete')`))
@@ -650,7 +650,7 @@ func history(t *testing.T, st *devstack.Stack, conv string) []string {
 // per-token echo delay, and returns once it is ready.
 func startStack(t *testing.T) *devstack.Stack {
 	t.Helper()
-	return newStack(t).start(t, "")
+	return newStack(t).start(t, t.Context(), "")
 }
 
 // stack is a devstack that a test can stop and start again: on the same
@@ -676,12 +676,13 @@ func newStack(t *testing.T) *stack {
 }
 
 // start runs the stack (with secret as TURNPIKE_AUTH_SECRET, if set) and
-// returns once it is ready.
-func (s *stack) start(t *testing.T, secret string) *devstack.Stack {
+// returns once it is ready. Listening again on the addresses of a stack
+// that stopped is bounded by ctx.
+func (s *stack) start(t *testing.T, ctx context.Context, secret string) *devstack.Stack {
 	t.Helper()
 	cfg := s.cfg
 	cfg.AuthSecret = secret
-	cfg.IngestListener, cfg.PushgwListener = listenOn(t, s.ingestAddr), listenOn(t, s.gwAddr)
+	cfg.IngestListener, cfg.PushgwListener = listenOn(t, ctx, s.ingestAddr), listenOn(t, ctx, s.gwAddr)
 	s.ingestAddr, s.gwAddr = cfg.IngestListener.Addr().String(), cfg.PushgwListener.Addr().String()
 	var opts []worker.Option
 	if s.gates != nil {
@@ -705,22 +706,28 @@ func (s *stack) stop(t *testing.T) {
 }
 
 // listenOn listens on addr, or on a random loopback port when addr is "".
-// An address just given up may take a moment to be free again.
-func listenOn(t *testing.T, addr string) net.Listener {
+// The stack that held addr has stopped and closed its listeners, but the
+// port, a random one of the ephemeral range, may be taken meanwhile (an
+// outgoing connection's local port) until that connection ends: listenOn
+// tries again every 50 ms until ctx ends (the test's hang detector), not
+// for a guessed time.
+func listenOn(t *testing.T, ctx context.Context, addr string) net.Listener {
 	t.Helper()
 	if addr == "" {
 		return listen(t)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		ln, err := net.Listen("tcp", addr)
 		if err == nil {
 			return ln
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("listen again on %s: %v", addr, err)
+		select {
+		case <-ctx.Done():
+			t.Fatalf("listen again on %s: %v (%v)", addr, err, ctx.Err())
+		case <-tick.C:
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

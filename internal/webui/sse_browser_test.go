@@ -84,7 +84,7 @@ func TestBrowserEventSourceResumesAcrossAGatewayRestart(t *testing.T) {
 	t.Parallel()
 	stk := newStack(t)
 	stk.gates = stacktest.NewGates() // the answer waits at a gate while the gateway stops
-	st := stk.start(t, "")
+	st := stk.start(t, t.Context(), "")
 	cfg := stk.cfg
 	chromium := findChromium(t)
 	// While the gateway is down the browser logs its refused reconnections;

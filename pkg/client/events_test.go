@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 )
 
@@ -240,8 +241,18 @@ func TestEventStreamNextReturnsWhenItsContextEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	// Cancelled once Next waits on its context (asks for Done), not after
+	// a guessed time; the test's own context bounds the wait.
+	bound := testenv.Context(t, 30*time.Second)
+	inner, cancel := context.WithCancel(bound)
+	ctx, asked := testenv.WatchDone(inner)
+	go func() {
+		select {
+		case <-asked:
+		case <-bound.Done():
+		}
+		cancel()
+	}()
 	if _, err := s.Next(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Next = %v, want context.Canceled", err)
 	}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +35,7 @@ type gateway struct {
 	writer    *kafka.Writer
 	streamURL string
 	conns     *deadlineListener
+	clock     *testenv.Clock // the clock the gateway's tokens expire on
 }
 
 // deadlineListener records the read deadline last set on the connection it
@@ -95,7 +95,8 @@ func (c *deadlineConn) SetReadDeadline(t time.Time) error {
 
 // startGateway runs a gateway, served as the services serve it (the
 // hardened server, with timeouts to: zero fields take the defaults), and
-// waits until it is ready.
+// waits until it is ready. Its tokens expire on clock, which the test
+// steps (pushgw.WithClock); g.mint mints them against it.
 func startGateway(t *testing.T, ctx context.Context, to server.Timeouts) *gateway {
 	t.Helper()
 	brokers := testenv.Kafka(t)
@@ -103,10 +104,12 @@ func startGateway(t *testing.T, ctx context.Context, to server.Timeouts) *gatewa
 	if err := topic.Ensure(ctx, brokers, 4, stream); err != nil {
 		t.Fatalf("ensure topic: %v", err)
 	}
+	clock := testenv.NewClock(time.Now().Truncate(time.Second)) // a whole second: a token's exp is exact
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ready := make(chan struct{})
 	gw, err := pushgw.New(pushgw.Config{Brokers: brokers, Topic: stream, AuthSecret: gatewaySecret, Partitions: 4},
-		pushgw.WithRegistry(prometheus.NewRegistry()), pushgw.WithLogger(log), pushgw.WithReady(func() { close(ready) }))
+		pushgw.WithRegistry(prometheus.NewRegistry()), pushgw.WithLogger(log), pushgw.WithReady(func() { close(ready) }),
+		pushgw.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +125,7 @@ func startGateway(t *testing.T, ctx context.Context, to server.Timeouts) *gatewa
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- server.ServeTimeouts(runCtx, ln, mux, time.Second, to) }()
 	tr := &kafka.Transport{}
-	g := &gateway{t: t, streamURL: "ws://" + ln.Addr().String() + "/v1/stream", conns: ln,
+	g := &gateway{t: t, streamURL: "ws://" + ln.Addr().String() + "/v1/stream", conns: ln, clock: clock,
 		writer: &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: stream, Balancer: kafka.Murmur2Balancer{},
 			BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, Transport: tr}}
 	t.Cleanup(func() {
@@ -146,9 +149,9 @@ func startGateway(t *testing.T, ctx context.Context, to server.Timeouts) *gatewa
 	return g
 }
 
-// mint is a token of user that expires ttl from now.
+// mint is a token of user that expires ttl after the gateway clock's now.
 func (g *gateway) mint(user string, ttl time.Duration) (string, error) {
-	return auth.Mint(gatewaySecret, auth.DefaultTenant, user, ttl, time.Now())
+	return auth.Mint(gatewaySecret, auth.DefaultTenant, user, ttl, g.clock.Now())
 }
 
 // produce writes e as the stream event of user's conversation.
@@ -159,32 +162,73 @@ func (g *gateway) produce(ctx context.Context, user string, e events.Event) {
 	}
 }
 
-// answer writes request r's run in conv: run.started (seq 1), then a
-// token "wN " every 20 ms (seq N+1) until more() is false (and at least
-// one), then run.completed. It returns the number of tokens; when ctx
-// ends, at once and without the run.completed.
-func (g *gateway) answer(ctx context.Context, user, conv string, more func(tokens int) bool) int {
-	m := func(seq int) events.Meta {
-		return events.Meta{Conversation: conv, RequestID: "r", RunID: "r-run", Seq: int64(seq), TS: time.Now().UnixNano()}
+// observe subscribes to user's conversation conv live, on a token valid
+// for as long as the test can step the gateway's clock, and returns a
+// function that waits until the observer has received the event of seq
+// (the gateway has dispatched it: its ring holds it).
+func (g *gateway) observe(ctx context.Context, user, conv string) func(seq int64) {
+	g.t.Helper()
+	tok, err := auth.Mint(gatewaySecret, auth.DefaultTenant, user, 1000*time.Hour, g.clock.Now())
+	if err != nil {
+		g.t.Fatal(err)
 	}
-	g.produce(ctx, user, &events.RunStartedEvent{Meta: m(1)})
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	n := 0
-	for n == 0 || more(n) {
-		select {
-		case <-ctx.Done():
-			return n
-		case <-tick.C:
+	conn, err := (&client.Client{StreamURL: g.streamURL, Token: tok}).Dial(ctx)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.t.Cleanup(func() { _ = conn.Close() })
+	if err := conn.Subscribe(conv, ""); err != nil {
+		g.t.Fatal(err)
+	}
+	if f, err := conn.Next(ctx); err != nil || f.Type != client.FrameSubscribed {
+		g.t.Fatalf("observer: first frame %+v, %v; want subscribed", f, err)
+	}
+	return func(seq int64) {
+		for {
+			f, err := conn.Next(ctx)
+			if err != nil {
+				g.t.Fatalf("observer, waiting for seq %d: %v", seq, err)
+			}
+			if f.Event != nil && f.Event.Header().Seq == seq {
+				return
+			}
 		}
-		n++
-		g.produce(ctx, user, &events.TokenEvent{Meta: m(n + 1), Delta: fmt.Sprintf("w%d ", n), Agent: "echo", Role: "assistant"})
 	}
-	if ctx.Err() != nil {
-		return n
+}
+
+// answer is request r's run in user's conversation conv, written event by
+// event when the test says: run.started (seq 1), tokens "wN " (seq N+1),
+// run.completed.
+type answer struct {
+	g          *gateway
+	user, conv string
+	tokens     int // tokens written so far
+}
+
+func (r *answer) meta(seq int) events.Meta {
+	return events.Meta{Conversation: r.conv, RequestID: "r", RunID: "r-run", Seq: int64(seq), TS: time.Now().UnixNano()}
+}
+
+func (r *answer) start(ctx context.Context) {
+	r.g.produce(ctx, r.user, &events.RunStartedEvent{Meta: r.meta(1)})
+}
+
+func (r *answer) token(ctx context.Context) {
+	r.tokens++
+	r.g.produce(ctx, r.user, &events.TokenEvent{Meta: r.meta(r.tokens + 1), Delta: fmt.Sprintf("w%d ", r.tokens), Agent: "echo", Role: "assistant"})
+}
+
+func (r *answer) complete(ctx context.Context) {
+	r.g.produce(ctx, r.user, &events.RunCompletedEvent{Meta: r.meta(r.tokens + 2), Status: events.StatusComplete})
+}
+
+// text is the answer of the tokens written so far.
+func (r *answer) text() string {
+	var b strings.Builder
+	for i := 1; i <= r.tokens; i++ {
+		fmt.Fprintf(&b, "w%d ", i)
 	}
-	g.produce(ctx, user, &events.RunCompletedEvent{Meta: m(n + 2), Status: events.StatusComplete})
-	return n
+	return b.String()
 }
 
 // A Subscription outlives the tokens it connects with, over either
@@ -194,82 +238,98 @@ func (g *gateway) answer(ctx context.Context, user, conv string, more func(token
 // with a fresh token from its cursor, so an answer longer than a token's
 // life arrives whole: every event once, in order. With a fixed Token, Next
 // fails with the gateway's 401 once the token has expired.
+//
+// Tokens expire on the gateway's clock (pushgw.WithClock), which the test
+// steps past each token's exp: nothing waits for a token's life to pass.
+// The client needs no clock of its own for this: it never reads a token's
+// exp, it only answers the gateway's 4401 (or unauthenticated event) by
+// asking its TokenSource again.
 func TestASubscriptionFollowsAnAnswerAcrossTokenExpiries(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 60*time.Second)
-	g := startGateway(t, ctx, server.Timeouts{})
 	for _, tt := range []struct {
 		name string
 		sse  bool
 	}{{"WebSocket", false}, {"SSE", true}} {
 		t.Run(tt.name+" with a TokenSource", func(t *testing.T) {
 			t.Parallel()
+			g := startGateway(t, ctx, server.Timeouts{}) // a clock of its own: the test steps it
 			user, conv := strings.ToLower(tt.name)+"-renew", testenv.Name(t, "c")
-			var issued, reconnects atomic.Int32
+			r := &answer{g: g, user: user, conv: conv}
+			// An observer on a token that outlives the test's clock steps
+			// sees each event once the gateway has dispatched it.
+			observer := g.observe(ctx, user, conv)
+			var issued, reconnects int
 			c := &client.Client{StreamURL: g.streamURL, TokenSource: func(context.Context) (string, error) {
-				issued.Add(1)
-				return g.mint(user, 1500*time.Millisecond)
+				issued++
+				if issued > 1 {
+					// A reconnection: the expired connection is gone and
+					// the next is not subscribed yet. The answer's next
+					// token is written, and dispatched, meanwhile: only a
+					// resume from the cursor delivers it.
+					r.token(ctx)
+					observer(int64(r.tokens + 1))
+				}
+				return g.mint(user, time.Hour)
 			}}
-			sub, err := c.Subscribe(ctx, conv, client.SubscribeOptions{SSE: tt.sse, OnReconnect: func(string) { reconnects.Add(1) }})
+			// Once subscribed again, the next token is written: a resume
+			// that lost the one written in between gets this one first.
+			sub, err := c.Subscribe(ctx, conv, client.SubscribeOptions{SSE: tt.sse, OnReconnect: func(string) {
+				reconnects++
+				r.token(ctx)
+			}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer sub.Close()
-			// The answer goes on until the subscription has had to
-			// reconnect twice, and a few tokens more.
-			actx, cancel := context.WithCancel(ctx)
-			tokens, n := make(chan int, 1), -1
-			defer func() { // a failed test stops the answer too
-				cancel()
-				if n < 0 {
-					<-tokens
-				}
-			}()
-			after := 0
-			go func() {
-				tokens <- g.answer(actx, user, conv, func(int) bool {
-					if reconnects.Load() < 2 {
-						return true
-					}
-					after++
-					return after <= 5
-				})
-			}()
 			var tr client.Transcript
 			var seqs []int64
-			for {
+			next := func() bool { // the next event, in order; false: the run completed
+				t.Helper()
 				e, err := sub.Next(ctx)
 				if err != nil {
-					t.Fatalf("Next after %d events: %v", len(seqs), err)
+					t.Fatalf("Next after %d events (%d reconnections): %v", len(seqs), reconnects, err)
 				}
 				seqs = append(seqs, e.Header().Seq)
 				if int64(len(seqs)) != e.Header().Seq {
 					t.Fatalf("seqs %v: want each of 1, 2, … once, in order", seqs)
 				}
-				if tr.Apply(e).Status != "" {
-					break
+				return tr.Apply(e).Status == ""
+			}
+			r.start(ctx)
+			r.token(ctx)
+			next()
+			next()
+			// The token expires twice mid-answer. The gateway closes the
+			// connection (its clock's timer), the subscription connects
+			// again with a fresh token, and the token written in between
+			// arrives.
+			for i := 1; i <= 2; i++ {
+				g.clock.Advance(time.Hour)
+				next() // the token written between the connections
+				if reconnects != i {
+					t.Fatalf("%d reconnections after the token expired %d times", reconnects, i)
 				}
+				next() // the token written once subscribed again
 			}
-			n = <-tokens
-			var want strings.Builder
-			for i := 1; i <= n; i++ {
-				fmt.Fprintf(&want, "w%d ", i)
+			for range 3 {
+				r.token(ctx)
 			}
-			if r := tr.Runs()[0]; r.Text != want.String() || r.Status != events.StatusComplete || r.NeedsHistory {
-				t.Fatalf("the answer %+v, want the text of its %d tokens, complete", r, n)
+			r.complete(ctx)
+			for next() {
 			}
-			if r := reconnects.Load(); r < 2 {
-				t.Fatalf("%d reconnections", r)
+			if got := tr.Runs()[0]; got.Text != r.text() || got.Status != events.StatusComplete || got.NeedsHistory {
+				t.Fatalf("the answer %+v, want the text of its %d tokens, complete", got, r.tokens)
 			}
-			if i, r := issued.Load(), reconnects.Load(); i < 1+r {
-				t.Fatalf("%d tokens issued for %d connections: want a fresh one for each", i, 1+r)
+			if issued != 1+reconnects {
+				t.Fatalf("%d tokens issued for %d connections: want a fresh one for each", issued, 1+reconnects)
 			}
-			t.Logf("%d events over %d connections", len(seqs), 1+reconnects.Load())
 		})
 		t.Run(tt.name+" with a fixed Token", func(t *testing.T) {
 			t.Parallel()
+			g := startGateway(t, ctx, server.Timeouts{})
 			user, conv := strings.ToLower(tt.name)+"-fixed", testenv.Name(t, "c")
-			tok, err := g.mint(user, 1500*time.Millisecond)
+			tok, err := g.mint(user, time.Hour)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -279,7 +339,12 @@ func TestASubscriptionFollowsAnAnswerAcrossTokenExpiries(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer sub.Close()
-			g.answer(ctx, user, conv, func(n int) bool { return n < 3 })
+			r := &answer{g: g, user: user, conv: conv}
+			r.start(ctx)
+			for range 3 {
+				r.token(ctx)
+			}
+			r.complete(ctx)
 			for seq := int64(1); seq <= 5; seq++ {
 				e, err := sub.Next(ctx)
 				if err != nil || e.Header().Seq != seq {
@@ -288,6 +353,7 @@ func TestASubscriptionFollowsAnAnswerAcrossTokenExpiries(t *testing.T) {
 			}
 			// Nothing more is sent: Next returns when the token expires
 			// and the gateway refuses it on the reconnection.
+			g.clock.Advance(time.Hour)
 			e, err := sub.Next(ctx)
 			if !client.IsCode(err, "unauthenticated") {
 				t.Fatalf("Next = %v, %v; want the gateway's 401 for the expired token", e, err)

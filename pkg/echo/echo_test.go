@@ -15,6 +15,7 @@ import (
 
 	"github.com/cloudwego/eino/schema"
 
+	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/pkg/echo"
 )
 
@@ -110,8 +111,9 @@ func contents(chunks []*schema.Message) []string {
 	return out
 }
 
-// recvWithin calls Recv, failing the test if it does not return within d.
-func recvWithin(t *testing.T, sr *schema.StreamReader[*schema.Message], d time.Duration) (*schema.Message, error) {
+// recvWithin calls Recv, failing the test if it does not return before
+// bound ends (the test's context: a hang detector, not a timing).
+func recvWithin(t *testing.T, bound context.Context, sr *schema.StreamReader[*schema.Message]) (*schema.Message, error) {
 	t.Helper()
 	type result struct {
 		msg *schema.Message
@@ -125,8 +127,8 @@ func recvWithin(t *testing.T, sr *schema.StreamReader[*schema.Message], d time.D
 	select {
 	case r := <-done:
 		return r.msg, r.err
-	case <-time.After(d):
-		t.Fatalf("Recv did not return within %v", d)
+	case <-bound.Done():
+		t.Fatalf("Recv did not return: %v", bound.Err())
 		return nil, nil
 	}
 }
@@ -499,9 +501,10 @@ func TestRealDelayPausesBeforeEachToken(t *testing.T) {
 	if err != nil || len(chunks) != 4 {
 		t.Fatalf("stream = %d chunks, %v; want 4", len(chunks), err)
 	}
-	// Timers never fire early, so four pauses take at least 20ms; the upper
-	// bound only proves the directive replaced the one-minute default.
-	if elapsed := time.Since(start); elapsed < 20*time.Millisecond || elapsed > 15*time.Second {
+	// Timers never fire early, so four pauses take at least 20ms. That the
+	// directive replaced the one-minute default, the test's context proves:
+	// four minutes of pauses would end it (20 s), and drain with it.
+	if elapsed := time.Since(start); elapsed < 20*time.Millisecond {
 		t.Fatalf("streaming 4 tokens at 5ms took %v", elapsed)
 	}
 }
@@ -545,7 +548,6 @@ func (c *deadlineContext) Err() error {
 
 func TestContextEndStopsTheStream(t *testing.T) {
 	t.Parallel()
-	const bound = 10 * time.Second // generous: "promptly", not a timing test
 	tests := []struct {
 		name     string
 		sleep    func(*blockingSleep) func(context.Context, time.Duration) error
@@ -589,6 +591,10 @@ func TestContextEndStopsTheStream(t *testing.T) {
 			parent := testContext(t)
 			ctx, cancel := context.WithCancel(parent)
 			defer cancel()
+			var asked <-chan struct{} // closed once the producer waits on ctx
+			if tt.sleep == nil && tt.delay > 0 {
+				ctx, asked = testenv.WatchDone(ctx)
+			}
 			wantErr := context.Canceled
 			var expire func()
 			if tt.deadline {
@@ -603,14 +609,18 @@ func TestContextEndStopsTheStream(t *testing.T) {
 			}
 			defer sr.Close()
 			for i := range tt.received {
-				if _, err := recvWithin(t, sr, bound); err != nil {
+				if _, err := recvWithin(t, parent, sr); err != nil {
 					t.Fatalf("Recv %d before the cancellation: %v", i, err)
 				}
 			}
-			if tt.sleep == nil && tt.delay > 0 {
-				// Let the producer reach its real pause, so the cancellation has
-				// to interrupt the timer (the test passes either way if it is late).
-				time.Sleep(50 * time.Millisecond)
+			if asked != nil {
+				// The producer reaches its real pause (it waits on ctx), so
+				// the cancellation has to interrupt the timer.
+				select {
+				case <-asked:
+				case <-parent.Done():
+					t.Fatal("the producer never waited on its context")
+				}
 			}
 			if tt.deadline {
 				expire()
@@ -619,7 +629,7 @@ func TestContextEndStopsTheStream(t *testing.T) {
 			}
 			// Without pauses one chunk may already be on its way.
 			for stale := 0; ; stale++ {
-				msg, err := recvWithin(t, sr, bound)
+				msg, err := recvWithin(t, parent, sr)
 				if err == nil && stale == 0 && tt.delay == 0 {
 					continue
 				}
@@ -632,23 +642,35 @@ func TestContextEndStopsTheStream(t *testing.T) {
 	}
 }
 
+// Generate, paused before a token (a minute: the default Sleep, a timer),
+// returns context.Canceled as soon as its context ends. The test cancels
+// once the pause waits on the context (its Done is asked for), not after a
+// guessed time, and gives Generate until the test's own deadline.
 func TestContextEndStopsGenerate(t *testing.T) {
 	t.Parallel()
 	m := newModel(t, echo.Config{Delay: time.Minute})
-	ctx, cancel := context.WithCancel(testContext(t))
+	testCtx := testContext(t)
+	inner, cancel := context.WithCancel(testCtx)
+	ctx, asked := testenv.WatchDone(inner)
 	done := make(chan error, 1)
 	go func() {
 		_, err := m.Generate(ctx, user("hi"))
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // let Generate reach its pause
+	select {
+	case <-asked: // the pause waits on ctx
+	case err := <-done:
+		t.Fatalf("Generate = %v before its pause", err)
+	case <-testCtx.Done():
+		t.Fatal("Generate never waited on its context")
+	}
 	cancel()
 	select {
 	case err := <-done:
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("Generate = %v, want context.Canceled", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-testCtx.Done():
 		t.Fatal("Generate ignored the cancelled context")
 	}
 }

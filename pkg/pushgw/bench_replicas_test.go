@@ -102,7 +102,7 @@ type replicaRow struct {
 	arm               string
 	partitionsOwned   int
 	sent              int     // events produced in the window, all conversations
-	seconds           float64 // the window, produce and drain
+	seconds           float64 // the window: from the first event delivered to the last, all replicas
 	bytes, records    float64 // fetched by the live readers in the window
 	readers           float64 // open at the window's end
 	cpu               float64 // seconds
@@ -118,10 +118,16 @@ type benchReplica struct {
 	out  *bufio.Scanner
 	url  string // its WebSocket URL
 
+	waited bool // stop or kill has waited for the process
+
 	mu sync.Mutex
 	// Guarded by mu.
-	latencies []int64
-	measuring bool
+	received    int // event frames its clients read, measured or not
+	latencies   []int64
+	measuring   bool
+	first, last time.Time // the first and the last event read while measuring
+	closing     bool      // the benchmark closes the clients: a read that ends is no loss
+	lost        int       // clients whose connection ended before closing
 }
 
 // replicaStats is what a replica process answers "stats" with.
@@ -131,7 +137,9 @@ type replicaStats struct {
 	Readers float64 `json:"readers"`
 }
 
-func startReplica(b *testing.B, brokers []string, topicName, name string, maxSubs int) *benchReplica {
+// startReplica starts a replica process and waits, bounded by ctx, until
+// it listens.
+func startReplica(b *testing.B, ctx context.Context, brokers []string, topicName, name string, maxSubs int) *benchReplica {
 	b.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s;%s;%d", benchReplicaEnv, strings.Join(brokers, ","), topicName, maxSubs))
@@ -148,8 +156,18 @@ func startReplica(b *testing.B, brokers []string, topicName, name string, maxSub
 		b.Fatal(err)
 	}
 	r := &benchReplica{name: name, cmd: cmd, in: in, out: bufio.NewScanner(out)}
-	if !r.out.Scan() {
-		b.Fatalf("replica %s ended: %v", name, r.out.Err())
+	// Registered before anything can fail: a replica never outlives the
+	// benchmark, whatever stops it (stop, when it ran, has waited).
+	b.Cleanup(r.kill)
+	said := make(chan bool, 1)
+	go func() { said <- r.out.Scan() }() // ends at the latest when kill ends the process
+	select {
+	case ok := <-said:
+		if !ok {
+			b.Fatalf("replica %s ended: %v", name, r.out.Err())
+		}
+	case <-ctx.Done():
+		b.Fatalf("replica %s not listening: %v", name, ctx.Err())
 	}
 	addr, ok := strings.CutPrefix(r.out.Text(), "listening ")
 	if !ok {
@@ -170,10 +188,22 @@ func (r *benchReplica) stats() (replicaStats, error) {
 	return s, json.Unmarshal(r.out.Bytes(), &s)
 }
 
+// stop asks the replica to exit and waits for it.
 func (r *benchReplica) stop() error {
 	_, _ = io.WriteString(r.in, "exit\n")
 	_ = r.in.Close()
+	r.waited = true
 	return r.cmd.Wait()
+}
+
+// kill ends the replica's process, unless stop or kill has waited for it.
+func (r *benchReplica) kill() {
+	if r.waited {
+		return
+	}
+	r.waited = true
+	_ = r.cmd.Process.Kill()
+	_ = r.cmd.Wait()
 }
 
 // cpuSeconds is the process's user and system CPU so far, from
@@ -196,22 +226,65 @@ func (r *benchReplica) cpuSeconds() (float64, error) {
 	return float64(utime+stime) / benchClockTicks, nil
 }
 
-// record keeps a latency while the replica's window is open.
-func (r *benchReplica) record(ns int64) {
+// record counts an event read at now, ns after its ts, and keeps the
+// latency and the time while the replica's window is open.
+func (r *benchReplica) record(now time.Time, ns int64) {
 	r.mu.Lock()
+	r.received++
 	if r.measuring {
 		r.latencies = append(r.latencies, ns)
+		if r.first.IsZero() {
+			r.first = now
+		}
+		r.last = now
 	}
 	r.mu.Unlock()
 }
 
-func (r *benchReplica) measure(on bool) []int64 {
+// measure opens (on) or closes the replica's window, and returns the
+// latencies and the first and last read times of the window that ends.
+func (r *benchReplica) measure(on bool) (latencies []int64, first, last time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.measuring = on
-	l := r.latencies
-	r.latencies = nil
-	return l
+	latencies, first, last = r.latencies, r.first, r.last
+	r.latencies, r.first, r.last = nil, time.Time{}, time.Time{}
+	return latencies, first, last
+}
+
+// delivered is how many event frames the replica's clients read, and how
+// many of its clients lost their connection.
+func (r *benchReplica) delivered() (received, lost int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.received, r.lost
+}
+
+// waitDelivered waits until the replicas' clients have read want events
+// in all (every event produced goes to one client: each conversation has
+// one), bounded by ctx; a client that lost its connection fails it at once.
+func waitDelivered(b *testing.B, ctx context.Context, replicas []*benchReplica, want int) {
+	b.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		got := 0
+		for _, r := range replicas {
+			n, lost := r.delivered()
+			if lost > 0 {
+				b.Fatalf("%d clients of replica %s lost their connection", lost, r.name)
+			}
+			got += n
+		}
+		if got >= want {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			b.Fatalf("%d of %d events delivered: %v", got, want, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 // runReplicaScaling runs both arms with n replicas.
@@ -231,7 +304,7 @@ func runReplicaScaling(b *testing.B, ctx context.Context, brokers []string, n in
 	}
 	replicas := make([]*benchReplica, n)
 	for i := range replicas {
-		replicas[i] = startReplica(b, brokers, topicName, names[i], benchReplicaPartitions+1)
+		replicas[i] = startReplica(b, ctx, brokers, topicName, names[i], benchReplicaPartitions+1)
 	}
 	defer func() {
 		for _, r := range replicas {
@@ -248,6 +321,11 @@ func runReplicaScaling(b *testing.B, ctx context.Context, brokers []string, n in
 	var conns []*websocket.Conn
 	var readers sync.WaitGroup
 	defer func() { // before the replicas stop
+		for _, r := range replicas {
+			r.mu.Lock()
+			r.closing = true
+			r.mu.Unlock()
+		}
 		for _, c := range conns {
 			_ = c.Close()
 		}
@@ -267,9 +345,12 @@ func runReplicaScaling(b *testing.B, ctx context.Context, brokers []string, n in
 		readers.Go(func() { readReplicaFrames(c, replicas[o]) })
 	}
 
+	// Every event produced goes to one client: the benchmark waits for
+	// deliveries, not for a guessed time.
+	produced := 0
 	arm := func(name string) []replicaRow {
-		produceReplicaLoad(b, ctx, brokers, topicName, ids, n*benchReplicaRate, 2*time.Second) // warm-up
-		time.Sleep(500 * time.Millisecond)
+		produced += produceReplicaLoad(b, ctx, brokers, topicName, ids, n*benchReplicaRate, 2*time.Second) // warm-up
+		waitDelivered(b, ctx, replicas, produced)
 		before := make([]replicaStats, n)
 		cpu0 := make([]float64, n)
 		for i, r := range replicas {
@@ -282,11 +363,11 @@ func runReplicaScaling(b *testing.B, ctx context.Context, brokers []string, n in
 			}
 			r.measure(true)
 		}
-		began := time.Now()
 		sent := produceReplicaLoad(b, ctx, brokers, topicName, ids, n*benchReplicaRate, window)
-		time.Sleep(time.Second) // the last events arrive
-		took := time.Since(began).Seconds()
+		produced += sent
+		waitDelivered(b, ctx, replicas, produced) // the last events arrive
 		var rows []replicaRow
+		var first, last time.Time
 		for i, r := range replicas {
 			cpu, err := r.cpuSeconds()
 			if err != nil {
@@ -296,11 +377,27 @@ func runReplicaScaling(b *testing.B, ctx context.Context, brokers []string, n in
 			if err != nil {
 				b.Fatal(err)
 			}
-			lat := r.measure(false)
+			lat, f, l := r.measure(false)
+			if !f.IsZero() && (first.IsZero() || f.Before(first)) {
+				first = f
+			}
+			if l.After(last) {
+				last = l
+			}
 			p := summarize(lat)
-			rows = append(rows, replicaRow{replicas: n, replica: i, arm: name, partitionsOwned: owned[i], sent: sent, seconds: took,
+			rows = append(rows, replicaRow{replicas: n, replica: i, arm: name, partitionsOwned: owned[i], sent: sent,
 				bytes: after.Bytes - before[i].Bytes, records: after.Records - before[i].Records, readers: after.Readers,
 				cpu: cpu - cpu0[i], received: len(lat), p50: time.Duration(p.P50us * 1e3), p99: time.Duration(p.P99us * 1e3)})
+		}
+		// Rates are per second of delivery, from the first event delivered
+		// to the last: the waits around the window (for the first event,
+		// for the last) are not traffic.
+		took := last.Sub(first).Seconds()
+		if took <= 0 {
+			b.Fatalf("%s, %d replicas: no delivery window (first %v, last %v)", name, n, first, last)
+		}
+		for i := range rows {
+			rows[i].seconds = took
 		}
 		return rows
 	}
@@ -360,16 +457,22 @@ func dialReplica(b *testing.B, ctx context.Context, r *benchReplica, user string
 	return c
 }
 
-// readReplicaFrames records the latency of every event frame c reads.
+// readReplicaFrames records the latency of every event frame c reads, and
+// counts c lost if its connection ends before the benchmark closes it.
 func readReplicaFrames(c *websocket.Conn, r *benchReplica) {
 	for {
 		_, data, err := c.ReadMessage()
 		if err != nil {
+			r.mu.Lock()
+			if !r.closing {
+				r.lost++
+			}
+			r.mu.Unlock()
 			return
 		}
-		now := time.Now().UnixNano()
+		now := time.Now()
 		if ts, ok := frameTS(data); ok {
-			r.record(now - ts)
+			r.record(now, now.UnixNano()-ts)
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/turnpike-dev/turnpike/internal/testenv"
 )
 
 func TestOutboxTryPushKeepsBothBounds(t *testing.T) {
@@ -110,6 +112,7 @@ func TestOutboxPushGivesUpWhenTheClientStops(t *testing.T) {
 	o.tryPush([]byte("x"))
 	stop := make(chan struct{})
 	done := make(chan bool, 1)
+	ctx := testenv.Context(t, 30*time.Second) // push's own context outlives the wait: only stop ends it
 	go func() { done <- o.push(t.Context(), stop, []byte("y")) }()
 	close(stop)
 	select {
@@ -117,7 +120,7 @@ func TestOutboxPushGivesUpWhenTheClientStops(t *testing.T) {
 		if ok {
 			t.Fatal("push queued a frame for a stopped client")
 		}
-	case <-time.After(30 * time.Second):
+	case <-ctx.Done():
 		t.Fatal("push did not return when the client stopped")
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/turnpike-dev/turnpike/internal/testenv"
 )
 
 // ringFrame is a test frame of exactly n bytes naming its offset.
@@ -191,6 +193,7 @@ func TestHubForgetsTheRingWhenTheLiveReaderSkipsOffsets(t *testing.T) {
 func TestHubAwaitDispatchedWaitsForTheDispatcher(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
+	bound := testenv.Context(t, 30*time.Second) // the test's hang detector; await's own ctx outlives it
 	h := newTestHub(t, map[int]int64{0: 0}, 10)
 	if err := h.awaitDispatched(ctx, nil, 0, 0, time.Millisecond); err != errCursorAhead {
 		t.Fatalf("await with nothing dispatched = %v, want errCursorAhead", err)
@@ -205,7 +208,7 @@ func TestHubAwaitDispatchedWaitsForTheDispatcher(t *testing.T) {
 		if err != nil {
 			t.Fatalf("await = %v once offset 2 was dispatched", err)
 		}
-	case <-time.After(30 * time.Second):
+	case <-bound.Done():
 		t.Fatal("await did not return once offset 2 was dispatched")
 	}
 	stop := make(chan struct{})

@@ -276,15 +276,15 @@ func TestAWorkersIdleRequestsReaderAnsweredLateMakesNoSecondDial(t *testing.T) {
 
 	// The partition is idle now. Hold the answer of its reader's next long
 	// poll past the poll's deadline: the held read began after its fetch
-	// was sent, so the deadline (MaxWait, 500 ms) has passed once 1.5 times
-	// that has.
-	held, release := h.Arm()
+	// was sent, so an answer 1.5 times the deadline (MaxWait, 500 ms) after
+	// the read began is late. HeldConns applies the connection's read
+	// deadline to that instant: nothing waits for it.
+	held, release := h.Arm(750 * time.Millisecond)
 	select {
 	case <-held:
 	case <-ctx.Done():
 		t.Fatal("no read of the requests reader held")
 	}
-	<-time.After(750 * time.Millisecond)
 	close(release)
 	s.produce(t, ctx, id.Key(), request(id, "req-2", "second"))
 	waitCounter(t, ctx, reg, 2, "turnpike_worker_runs_total", "status", string(events.StatusComplete))

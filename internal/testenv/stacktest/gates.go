@@ -82,13 +82,21 @@ func (g *Gates) pause(ctx context.Context, conversation string, d time.Duration)
 // pass returns when a token of conversation's answer may pass its gate (at
 // once without a gate), or ctx.Err() when ctx ends first.
 func (g *Gates) pass(ctx context.Context, conversation string) error {
+	_, err := g.take(ctx, conversation)
+	return err
+}
+
+// take is pass, and returns the gate that let the token pass (nil: none),
+// to which the pass goes back if the token does not take it after all
+// (Gate.Allow(1)).
+func (g *Gates) take(ctx context.Context, conversation string) (*Gate, error) {
 	g.mu.Lock()
 	gate := g.gates[conversation]
 	g.mu.Unlock()
 	if gate == nil {
-		return nil
+		return nil, nil
 	}
-	return gate.pass(ctx)
+	return gate, gate.pass(ctx)
 }
 
 // sleep waits d, or returns ctx.Err() when ctx ends first.
@@ -147,9 +155,12 @@ func (g *Gate) changed() {
 }
 
 // pass returns when a token may pass the gate, or ctx.Err() when ctx ends
-// first.
+// first. A pause whose ctx has ended takes no pass, even one free.
 func (g *Gate) pass(ctx context.Context) error {
 	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		g.mu.Lock()
 		if g.open || g.free > 0 {
 			if !g.open {

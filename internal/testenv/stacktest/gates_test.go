@@ -187,3 +187,63 @@ func TestAHeldPauseOfAProcessThatWentAwayTakesNothingFromTheGate(t *testing.T) {
 	}
 	blocked(t, ctx, gate, pauses, "the pause after the allowed one")
 }
+
+// A pass the gate gave to a pause whose process then went away before it
+// acknowledged the pass (killed between the two) goes back to the gate:
+// the token the test allowed goes to the next pause, not to nobody. The
+// pause that goes away is a raw connection that reads the pass and closes.
+func TestAPassGivenToAPauseThatWentAwayBeforeTakingItGoesBackToTheGate(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	g := NewGates()
+	addr := serve(t, g)
+	gate := g.Hold("dies", 1)
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("dies\n")); err != nil {
+		t.Fatal(err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetReadDeadline(dl)
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(conn, b[:]); err != nil || b[0] != passByte {
+		t.Fatalf("the gates answered %q, %v: want the pass", b[:], err)
+	}
+	// The process dies before it acknowledges: the pass goes back.
+	conn.Close()
+	pauses := paused(ctx, remote(t, g), "dies", 2)
+	select {
+	case err := <-pauses:
+		if err != nil {
+			t.Fatalf("the pause after the one that went away: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the pass given to a pause that went away before taking it was lost: the next pause waits")
+	}
+	blocked(t, ctx, gate, pauses, "the pause after the one that took the given-back pass")
+}
+
+// A pause whose run ended takes no pass, even a free one: the pass stays
+// for the next pause.
+func TestAPauseWhoseRunEndedTakesNoPass(t *testing.T) {
+	t.Parallel()
+	both(t, func(t *testing.T, g *Gates, pause pauser) {
+		ctx := testenv.Context(t, 30*time.Second)
+		gate := g.Hold("ended", 1)
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := pause(ended, "ended"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("the pause of an ended run: %v, want context.Canceled", err)
+		}
+		pauses := paused(ctx, pause, "ended", 2)
+		if err := <-pauses; err != nil {
+			t.Fatalf("the pause after the ended one: %v", err)
+		}
+		blocked(t, ctx, gate, pauses, "the pause after the one that took the free pass")
+	})
+}

@@ -20,14 +20,21 @@ import (
 // test's process: RemoteAgent's model dials the address Serve listens on
 // for each pause, names the run's conversation on one line, and goes on
 // when Serve answers one byte, which it does once the conversation's gate
-// lets a token pass. A held pause is a connection Serve has not answered:
-// Gate.Held says so in the test, whatever process waits. When the run ends
-// (a cancel) the worker closes the connection, and when the worker dies
-// its kernel does; either way Serve stops waiting for it, and the pause
-// takes nothing from the gate.
+// lets a token pass; it acknowledges that byte with one of its own. A held
+// pause is a connection Serve has not answered: Gate.Held says so in the
+// test, whatever process waits. When the run ends (a cancel) the worker
+// closes the connection, and when the worker dies its kernel does; either
+// way Serve stops waiting for it, and the pause takes nothing from the
+// gate. A pass is the pause's only once acknowledged: a worker that died
+// (or whose run ended) between the gate letting its token pass and its
+// acknowledgement gives the pass back to the gate, for the next pause.
 
 // passByte is Serve's answer: the token may pass.
 const passByte = '+'
+
+// ackByte is the pause's acknowledgement of passByte: the token takes the
+// pass.
+const ackByte = '.'
 
 // Serve answers the pauses of the RemoteAgent models that dial ln through
 // g's gates, until ctx ends or ln fails. It then closes ln and every
@@ -55,7 +62,8 @@ func (g *Gates) Serve(ctx context.Context, ln net.Listener) error {
 
 // answer serves one pause on conn: it reads the conversation, waits at its
 // gate while the peer keeps the connection open, and answers passByte
-// when the token may pass.
+// when the token may pass. The pass goes back to the gate unless the peer
+// acknowledges it.
 func (g *Gates) answer(ctx context.Context, conn net.Conn) {
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
@@ -66,21 +74,34 @@ func (g *Gates) answer(ctx context.Context, conn net.Conn) {
 		return
 	}
 	conversation := strings.TrimSuffix(string(line), "\n")
-	// The peer sends nothing more: a read that returns is its end (a run
-	// that ended, a process that died).
+	// The peer sends one byte more, its acknowledgement of a pass: a read
+	// that returns before the pass is its end (a run that ended, a process
+	// that died).
 	pctx, gone := context.WithCancel(ctx)
 	defer gone()
-	peer := make(chan struct{})
+	peer := make(chan bool, 1) // whether the peer acknowledged
 	go func() {
-		defer close(peer)
-		_, _ = r.ReadByte()
+		b, err := r.ReadByte()
+		peer <- err == nil && b == ackByte
 		gone()
 	}()
-	if err := g.pass(pctx, conversation); err == nil {
-		_, _ = conn.Write([]byte{passByte})
+	gate, err := g.take(pctx, conversation)
+	if err != nil {
+		conn.Close()
+		<-peer
+		return
+	}
+	acked := false
+	if _, err := conn.Write([]byte{passByte}); err == nil {
+		acked = <-peer
+	} else {
+		conn.Close()
+		<-peer
+	}
+	if !acked && gate != nil {
+		gate.Allow(1) // the token did not take its pass: the next pause may
 	}
 	conn.Close()
-	<-peer
 }
 
 // RemoteAgent is Agent for a worker in another process than the Gates: the
@@ -124,6 +145,14 @@ func passRemote(ctx context.Context, addr, conversation string) error {
 			return ctx.Err()
 		}
 		return fmt.Errorf("gates at %s: no pass for %s: %w", addr, conversation, errors.Join(err, errNoPass))
+	}
+	// The pass is this pause's once acknowledged; unacknowledged, the gates
+	// give it back.
+	if _, err := conn.Write([]byte{ackByte}); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("gates at %s: acknowledge the pass for %s: %w", addr, conversation, err)
 	}
 	return nil
 }
