@@ -81,7 +81,7 @@ func TestBrowserShowsArtifacts(t *testing.T) {
 		a, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "assistant", Description: "Echoes.", Model: m})
 		return filesAgent{Agent: a, red: red, blue: blue}, err
 	}))
-	st := stk.start(t, "")
+	st := stk.start(t, t.Context(), "")
 	chromium := findChromium(t)
 	artifacts := artifactsDir(t)
 	ctx := newBrowser(t, chromium)
