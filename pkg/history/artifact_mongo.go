@@ -38,7 +38,9 @@ type ArtifactConfig struct {
 //   - a version: artifacts/_id="<scope>#<name>#<version, 8 digits>", the
 //     scope "tenant/user/conversation" or, for a "user:" name,
 //     "tenant/user"; the _id's uniqueness is what keeps two saves from
-//     taking one version;
+//     taking one version, and the unique index on its "token" (sparse:
+//     staged documents have none) what keeps one save from taking two
+//     (concurrent publishes of one token);
 //   - the content: artifact_chunks/_id="<token>#<index, 5 digits>", of
 //     ArtifactChunkBytes each (the last one shorter).
 //
@@ -52,8 +54,12 @@ type MongoArtifacts struct {
 
 var _ ArtifactService = (*MongoArtifacts)(nil)
 
-// NewMongoArtifacts returns the artifacts of db.
-func NewMongoArtifacts(db *mongo.Database, cfg ArtifactConfig) (*MongoArtifacts, error) {
+// NewMongoArtifacts returns the artifacts of db, and creates their
+// indexes (one command each): the versions' unique index on the token
+// ("token_unique": a staged save is published as one version only, even
+// by concurrent publishes of its token), and the chunks' index on their
+// time ("at", which the sweep of orphaned content reads).
+func NewMongoArtifacts(ctx context.Context, db *mongo.Database, cfg ArtifactConfig) (*MongoArtifacts, error) {
 	if db == nil {
 		return nil, errors.New("new mongo artifacts: nil database")
 	}
@@ -66,8 +72,26 @@ func NewMongoArtifacts(db *mongo.Database, cfg ArtifactConfig) (*MongoArtifacts,
 	if cfg.Artifacts == cfg.Chunks {
 		return nil, fmt.Errorf("new mongo artifacts: one collection %q for versions and chunks", cfg.Artifacts)
 	}
-	return &MongoArtifacts{arts: db.Collection(cfg.Artifacts), chunks: db.Collection(cfg.Chunks),
-		limits: cfg.Limits.withDefaults(), now: time.Now}, nil
+	m := &MongoArtifacts{arts: db.Collection(cfg.Artifacts), chunks: db.Collection(cfg.Chunks),
+		limits: cfg.Limits.withDefaults(), now: time.Now}
+	indexes := []struct {
+		coll  *mongo.Collection
+		model mongo.IndexModel
+	}{
+		// Only versions have a token field: the index is sparse, so the
+		// staged documents (and everything else) are not in it. FerretDB
+		// ignores "sparse", but its SQLite unique index treats a missing
+		// field as NULL, and NULLs as distinct: the same effect.
+		{m.arts, mongo.IndexModel{Keys: bson.D{{Key: "token", Value: 1}}, Options: options.Index().SetName("token_unique").SetUnique(true).SetSparse(true)}},
+		{m.chunks, mongo.IndexModel{Keys: bson.D{{Key: "at", Value: 1}}, Options: options.Index().SetName("at")}},
+	}
+	// One index per command (FerretDB 1.24 panics re-creating several).
+	for _, ix := range indexes {
+		if _, err := ix.coll.Indexes().CreateOne(ctx, ix.model); err != nil {
+			return nil, fmt.Errorf("new mongo artifacts: create index on %s: %w", ix.coll.Name(), err)
+		}
+	}
+	return m, nil
 }
 
 type stagedDoc struct {
@@ -253,12 +277,16 @@ func (m *MongoArtifacts) publish(ctx context.Context, id events.Identity, token 
 		if !mongo.IsDuplicateKeyError(err) {
 			return Artifact{}, false, err
 		}
-		have, found, err := findByID[versionDoc](ctx, m.arts, vd.ID)
-		if err != nil {
+		// Either the number is taken (another save of the name) or the
+		// token is (a concurrent publish of this token: the unique index
+		// "token_unique" refuses a second version of it).
+		var have versionDoc
+		err = m.arts.FindOne(ctx, bson.D{idRange(prefix), {Key: "token", Value: token}}).Decode(&have)
+		switch {
+		case err == nil:
+			return have.artifact(), true, m.markPublished(ctx, token, have.Version)
+		case !errors.Is(err, mongo.ErrNoDocuments):
 			return Artifact{}, false, err
-		}
-		if found && have.Token == token {
-			return have.artifact(), true, m.markPublished(ctx, token, v)
 		}
 		v++ // a concurrent save of the name took it
 	}

@@ -26,7 +26,7 @@ func TestMongoArtifacts(t *testing.T) {
 	db := testenv.MongoDB(t)
 	historytest.Artifacts(t,
 		func(t *testing.T) history.ArtifactService {
-			a, err := history.NewMongoArtifacts(db, history.ArtifactConfig{Limits: suiteArtifactLimits})
+			a, err := history.NewMongoArtifacts(testenv.Context(t, 30*time.Second), db, history.ArtifactConfig{Limits: suiteArtifactLimits})
 			if err != nil {
 				t.Fatalf("NewMongoArtifacts: %v", err)
 			}

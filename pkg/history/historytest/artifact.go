@@ -34,6 +34,7 @@ func Artifacts(t *testing.T, newService func(t *testing.T) history.ArtifactServi
 		{"Delete removes every version, and a later publish of a deleted save brings nothing back", testArtifactDelete},
 		{"Content of several chunks and empty content round-trip byte-exact", testArtifactContent},
 		{"Concurrent publishes of one user: name from two conversations take distinct versions", testArtifactConcurrent},
+		{"Concurrent publishes of one token (a redelivery racing its first run) make one version, which every caller gets", testArtifactPublishRace},
 	}
 	t.Run("in parallel", func(t *testing.T) {
 		for _, tc := range tests {
@@ -387,6 +388,39 @@ func testArtifactConcurrent(t *testing.T, ctx context.Context, a history.Artifac
 		seen[string(data)] = true
 	}
 	expectArtifactNotFound(t, ctx, a, base, "user:shared", n+1)
+}
+
+func testArtifactPublishRace(t *testing.T, ctx context.Context, a history.ArtifactService) {
+	id := newIdentity(t, "c1")
+	// Several rounds: a round's publishes may happen not to overlap.
+	for round := 1; round <= 4; round++ {
+		tok := stage(t, ctx, a, id, "raced", "text/plain", []byte{byte('0' + round)})
+		const n = 8
+		got := make([][]history.Artifact, n)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				got[i], errs[i] = a.Publish(ctx, id, []string{tok})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("round %d: Publish: %v", round, err)
+		}
+		for i, g := range got {
+			if len(g) != 1 || g[0].Version != round || g[0].Token != tok {
+				t.Fatalf("round %d: caller %d got %+v, want version %d of token %s", round, i, g, round, tok)
+			}
+		}
+		expectArtifact(t, ctx, a, id, "raced", 0, round, []byte{byte('0' + round)})
+		expectArtifactNotFound(t, ctx, a, id, "raced", round+1)
+	}
 }
 
 func testArtifactManifest(t *testing.T, ctx context.Context, s history.Store) {
