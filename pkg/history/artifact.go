@@ -134,7 +134,9 @@ type ArtifactService interface {
 
 // ManifestReader is a Store that reads the artifact manifest of a
 // committed turn (MemoryStore and MongoStore are): the worker publishes
-// it again when a redelivered request finds its turn committed.
+// it again when a redelivered request finds its turn committed. Such a
+// store reports in Committed.Artifacts how many saves the turn holds: the
+// worker reads the manifest only when there are some.
 type ManifestReader interface {
 	// TurnArtifacts returns the manifest of the turn of requestID, and
 	// whether that turn exists.

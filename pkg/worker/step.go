@@ -241,7 +241,8 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		// A crash between the commit and the publication of its
 		// artifacts left them staged: the committed manifest is
 		// published again (which makes no second version).
-		if st.Committed.N > 0 {
+		// Only when the turn holds saves: duplicates are a hot path.
+		if st.Committed.N > 0 && st.Committed.Artifacts > 0 {
 			if _, err := publishArtifacts(ctx, s.artifacts, store, id, req.RequestID, nil, true); err != nil {
 				return bridge.Result{}, err
 			}
