@@ -18,8 +18,11 @@ import (
 // newService is called once per subtest, from that subtest's goroutine,
 // and returns a service whose limits are ArtifactLimits{MaxBytes: 1 << 20,
 // MaxNames: 3}; subtests run in parallel, each under identities of its
-// own, but for the sweep's, which runs alone after them. newStore, when not nil, is the turn store whose manifests the
-// suite checks (Turn.Artifacts, history.ManifestReader).
+// own, but for the two sweeps' (one sweep, several at once), which run
+// alone after them. newStore, when not nil, is the turn store whose
+// manifests the suite checks (Turn.Artifacts, history.ManifestReader). A
+// service whose Stage writes the content before the save also runs
+// ArtifactOrphans.
 func Artifacts(t *testing.T, newService func(t *testing.T) history.ArtifactService, newStore func(t *testing.T) history.Store) {
 	tests := []struct {
 		name string
