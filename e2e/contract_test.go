@@ -202,7 +202,7 @@ func TestTheRunningStackMatchesThePublishedSpecs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer aconn.Close()
-	arts, err := history.NewMongoArtifacts(aconn.DB, history.ArtifactConfig{})
+	arts, err := history.NewMongoArtifacts(ctx, aconn.DB, history.ArtifactConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,13 +120,23 @@ type ArtifactService interface {
 	// there is none for id.
 	DeleteArtifact(ctx context.Context, id events.Identity, name string) error
 	// SweepArtifacts drops the staged saves older than before that were
-	// never published, and returns how many.
+	// never published, and the content older than before that no staged
+	// save holds any more (left by a Stage that failed between writing
+	// the content and staging the save, or by a delete or a sweep that
+	// stopped half-way; younger content may be a Stage in flight and is
+	// kept). It returns how many saves' content it dropped. Several
+	// sweeps at once are harmless: each staged save is dropped, and
+	// counted, by one of them (an orphaned content may be counted by
+	// two). before must be older than the longest run: a run's staged
+	// saves are not yet in a committed turn.
 	SweepArtifacts(ctx context.Context, before time.Time) (int, error)
 }
 
 // ManifestReader is a Store that reads the artifact manifest of a
 // committed turn (MemoryStore and MongoStore are): the worker publishes
-// it again when a redelivered request finds its turn committed.
+// it again when a redelivered request finds its turn committed. Such a
+// store reports in Committed.Artifacts how many saves the turn holds: the
+// worker reads the manifest only when there are some.
 type ManifestReader interface {
 	// TurnArtifacts returns the manifest of the turn of requestID, and
 	// whether that turn exists.

@@ -38,9 +38,12 @@ type ArtifactConfig struct {
 //   - a version: artifacts/_id="<scope>#<name>#<version, 8 digits>", the
 //     scope "tenant/user/conversation" or, for a "user:" name,
 //     "tenant/user"; the _id's uniqueness is what keeps two saves from
-//     taking one version;
+//     taking one version, and the unique index on its "token" (sparse:
+//     staged documents have none) what keeps one save from taking two
+//     (concurrent publishes of one token);
 //   - the content: artifact_chunks/_id="<token>#<index, 5 digits>", of
-//     ArtifactChunkBytes each (the last one shorter).
+//     ArtifactChunkBytes each (the last one shorter), with the token and
+//     the staged save's time ("at").
 //
 // Safe for concurrent use.
 type MongoArtifacts struct {
@@ -52,8 +55,12 @@ type MongoArtifacts struct {
 
 var _ ArtifactService = (*MongoArtifacts)(nil)
 
-// NewMongoArtifacts returns the artifacts of db.
-func NewMongoArtifacts(db *mongo.Database, cfg ArtifactConfig) (*MongoArtifacts, error) {
+// NewMongoArtifacts returns the artifacts of db, and creates their
+// indexes (one command each): the versions' unique index on the token
+// ("token_unique": a staged save is published as one version only, even
+// by concurrent publishes of its token), and the chunks' index on their
+// time and token ("at_token", which the sweep of orphaned content reads).
+func NewMongoArtifacts(ctx context.Context, db *mongo.Database, cfg ArtifactConfig) (*MongoArtifacts, error) {
 	if db == nil {
 		return nil, errors.New("new mongo artifacts: nil database")
 	}
@@ -66,8 +73,26 @@ func NewMongoArtifacts(db *mongo.Database, cfg ArtifactConfig) (*MongoArtifacts,
 	if cfg.Artifacts == cfg.Chunks {
 		return nil, fmt.Errorf("new mongo artifacts: one collection %q for versions and chunks", cfg.Artifacts)
 	}
-	return &MongoArtifacts{arts: db.Collection(cfg.Artifacts), chunks: db.Collection(cfg.Chunks),
-		limits: cfg.Limits.withDefaults(), now: time.Now}, nil
+	m := &MongoArtifacts{arts: db.Collection(cfg.Artifacts), chunks: db.Collection(cfg.Chunks),
+		limits: cfg.Limits.withDefaults(), now: time.Now}
+	indexes := []struct {
+		coll  *mongo.Collection
+		model mongo.IndexModel
+	}{
+		// Only versions have a token field: the index is sparse, so the
+		// staged documents (and everything else) are not in it. FerretDB
+		// ignores "sparse", but its SQLite unique index treats a missing
+		// field as NULL, and NULLs as distinct: the same effect.
+		{m.arts, mongo.IndexModel{Keys: bson.D{{Key: "token", Value: 1}}, Options: options.Index().SetName("token_unique").SetUnique(true).SetSparse(true)}},
+		{m.chunks, mongo.IndexModel{Keys: bson.D{{Key: "at", Value: 1}, {Key: "token", Value: 1}}, Options: options.Index().SetName("at_token")}},
+	}
+	// One index per command (FerretDB 1.24 panics re-creating several).
+	for _, ix := range indexes {
+		if _, err := ix.coll.Indexes().CreateOne(ctx, ix.model); err != nil {
+			return nil, fmt.Errorf("new mongo artifacts: create index on %s: %w", ix.coll.Name(), err)
+		}
+	}
+	return m, nil
 }
 
 type stagedDoc struct {
@@ -105,9 +130,10 @@ func (d versionDoc) artifact() Artifact {
 }
 
 type chunkDoc struct {
-	ID    string `bson:"_id"`
-	Token string `bson:"token"`
-	Data  []byte `bson:"data"`
+	ID    string    `bson:"_id"`
+	Token string    `bson:"token"`
+	At    time.Time `bson:"at"`
+	Data  []byte    `bson:"data"`
 }
 
 func stagedID(token string) string            { return "s#" + token }
@@ -162,9 +188,10 @@ func (m *MongoArtifacts) Stage(ctx context.Context, id events.Identity, s Artifa
 	if err != nil {
 		return "", err
 	}
+	at := m.now().UTC().Truncate(time.Millisecond)
 	var docs []any
 	for i := 0; i*ArtifactChunkBytes < len(s.Data); i++ {
-		docs = append(docs, chunkDoc{ID: chunkID(token, i), Token: token, Data: s.Data[i*ArtifactChunkBytes : min(len(s.Data), (i+1)*ArtifactChunkBytes)]})
+		docs = append(docs, chunkDoc{ID: chunkID(token, i), Token: token, At: at, Data: s.Data[i*ArtifactChunkBytes : min(len(s.Data), (i+1)*ArtifactChunkBytes)]})
 	}
 	if len(docs) > 0 {
 		if _, err := m.chunks.InsertMany(ctx, docs); err != nil {
@@ -172,8 +199,7 @@ func (m *MongoArtifacts) Stage(ctx context.Context, id events.Identity, s Artifa
 		}
 	}
 	doc := stagedDoc{ID: stagedID(token), Tenant: id.Tenant, User: id.User, Conversation: id.Conversation,
-		Scope: scope, Name: s.Name, MIME: s.MIME, Size: int64(len(s.Data)), Chunks: len(docs),
-		At: m.now().UTC().Truncate(time.Millisecond)}
+		Scope: scope, Name: s.Name, MIME: s.MIME, Size: int64(len(s.Data)), Chunks: len(docs), At: at}
 	if _, err := m.arts.InsertOne(ctx, doc); err != nil {
 		return "", fmt.Errorf("stage artifact %s: %w", s.Name, err)
 	}
@@ -253,12 +279,16 @@ func (m *MongoArtifacts) publish(ctx context.Context, id events.Identity, token 
 		if !mongo.IsDuplicateKeyError(err) {
 			return Artifact{}, false, err
 		}
-		have, found, err := findByID[versionDoc](ctx, m.arts, vd.ID)
-		if err != nil {
+		// Either the number is taken (another save of the name) or the
+		// token is (a concurrent publish of this token: the unique index
+		// "token_unique" refuses a second version of it).
+		var have versionDoc
+		err = m.arts.FindOne(ctx, bson.D{idRange(prefix), {Key: "token", Value: token}}).Decode(&have)
+		switch {
+		case err == nil:
+			return have.artifact(), true, m.markPublished(ctx, token, have.Version)
+		case !errors.Is(err, mongo.ErrNoDocuments):
 			return Artifact{}, false, err
-		}
-		if found && have.Token == token {
-			return have.artifact(), true, m.markPublished(ctx, token, v)
 		}
 		v++ // a concurrent save of the name took it
 	}
@@ -406,8 +436,92 @@ func (m *MongoArtifacts) DeleteArtifact(ctx context.Context, id events.Identity,
 }
 
 // SweepArtifacts implements ArtifactService: the unpublished staged
-// documents older than before (one query), their chunks, then them.
+// documents older than before (one query), each (one conditional delete)
+// and then their chunks (one delete); then the orphaned content (see
+// sweepOrphans).
 func (m *MongoArtifacts) SweepArtifacts(ctx context.Context, before time.Time) (int, error) {
+	n, err := m.sweepStaged(ctx, before)
+	if err != nil {
+		return n, err
+	}
+	o, err := m.sweepOrphans(ctx, before)
+	return n + o, err
+}
+
+// orphanBatch bounds the tokens of one query or delete of sweepOrphans.
+const orphanBatch = 500
+
+// sweepOrphans deletes the chunks older than before whose staged document
+// is gone: left by a Stage that failed (or a process that died) between
+// writing the content and the staged document, or by a sweep or a delete
+// that stopped between a staged document and its chunks. Chunks without a
+// staged document that are younger than before are a Stage in flight, and
+// stay. It reads the tokens of every chunk older than before (one query,
+// projected on the token; its cost grows with the content stored), then
+// per orphanBatch tokens which of them have a staged document (one
+// query) and deletes the chunks of those that have none (one delete). It
+// returns how many tokens' chunks it deleted.
+func (m *MongoArtifacts) sweepOrphans(ctx context.Context, before time.Time) (int, error) {
+	cur, err := m.chunks.Find(ctx, bson.D{{Key: "at", Value: bson.D{{Key: "$lt", Value: before}}}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 0}, {Key: "token", Value: 1}}))
+	if err != nil {
+		return 0, fmt.Errorf("sweep orphaned artifact content: %w", err)
+	}
+	seen := make(map[string]bool)
+	var tokens []string
+	for cur.Next(ctx) {
+		t, ok := cur.Current.Lookup("token").StringValueOK()
+		if ok && !seen[t] {
+			seen[t] = true
+			tokens = append(tokens, t)
+		}
+	}
+	if err := errors.Join(cur.Err(), cur.Close(ctx)); err != nil {
+		return 0, fmt.Errorf("sweep orphaned artifact content: %w", err)
+	}
+	n := 0
+	for batch := range slices.Chunk(tokens, orphanBatch) {
+		ids := make(bson.A, len(batch))
+		for i, t := range batch {
+			ids[i] = stagedID(t)
+		}
+		cur, err := m.arts.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+		if err != nil {
+			return n, fmt.Errorf("sweep orphaned artifact content: %w", err)
+		}
+		var live []struct {
+			ID string `bson:"_id"`
+		}
+		if err := cur.All(ctx, &live); err != nil {
+			return n, fmt.Errorf("sweep orphaned artifact content: %w", err)
+		}
+		alive := make(map[string]bool, len(live))
+		for _, l := range live {
+			alive[strings.TrimPrefix(l.ID, "s#")] = true
+		}
+		var orphans bson.A
+		for _, t := range batch {
+			if !alive[t] {
+				orphans = append(orphans, t)
+			}
+		}
+		if len(orphans) == 0 {
+			continue
+		}
+		res, err := m.chunks.DeleteMany(ctx, bson.D{{Key: "token", Value: bson.D{{Key: "$in", Value: orphans}}},
+			{Key: "at", Value: bson.D{{Key: "$lt", Value: before}}}})
+		if err != nil {
+			return n, fmt.Errorf("sweep orphaned artifact content: %w", err)
+		}
+		if res.DeletedCount > 0 {
+			n += len(orphans) // several sweeps at once may count one twice
+		}
+	}
+	return n, nil
+}
+
+// sweepStaged drops the unpublished staged saves older than before.
+func (m *MongoArtifacts) sweepStaged(ctx context.Context, before time.Time) (int, error) {
 	cur, err := m.arts.Find(ctx, bson.D{idRange("s#"), {Key: "pub", Value: bson.D{{Key: "$exists", Value: false}}},
 		{Key: "at", Value: bson.D{{Key: "$lt", Value: before}}}}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {

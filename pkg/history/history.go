@@ -246,6 +246,11 @@ type Committed struct {
 	// Duplicate is true when the request id had already been committed: the
 	// existing turn is reported and nothing new was written.
 	Duplicate bool
+	// Artifacts is the number of artifact saves the turn's manifest holds
+	// (Turn.Artifacts; 0 without a turn). A store that is a
+	// ManifestReader reports it, so that a redelivered request whose turn
+	// holds none reads no manifest to publish again.
+	Artifacts int
 }
 
 // Page is one page of a conversation's messages, oldest first.

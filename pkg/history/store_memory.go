@@ -109,7 +109,7 @@ func (s *MemoryStore) Commit(_ context.Context, id events.Identity, t Turn) (Com
 	defer s.mu.Unlock()
 	c := s.conv(id.Key())
 	if n, ok := c.requests[t.RequestID]; ok {
-		return Committed{N: n, Status: c.turns[n-1].t.Status, Duplicate: true}, nil
+		return Committed{N: n, Status: c.turns[n-1].t.Status, Artifacts: len(c.turns[n-1].t.Artifacts), Duplicate: true}, nil
 	}
 	if st, ok := c.outcomes[t.RequestID]; ok {
 		return Committed{Status: st, Duplicate: true}, nil
@@ -139,7 +139,7 @@ func (s *MemoryStore) Commit(_ context.Context, id events.Identity, t Turn) (Com
 	c.turns = append(c.turns, numbered{n: n, seq: seq, t: t, v1: v1, st: st})
 	c.requests[t.RequestID] = n
 	s.applyScopedLocked(id, st)
-	return Committed{N: n, Status: t.Status}, nil
+	return Committed{N: n, Status: t.Status, Artifacts: len(t.Artifacts)}, nil
 }
 
 // Lookup implements Store.
@@ -157,7 +157,7 @@ func (s *MemoryStore) Lookup(_ context.Context, id events.Identity, requestID st
 		return Committed{}, false, nil
 	}
 	if n, ok := c.requests[requestID]; ok {
-		return Committed{N: n, Status: c.turns[n-1].t.Status}, true, nil
+		return Committed{N: n, Status: c.turns[n-1].t.Status, Artifacts: len(c.turns[n-1].t.Artifacts)}, true, nil
 	}
 	if st, ok := c.outcomes[requestID]; ok {
 		return Committed{Status: st}, true, nil
@@ -174,7 +174,7 @@ func (s *MemoryStore) RecordOutcome(_ context.Context, id events.Identity, reque
 	defer s.mu.Unlock()
 	c := s.conv(id.Key())
 	if n, ok := c.requests[requestID]; ok {
-		return Committed{N: n, Status: c.turns[n-1].t.Status, Duplicate: true}, nil
+		return Committed{N: n, Status: c.turns[n-1].t.Status, Artifacts: len(c.turns[n-1].t.Artifacts), Duplicate: true}, nil
 	}
 	if st, ok := c.outcomes[requestID]; ok {
 		return Committed{Status: st, Duplicate: true}, nil
@@ -330,7 +330,7 @@ func (s *MemoryStore) reset(_ context.Context, id events.Identity, requestID str
 	defer s.mu.Unlock()
 	c := s.conv(id.Key())
 	if k, ok := c.requests[requestID]; ok {
-		return Committed{N: k, Status: c.turns[k-1].t.Status, Duplicate: true}, nil
+		return Committed{N: k, Status: c.turns[k-1].t.Status, Artifacts: len(c.turns[k-1].t.Artifacts), Duplicate: true}, nil
 	}
 	if st, ok := c.outcomes[requestID]; ok {
 		return Committed{Status: st, Duplicate: true}, nil

@@ -562,6 +562,7 @@ func (d turnDoc) numbered() numbered {
 		Source:      d.Source.source(),
 		Usage:       d.Assistant.Usage.usage(),
 		Interrupt:   d.Assistant.Interrupt.interrupt(),
+		Artifacts:   d.Artifacts,
 	}}
 }
 
@@ -702,7 +703,7 @@ func (s *MongoStore) start(ctx context.Context, p *Pending, n int) (Start, *tip,
 	}
 	for _, x := range turns {
 		if x.t.RequestID == p.requestID {
-			return Start{Decided: true, Committed: Committed{N: x.n, Status: x.t.Status}, Steps: steps}, nil, nil
+			return Start{Decided: true, Committed: Committed{N: x.n, Status: x.t.Status, Artifacts: len(x.t.Artifacts)}, Steps: steps}, nil, nil
 		}
 	}
 	t := &tip{v1: true}
@@ -720,7 +721,7 @@ func (s *MongoStore) start(ctx context.Context, p *Pending, n int) (Start, *tip,
 				return Start{}, nil, err
 			}
 			if found {
-				return Start{Decided: true, Committed: Committed{N: have.N, Status: have.Assistant.Status}, Steps: steps}, nil, nil
+				return Start{Decided: true, Committed: Committed{N: have.N, Status: have.Assistant.Status, Artifacts: len(have.Artifacts)}, Steps: steps}, nil, nil
 			}
 		}
 	}
@@ -903,7 +904,7 @@ func (s *MongoStore) finishCommit(ctx context.Context, id events.Identity, x num
 	if err := errors.Join(err, serr); err != nil {
 		return Committed{}, fmt.Errorf("commit: %w", err)
 	}
-	return Committed{N: x.n, Status: x.t.Status, Duplicate: duplicate}, nil
+	return Committed{N: x.n, Status: x.t.Status, Duplicate: duplicate, Artifacts: len(x.t.Artifacts)}, nil
 }
 
 // rollForward raises the conversation's turn count to at least n and its
@@ -971,7 +972,7 @@ func (s *MongoStore) decision(ctx context.Context, id events.Identity, requestID
 	if err != nil || !found {
 		return Committed{}, false, err
 	}
-	return Committed{N: d.N, Status: d.Assistant.Status}, true, nil
+	return Committed{N: d.N, Status: d.Assistant.Status, Artifacts: len(d.Artifacts)}, true, nil
 }
 
 // Lookup implements Store: the request's document, else its turn.
@@ -1001,7 +1002,7 @@ func (s *MongoStore) RecordOutcome(ctx context.Context, id events.Identity, requ
 		return Committed{}, fmt.Errorf("record outcome: %w", err)
 	}
 	if found {
-		return Committed{N: have.N, Status: have.Assistant.Status, Duplicate: true}, nil
+		return Committed{N: have.N, Status: have.Assistant.Status, Duplicate: true, Artifacts: len(have.Artifacts)}, nil
 	}
 	doc := requestDoc{ID: requestDocID(id.Key(), requestID), Status: status, CreatedAt: storedTime(time.Time{}, s.cfg.Now)}
 	_, err = s.reqs.InsertOne(ctx, doc)

@@ -29,10 +29,12 @@ var ErrNoArtifacts = errors.New("no artifact service in this context: not a work
 // an artifact.saved event (docs/api.md). A run that
 // persists nothing (discarded, cancelled before content, fenced, aborted,
 // failed) publishes nothing: its staged content is never visible, and
-// the service's SweepArtifacts drops it when called (the worker does not
-// call it on a schedule yet). A redelivered request whose turn
+// the worker's sweep drops it: every Config.ArtifactSweepInterval (1h),
+// what is older than Config.ArtifactSweepAge (24h, past the longest run),
+// through the service's SweepArtifacts. A redelivered request whose turn
 // is committed publishes the committed turn's manifest again, which makes
-// no second version; in a durable run a tool call answered from the
+// no second version (it reads the manifest only when the turn holds saves,
+// history.Committed.Artifacts); in a durable run a tool call answered from the
 // journal adds the saves it made in its first run to the manifest again,
 // without saving them again.
 //

@@ -281,3 +281,61 @@ func TestParallelSavesCannotPassTheRunsLimit(t *testing.T) {
 		}
 	}
 }
+
+// racedStore is a MemoryStore on which another run of the request
+// commits first (with first's manifest) when this run commits: this run's
+// commit is then a duplicate. It counts the manifest reads.
+type racedStore struct {
+	*history.MemoryStore
+	first []string
+	reads atomic.Int32
+}
+
+func (s *racedStore) Commit(ctx context.Context, id events.Identity, t history.Turn) (history.Committed, error) {
+	other := t
+	other.Artifacts = s.first
+	if _, err := s.MemoryStore.Commit(ctx, id, other); err != nil {
+		return history.Committed{}, err
+	}
+	return s.MemoryStore.Commit(ctx, id, t)
+}
+
+func (s *racedStore) TurnArtifacts(ctx context.Context, id events.Identity, requestID string) ([]string, bool, error) {
+	s.reads.Add(1)
+	return s.MemoryStore.TurnArtifacts(ctx, id, requestID)
+}
+
+// A run whose commit finds its request committed by another run (a
+// duplicate) reads that turn's manifest only when it holds saves, and then
+// publishes it: its own saves stay unpublished.
+func TestARunWhoseCommitIsADuplicateReadsTheManifestOnlyWhenItHoldsSaves(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	svc := history.NewMemoryArtifacts(history.ArtifactLimits{})
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "raced"}
+	other, err := svc.Stage(ctx, id, history.ArtifactSave{Name: "chart.png", MIME: "image/png", Data: []byte("the other run's")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		first []string
+		reads int32
+	}{
+		{"the other run saved nothing", nil, 0},
+		{"the other run saved a chart", []string{other}, 1},
+	} {
+		store := &racedStore{MemoryStore: history.NewMemoryStore(), first: tc.first}
+		var calls atomic.Int32
+		step := artifactStep(t, svc, &calls, echoResult)
+		res, err := step.Run(ctx, stepRequest(id, "r-"+fmt.Sprint(len(tc.first)), "save"), store, newRecordingSink())
+		if err != nil {
+			t.Fatalf("%s: run: %+v, %v", tc.name, res, err)
+		}
+		if got := store.reads.Load(); got != tc.reads {
+			t.Errorf("%s: the duplicate commit read the manifest %d times, want %d", tc.name, got, tc.reads)
+		}
+	}
+	// Only the other run's save was published; this run's two were not.
+	expectVersions(t, ctx, svc, id, "the other run's")
+}

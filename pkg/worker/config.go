@@ -147,6 +147,22 @@ type Config struct {
 	// durable end is kept after its last write (-journal-ttl,
 	// TURNPIKE_JOURNAL_TTL). Default 24h.
 	JournalTTL time.Duration
+	// ArtifactSweepInterval is how often the worker drops the artifact
+	// saves no committed turn holds (history.ArtifactService's
+	// SweepArtifacts: staged saves of runs that persisted nothing, and
+	// content a failed save left), when it has an artifact service
+	// (-artifact-sweep-interval, TURNPIKE_ARTIFACT_SWEEP_INTERVAL);
+	// negative: never. Every replica sweeps on its own schedule, and
+	// sweeps at once are harmless: negative on all replicas but one is
+	// enough. Default 1h.
+	ArtifactSweepInterval time.Duration
+	// ArtifactSweepAge is how old an uncommitted save must be to be swept
+	// (-artifact-sweep-age, TURNPIKE_ARTIFACT_SWEEP_AGE). A run's saves
+	// are staged while it runs and published after its commit, and a
+	// redelivered request publishes its committed turn's saves again, so
+	// the age must pass the longest run (RunTimeout) and any redelivery
+	// by far: at least 1h and more than RunTimeout. Default 24h.
+	ArtifactSweepAge time.Duration
 
 	// Ordering is "key" (conversations of a partition run concurrently,
 	// each strictly in topic order) or "partition" (one record at a time
@@ -269,6 +285,8 @@ func (c *Config) setDefaults() {
 	def(&c.JournalStepBytes, defaultJournalStepBytes)
 	def(&c.JournalBytes, history.DefaultJournalBytes)
 	defDur(&c.JournalTTL, history.DefaultJournalTTL)
+	defDur(&c.ArtifactSweepInterval, defaultArtifactSweepInterval)
+	defDur(&c.ArtifactSweepAge, defaultArtifactSweepAge)
 	def(&c.Partitions, topic.DefaultPartitions)
 	def(&c.WindowMessages, 20)
 	def(&c.MaxContentBytes, events.DefaultMaxContentBytes)

@@ -98,6 +98,9 @@ type consumer struct {
 	// sweepTicks, if set, says when to sweep expired step journals
 	// (tests); nil: every journalSweepInterval.
 	sweepTicks <-chan time.Time
+	// sweepClock schedules the artifact sweeps (tests step one); nil: the
+	// system clock.
+	sweepClock sweepClock
 }
 
 // newConsumer validates cfg's consumer settings and builds the agent.
@@ -246,13 +249,19 @@ func (w *consumer) Run(ctx context.Context) error {
 	}()
 
 	sweepCtx, stopSweep := context.WithCancel(ctx)
-	sweepDone := make(chan struct{})
+	sweepDone := make(chan struct{}, 2)
+	artifactSweeps := w.scheduleArtifactSweeps(sweepCtx) // before Ready: its first sweep is scheduled
 	go func() {
-		defer close(sweepDone)
+		defer func() { sweepDone <- struct{}{} }()
 		w.sweepJournals(sweepCtx)
+	}()
+	go func() {
+		defer func() { sweepDone <- struct{}{} }()
+		w.sweepArtifacts(sweepCtx, artifactSweeps)
 	}()
 	defer func() {
 		stopSweep()
+		<-sweepDone
 		<-sweepDone
 	}()
 

@@ -67,6 +67,24 @@ func ExampleLoadConfig() {
 	// Output: [kafka-0:9092 kafka-1:9092] 40 <nil>
 }
 
+// The artifact sweep's schedule and age: their defaults, a replica that
+// leaves the sweep to another (a negative interval), and an age that does
+// not pass the longest run, refused.
+func ExampleConfig_artifactSweep() {
+	env := map[string]string{"TURNPIKE_KAFKA_BROKERS": "kafka-0:9092", "TURNPIKE_MONGO_URI": "mongodb://mongo:27017"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	c, _ := worker.LoadConfig(nil, lookup)
+	fmt.Println(c.ArtifactSweepInterval, c.ArtifactSweepAge)
+	c, _ = worker.LoadConfig([]string{"-artifact-sweep-interval", "-1s"}, lookup)
+	fmt.Println(c.ArtifactSweepInterval, c.Validate())
+	c, _ = worker.LoadConfig([]string{"-run-timeout", "2h", "-artifact-sweep-age", "90m"}, lookup)
+	fmt.Println(c.Validate() != nil)
+	// Output:
+	// 1h0m0s 24h0m0s
+	// -1s <nil>
+	// true
+}
+
 // Only the sub-agent "billing" is streamed and persisted; a supervisor's
 // own remarks are neither.
 func ExampleWithStream() {

@@ -71,3 +71,10 @@ func GoOptions(opts ...Option) *options { return collect(opts) }
 func NewRunArtifacts(id events.Identity, svc history.ArtifactService) *Artifacts {
 	return newArtifacts(id, svc)
 }
+
+// SweepClock is the clock of the artifact sweeps (a testenv.Clock).
+type SweepClock = sweepClock
+
+// SetArtifactSweepClock schedules w's artifact sweeps on c. Call it
+// before Run.
+func SetArtifactSweepClock(w *Consumer, c SweepClock) { w.sweepClock = c }

@@ -77,6 +77,10 @@ func (c *Config) bind(set *flagenv.Set, goAgent, noAddr bool) {
 		"largest journal of one request (a step past it runs again on a re-run)")
 	set.Duration(&c.JournalTTL, "journal-ttl", "TURNPIKE_JOURNAL_TTL", history.DefaultJournalTTL,
 		"how long the journal of a request that never ends is kept after its last write")
+	set.Duration(&c.ArtifactSweepInterval, "artifact-sweep-interval", "TURNPIKE_ARTIFACT_SWEEP_INTERVAL", defaultArtifactSweepInterval,
+		"how often uncommitted artifact saves are swept (negative: never; one replica is enough)")
+	set.Duration(&c.ArtifactSweepAge, "artifact-sweep-age", "TURNPIKE_ARTIFACT_SWEEP_AGE", defaultArtifactSweepAge,
+		"how old an uncommitted artifact save must be to be swept (at least 1h, more than -run-timeout)")
 	if !goAgent {
 		set.String(&c.AgentFile, "agent-config", "TURNPIKE_AGENT_CONFIG", "",
 			"agent configuration file (JSON): agents, sub-agents, models, tools, what is streamed and persisted")

@@ -40,6 +40,7 @@ type metrics struct {
 	journalSkipped     *prometheus.CounterVec
 	journalDivergences prometheus.Counter
 	journalSwept       prometheus.Counter
+	artifactsSwept     prometheus.Counter
 	// Long-term memory (memory.go).
 	memory *prometheus.CounterVec
 }
@@ -147,6 +148,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		journalSwept: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "turnpike_worker_journal_swept_total", Help: "Expired step journals the worker deleted (requests that never reached a durable end), on stores without a TTL index.",
 		}),
+		artifactsSwept: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnpike_worker_artifacts_swept_total", Help: "Uncommitted artifact saves the worker's sweep dropped (staged saves no committed turn holds, content a failed save left), older than -artifact-sweep-age.",
+		}),
 		memory: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "turnpike_worker_memory_total", Help: "Long-term memory operations by result: added, add_duplicate, add_failed (the turn stays committed), injected, search_failed (the run goes on without memories).",
 		}, []string{"result"}),
@@ -154,7 +158,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	var errs []error
 	for _, c := range []prometheus.Collector{m.completionsDropped, m.lag, m.streamWrite, m.cancelled, m.fenced, m.committed, m.running, m.peakInflight, m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds,
 		m.tokens, m.transfers, m.interrupts, m.resumes, m.compactions, m.moved, m.fetchLag, m.startDelay, m.firstTokenWrite, m.timeToFirstToken,
-		m.journalSteps, m.journalSkipped, m.journalDivergences, m.journalSwept, m.memory} {
+		m.journalSteps, m.journalSkipped, m.journalDivergences, m.journalSwept, m.artifactsSwept, m.memory} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

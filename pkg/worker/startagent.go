@@ -107,7 +107,10 @@ func (t *stateTurn) CommitAnswer(ctx context.Context, a history.Answer) (history
 			t.memory = turnMemory(t.id, t.requestID, t.question, a, c)
 		}
 	}
-	if err == nil {
+	// A duplicate's turn (committed by the request's first run) is read
+	// for its manifest only when it holds saves: duplicates are a hot
+	// path.
+	if err == nil && (!c.Duplicate || c.Artifacts > 0) {
 		// The committed manifest's saves become readable: a failure
 		// fails the request, whose redelivery publishes them again.
 		published, err := publishArtifacts(ctx, t.artifacts, t.store, t.id, t.requestID, a.Artifacts, c.Duplicate)

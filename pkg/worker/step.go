@@ -242,9 +242,10 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		// artifacts left them staged: the committed manifest is
 		// published again (which makes no second version).
 		// Its versions are announced again before the re-announced
-		// run.completed (artifact.saved is at least once).
+		// run.completed (artifact.saved is at least once). Only when the
+		// turn holds saves: duplicates are a hot path.
 		var published []history.Artifact
-		if st.Committed.N > 0 {
+		if st.Committed.N > 0 && st.Committed.Artifacts > 0 {
 			if published, err = publishArtifacts(ctx, s.artifacts, store, id, req.RequestID, nil, true); err != nil {
 				return bridge.Result{}, err
 			}

@@ -448,6 +448,10 @@ func TestNewStepRefusesTheJournalSettingsTheWorkerRefuses(t *testing.T) {
 		{"A step limit below 1 is refused.", func(c *worker.Config) { c.JournalStepBytes = -1 }},
 		{"A divergence policy that is neither live nor fail is refused.", func(c *worker.Config) { c.JournalDivergence = "Fail" }},
 		{"A negative journal TTL is refused.", func(c *worker.Config) { c.JournalTTL = -time.Hour }},
+		{"An artifact sweep age under an hour is refused.", func(c *worker.Config) { c.ArtifactSweepAge = 59 * time.Minute }},
+		{"An artifact sweep age not past RunTimeout is refused (a run's saves are staged until its commit).", func(c *worker.Config) {
+			c.RunTimeout, c.ArtifactSweepAge = 3*time.Hour, 3*time.Hour
+		}},
 	} {
 		c := stepConfig()
 		tt.set(&c)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -265,4 +266,46 @@ func TestATurnThatChangesUserStateCostsOneUpsertPerKey(t *testing.T) {
 	if err != nil || string(m["lang"]) != `"fr"` || string(m["tz"]) != `"CET"` {
 		t.Fatalf("user state %q, %v", m, err)
 	}
+}
+
+// A redelivered request (a duplicate: its turn is committed) costs the
+// same store commands with an artifact service as without when its turn
+// holds no artifact saves: the committed turn's manifest is read
+// (history.ManifestReader) only when Start reported saves
+// (Committed.Artifacts), one command more, and then published again
+// (which makes no second version).
+func TestADuplicateReadsItsTurnsArtifactManifestOnlyWhenItHoldsSaves(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	store, log := monitoredStore(t, ctx, false)
+	svc := history.NewMemoryArtifacts(history.ArtifactLimits{})
+	var calls atomic.Int32
+	withSaves := artifactStep(t, svc, &calls, echoResult)
+	without := newStep(t, stepConfig())
+	plain := newStep(t, stepConfig(), worker.WithArtifacts(svc))
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "dup"}
+	run := func(st *worker.Step, requestID string) int {
+		t.Helper()
+		log.arm()
+		res, err := st.Run(ctx, stepRequest(id, requestID, "hello"), store, newRecordingSink())
+		names, _ := log.disarm()
+		if err != nil || res.Status != events.StatusComplete {
+			t.Fatalf("run %s: %+v, %v", requestID, res, err)
+		}
+		t.Logf("%s: %d commands: %s", requestID, len(names), strings.Join(names, " "))
+		return len(names)
+	}
+	run(plain, "r1")
+	base := run(without, "r1") // the duplicate without an artifact service
+	if got := run(plain, "r1"); got != base {
+		t.Errorf("a duplicate whose turn holds no saves issued %d store commands with an artifact service, %d without: want the same", got, base)
+	}
+	run(withSaves, "r2")
+	if got := run(without, "r2"); got != base {
+		t.Fatalf("the duplicate of r2 without an artifact service issued %d commands, r1's %d", got, base)
+	}
+	if got := run(withSaves, "r2"); got != base+1 {
+		t.Errorf("a duplicate whose turn holds a save issued %d store commands, want %d (one read of its manifest)", got, base+1)
+	}
+	expectVersions(t, ctx, svc, id, "png 1")
 }

@@ -18,8 +18,11 @@ import (
 // newService is called once per subtest, from that subtest's goroutine,
 // and returns a service whose limits are ArtifactLimits{MaxBytes: 1 << 20,
 // MaxNames: 3}; subtests run in parallel, each under identities of its
-// own, but for the sweep's, which runs alone after them. newStore, when not nil, is the turn store whose manifests the
-// suite checks (Turn.Artifacts, history.ManifestReader).
+// own, but for the two sweeps' (one sweep, several at once), which run
+// alone after them. newStore, when not nil, is the turn store whose
+// manifests the suite checks (Turn.Artifacts, history.ManifestReader). A
+// service whose Stage writes the content before the save also runs
+// ArtifactOrphans.
 func Artifacts(t *testing.T, newService func(t *testing.T) history.ArtifactService, newStore func(t *testing.T) history.Store) {
 	tests := []struct {
 		name string
@@ -34,6 +37,7 @@ func Artifacts(t *testing.T, newService func(t *testing.T) history.ArtifactServi
 		{"Delete removes every version, and a later publish of a deleted save brings nothing back", testArtifactDelete},
 		{"Content of several chunks and empty content round-trip byte-exact", testArtifactContent},
 		{"Concurrent publishes of one user: name from two conversations take distinct versions", testArtifactConcurrent},
+		{"Concurrent publishes of one token (a redelivery racing its first run) make one version, which every caller gets", testArtifactPublishRace},
 	}
 	t.Run("in parallel", func(t *testing.T) {
 		for _, tc := range tests {
@@ -50,6 +54,11 @@ func Artifacts(t *testing.T, newService func(t *testing.T) history.ArtifactServi
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		testArtifactSweep(t, ctx, newService(t))
+	})
+	t.Run("Several sweeps at once (worker replicas) drop each staged save once and keep the published ones", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		testArtifactSweepRace(t, ctx, newService(t))
 	})
 	if newStore != nil {
 		t.Run("A turn keeps its artifact manifest, and a duplicate commit keeps the first one's", func(t *testing.T) {
@@ -340,6 +349,48 @@ func testArtifactSweep(t *testing.T, ctx context.Context, a history.ArtifactServ
 	expectArtifactNotFound(t, ctx, a, id, "gone", 0)
 }
 
+func testArtifactSweepRace(t *testing.T, ctx context.Context, a history.ArtifactService) {
+	id := newIdentity(t, "c1")
+	// What earlier subtests left staged goes first.
+	if _, err := a.SweepArtifacts(ctx, time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("SweepArtifacts: %v", err)
+	}
+	const staged, sweeps = 12, 4
+	kept := stage(t, ctx, a, id, "kept", "text/plain", []byte("k"))
+	publish(t, ctx, a, id, kept)
+	for i := range staged {
+		stage(t, ctx, a, id, fmt.Sprintf("s%d", i%3), "text/plain", []byte{byte(i)})
+	}
+	counts := make([]int, sweeps)
+	errs := make([]error, sweeps)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range sweeps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			counts[i], errs[i] = a.SweepArtifacts(ctx, time.Now().Add(time.Hour))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("concurrent SweepArtifacts: %v", err)
+	}
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	if total != staged {
+		t.Fatalf("concurrent sweeps dropped %v saves, %d in all; want %d in all", counts, total, staged)
+	}
+	expectArtifact(t, ctx, a, id, "kept", 0, 1, []byte("k"))
+	if got := publish(t, ctx, a, id, kept); len(got) != 1 || got[0].Version != 1 {
+		t.Fatalf("Publish of the kept save after the sweeps = %+v, want version 1", got)
+	}
+}
+
 func testArtifactContent(t *testing.T, ctx context.Context, a history.ArtifactService) {
 	id := newIdentity(t, "c1")
 	big := make([]byte, 2*history.ArtifactChunkBytes+17)
@@ -389,6 +440,39 @@ func testArtifactConcurrent(t *testing.T, ctx context.Context, a history.Artifac
 	expectArtifactNotFound(t, ctx, a, base, "user:shared", n+1)
 }
 
+func testArtifactPublishRace(t *testing.T, ctx context.Context, a history.ArtifactService) {
+	id := newIdentity(t, "c1")
+	// Several rounds: a round's publishes may happen not to overlap.
+	for round := 1; round <= 4; round++ {
+		tok := stage(t, ctx, a, id, "raced", "text/plain", []byte{byte('0' + round)})
+		const n = 8
+		got := make([][]history.Artifact, n)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				got[i], errs[i] = a.Publish(ctx, id, []string{tok})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("round %d: Publish: %v", round, err)
+		}
+		for i, g := range got {
+			if len(g) != 1 || g[0].Version != round || g[0].Token != tok {
+				t.Fatalf("round %d: caller %d got %+v, want version %d of token %s", round, i, g, round, tok)
+			}
+		}
+		expectArtifact(t, ctx, a, id, "raced", 0, round, []byte{byte('0' + round)})
+		expectArtifactNotFound(t, ctx, a, id, "raced", round+1)
+	}
+}
+
 func testArtifactManifest(t *testing.T, ctx context.Context, s history.Store) {
 	r, ok := s.(history.ManifestReader)
 	if !ok {
@@ -420,4 +504,62 @@ func testArtifactManifest(t *testing.T, ctx context.Context, s history.Store) {
 	if _, err := s.Commit(ctx, id, bad); !errors.Is(err, events.ErrInvalid) {
 		t.Fatalf("Commit with a forged token = %v, want ErrInvalid", err)
 	}
+}
+
+// ArtifactFaults is a service whose Stage can be made to fail half-way,
+// for ArtifactOrphans.
+type ArtifactFaults struct {
+	// Service is the service under test, on storage of its own (Contents
+	// counts all of it).
+	Service history.ArtifactService
+	// FailStage returns a context under which Stage writes the save's
+	// content and then fails before the save is staged (a store refusing
+	// that write, or a process dying there).
+	FailStage func(ctx context.Context) context.Context
+	// Contents is the number of saves whose content the service's storage
+	// holds, staged or not (MongoArtifacts: the distinct tokens of its
+	// chunks).
+	Contents func(ctx context.Context) (int, error)
+}
+
+// ArtifactOrphans checks that content written by a Stage that failed
+// before staging its save is not kept forever: SweepArtifacts keeps it
+// while it is younger than the cut (it may be a Stage in flight) and
+// drops it once older, and keeps the published saves' content. An
+// implementation whose Stage writes content and save at once (such as
+// history.MemoryArtifacts) has no such content and needs no such case.
+func ArtifactOrphans(t *testing.T, newFaults func(t *testing.T) ArtifactFaults) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	f := newFaults(t)
+	a := f.Service
+	contents := func(want int, when string) {
+		t.Helper()
+		n, err := f.Contents(ctx)
+		if err != nil || n != want {
+			t.Fatalf("%s: Contents = %d, %v; want %d", when, n, err, want)
+		}
+	}
+	id := newIdentity(t, "c1")
+	kept := stage(t, ctx, a, id, "kept.txt", "text/plain", []byte("kept"))
+	publish(t, ctx, a, id, kept)
+	stage(t, ctx, a, id, "staged.txt", "text/plain", []byte("never committed"))
+	big := bytes.Repeat([]byte("orphan"), history.ArtifactChunkBytes/3) // two chunks
+	if tok, err := a.Stage(f.FailStage(ctx), id, history.ArtifactSave{Name: "failed.bin", MIME: "application/octet-stream", Data: big}); err == nil {
+		t.Fatalf("Stage under FailStage = %s, nil; want an error", tok)
+	}
+	contents(3, "after the failed Stage")
+	if n, err := a.SweepArtifacts(ctx, time.Now().Add(-time.Hour)); err != nil || n != 0 {
+		t.Fatalf("SweepArtifacts(an hour ago) = %d, %v; want 0 (nothing that old)", n, err)
+	}
+	contents(3, "after a sweep of what is older than an hour")
+	if n, err := a.SweepArtifacts(ctx, time.Now().Add(time.Hour)); err != nil || n != 2 {
+		t.Fatalf("SweepArtifacts(in an hour) = %d, %v; want 2 (the staged save and the orphaned content)", n, err)
+	}
+	contents(1, "after the sweep")
+	expectArtifact(t, ctx, a, id, "kept.txt", 0, 1, []byte("kept"))
+	if n, err := a.SweepArtifacts(ctx, time.Now().Add(time.Hour)); err != nil || n != 0 {
+		t.Fatalf("second SweepArtifacts = %d, %v; want 0", n, err)
+	}
+	contents(1, "after the second sweep")
 }
