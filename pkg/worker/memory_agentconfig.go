@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/turnpike-dev/turnpike/pkg/history"
 )
@@ -11,17 +12,20 @@ import (
 // memorySpec is an agent's "memory" object in the agent file
 // (docs/api.md "Agent files").
 type memorySpec struct {
-	// Inject, K and TokenBudget are MemoryConfig's.
-	Inject      bool `json:"inject,omitempty"`
-	K           int  `json:"k,omitempty"`
-	TokenBudget int  `json:"token_budget,omitempty"`
+	// Inject, K and TokenBudget are MemoryConfig's; SearchTimeoutMS is
+	// its SearchTimeout in milliseconds.
+	Inject          bool `json:"inject,omitempty"`
+	K               int  `json:"k,omitempty"`
+	TokenBudget     int  `json:"token_budget,omitempty"`
+	SearchTimeoutMS int  `json:"search_timeout_ms,omitempty"`
 }
 
 func (m *memorySpec) config() MemoryConfig {
 	if m == nil {
 		return MemoryConfig{}
 	}
-	return MemoryConfig{Inject: m.Inject, K: m.K, TokenBudget: m.TokenBudget}
+	return MemoryConfig{Inject: m.Inject, K: m.K, TokenBudget: m.TokenBudget,
+		SearchTimeout: time.Duration(m.SearchTimeoutMS) * time.Millisecond}
 }
 
 // fileMemory is the memory settings of a run starting from each agent of

@@ -48,3 +48,19 @@ func TestTurnMemoryRemembersOnlyNewCompleteOrIncompleteTurns(t *testing.T) {
 		}
 	}
 }
+
+// MemoryConfig's defaults (SearchTimeout's included), and the agent
+// file's search_timeout_ms in milliseconds; a negative timeout is refused.
+func TestMemoryConfigDefaultsAndTheAgentFilesSearchTimeout(t *testing.T) {
+	t.Parallel()
+	d := MemoryConfig{}.withDefaults()
+	if d.K != DefaultMemoryK || d.TokenBudget != DefaultMemoryTokenBudget || d.SearchTimeout != DefaultMemorySearchTimeout {
+		t.Fatalf("defaults %+v", d)
+	}
+	if c := (&memorySpec{Inject: true, SearchTimeoutMS: 250}).config(); c.SearchTimeout != 250*time.Millisecond {
+		t.Fatalf("search_timeout_ms 250: %v", c.SearchTimeout)
+	}
+	if err := (MemoryConfig{SearchTimeout: -time.Second}).validate(); err == nil {
+		t.Fatal("a negative search timeout is valid")
+	}
+}

@@ -148,7 +148,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "turnpike_worker_journal_swept_total", Help: "Expired step journals the worker deleted (requests that never reached a durable end), on stores without a TTL index.",
 		}),
 		memory: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "turnpike_worker_memory_total", Help: "Long-term memory operations by result: added, add_duplicate, add_failed (the turn stays committed), injected, search_failed (the run goes on without memories).",
+			Name: "turnpike_worker_memory_total", Help: "Long-term memory operations by result: added, add_duplicate, add_failed (the turn stays committed), injected, search_failed and search_timeout (the run goes on without memories), tool_search_failed (search_memory told the model the search failed).",
 		}, []string{"result"}),
 	}
 	var errs []error

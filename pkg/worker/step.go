@@ -300,7 +300,7 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 	if s.agents.memory != nil {
 		// Tools search the run's user's memories (MemoryFromContext);
 		// the commit's turn is remembered after the run (rememberTurn).
-		ctx = withMemory(ctx, &Memory{svc: s.agents.memory, tenant: id.Tenant, user: id.User})
+		ctx = withMemory(ctx, s.runMemory(id, log))
 		turn.remember = true
 	}
 
