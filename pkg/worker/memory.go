@@ -91,9 +91,11 @@ func (c MemoryConfig) validate() error {
 // MemoryFromContext (NewSearchMemoryTool); and cfg says whether and how
 // memories are injected before a run of a Go agent (an agent file's agents
 // each say it in their "memory" object instead). Without it nothing is
-// remembered (a Go agent: unless Config.Memory is set). A nil svc means the service Config.Memory opens on the
-// worker's MongoDB (a Go agent's cfg then applies to it); with nil and no
-// Config.Memory nothing is remembered.
+// remembered (a Go agent: unless Config.Memory is set). A nil svc means
+// the service Config.Memory opens on the worker's MongoDB (a Go agent's
+// cfg then applies to it); with nil and no Config.Memory nothing is
+// remembered (nor with nil under WithStore, which New refuses with
+// Config.Memory set, or in NewStep, which opens no service).
 func WithMemory(svc history.MemoryService, cfg MemoryConfig) Option {
 	return func(o *options) { o.memory, o.memoryCfg = svc, cfg }
 }

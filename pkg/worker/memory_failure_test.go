@@ -217,3 +217,22 @@ func TestInjectionOfALongMessageSearchesItsStart(t *testing.T) {
 		t.Errorf("search_failed counted %v; want 0", n)
 	}
 }
+
+// Config.Memory opens its service on the worker's MongoDB, which
+// WithStore replaces: New refuses the pair unless WithMemory passes a
+// service, rather than run with memory silently off.
+func TestConfigMemoryWithWithStoreNeedsAService(t *testing.T) {
+	t.Parallel()
+	c := worker.DefaultConfig()
+	c.Brokers, c.Memory = []string{"127.0.0.1:9"}, "terms"
+	agent := worker.WithAgent(chatAgent(t, echoing()))
+	if _, err := worker.New(c, worker.WithStore(history.NewMemoryStore()), agent); err == nil || !strings.Contains(err.Error(), "WithStore replaces") {
+		t.Fatalf("New(Memory terms, WithStore) = %v; want refused", err)
+	}
+	if _, err := worker.New(c, worker.WithStore(history.NewMemoryStore()), agent, worker.WithMemory(nil, worker.MemoryConfig{Inject: true})); err == nil {
+		t.Fatal("New(Memory terms, WithStore, WithMemory(nil)) accepted; its memory would be off")
+	}
+	if _, err := worker.New(c, worker.WithStore(history.NewMemoryStore()), agent, worker.WithMemory(history.NewInMemoryMemory(), worker.MemoryConfig{})); err != nil {
+		t.Fatalf("New(Memory terms, WithStore, WithMemory(svc)) = %v", err)
+	}
+}

@@ -66,8 +66,9 @@ type Step struct {
 // timeout) and of opts: the agent and hooks of WithAgent or
 // WithAgentFactory, WithLogger (default: Config.LogLevel and LogFormat on
 // stderr), WithRegistry (default: a registry of its own) for the
-// worker's run metrics, and WithBufferSize. The other options and
-// settings do not apply.
+// worker's run metrics, WithBufferSize, and WithMemory's service and
+// settings. The other options and settings do not apply (Config.Memory
+// opens no service here).
 func NewStep(cfg Config, opts ...Option) (*Step, error) {
 	o := collect(opts)
 	if err := o.checkAgent(); err != nil {
