@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -50,15 +51,24 @@ func (s *searchFailing) searched() []string {
 }
 
 // blockingSearch is a MemoryService whose searches wait for their
-// context to end and return its error; entered is closed by the first.
+// context to end and return its error; entered is closed by the first. A
+// search whose context has no deadline within bound (the injection's
+// timeout not applied) is not waited for: unbounded is set and it fails
+// at once, so that the test fails instead of hanging.
 type blockingSearch struct {
 	history.MemoryService
-	once    sync.Once
-	entered chan struct{}
+	bound     time.Duration
+	once      sync.Once
+	entered   chan struct{}
+	unbounded atomic.Bool
 }
 
 func (b *blockingSearch) Search(ctx context.Context, _, _, _ string, _ int) ([]history.MemoryHit, error) {
 	b.once.Do(func() { close(b.entered) })
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > b.bound {
+		b.unbounded.Store(true)
+		return nil, errors.New("a search without the injection's deadline")
+	}
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
@@ -157,7 +167,7 @@ func injectStep(t *testing.T, m *scripted, mem history.MemoryService, cfg worker
 func TestInjectionSearchTimeoutRunsTheTurnWithoutMemories(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
-	mem := &blockingSearch{MemoryService: history.NewInMemoryMemory(), entered: make(chan struct{})}
+	mem := &blockingSearch{MemoryService: history.NewInMemoryMemory(), bound: time.Millisecond, entered: make(chan struct{})}
 	m := echoing()
 	reg := prometheus.NewRegistry()
 	st := injectStep(t, m, mem, worker.MemoryConfig{Inject: true, SearchTimeout: time.Millisecond}, reg)
@@ -167,6 +177,9 @@ func TestInjectionSearchTimeoutRunsTheTurnWithoutMemories(t *testing.T) {
 	case <-mem.entered:
 	default:
 		t.Fatal("the injection did not search")
+	}
+	if mem.unbounded.Load() {
+		t.Fatal("the injection searched without its timeout")
 	}
 	if got := memoryOfWindow(m.seen()[0]); got != "" {
 		t.Fatalf("window holds %q; want no memories", got)
