@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -62,5 +64,28 @@ func TestMemoryConfigDefaultsAndTheAgentFilesSearchTimeout(t *testing.T) {
 	}
 	if err := (MemoryConfig{SearchTimeout: -time.Second}).validate(); err == nil {
 		t.Fatal("a negative search timeout is valid")
+	}
+}
+
+// ctxMemory is a MemoryService whose searches return their context's
+// error.
+type ctxMemory struct{ history.MemoryService }
+
+func (ctxMemory) Search(ctx context.Context, _, _, _ string, _ int) ([]history.MemoryHit, error) {
+	return nil, ctx.Err()
+}
+
+// A search_memory call ended by its run's end (the context done) returns
+// the error, not the failure result, and is not counted as the service's
+// failure.
+func TestSearchMemoryEndedByTheRunsEndIsAnError(t *testing.T) {
+	t.Parallel()
+	failed := 0
+	m := &Memory{svc: ctxMemory{}, tenant: "acme", user: "alice", toolFailed: func() { failed++ }}
+	ctx, cancel := context.WithCancel(withMemory(context.Background(), m))
+	cancel()
+	out, err := searchMemory{}.InvokableRun(ctx, `{"query":"otters"}`)
+	if !errors.Is(err, context.Canceled) || out != "" || failed != 0 {
+		t.Fatalf("InvokableRun on a done context = %q, %v (counted %d); want context.Canceled, uncounted", out, err, failed)
 	}
 }
