@@ -135,7 +135,8 @@ func (s *MongoMemory) Add(ctx context.Context, m Memory) (bool, error) {
 	return true, nil
 }
 
-// Search implements MemoryService: one query.
+// Search implements MemoryService: one find command (a getMore more only
+// past 16 MiB of MemorySearchTerms candidates).
 func (s *MongoMemory) Search(ctx context.Context, tenant, user, query string, limit int) ([]MemoryHit, error) {
 	limit, err := validateSearch(tenant, user, query, limit)
 	if err != nil {
@@ -162,7 +163,10 @@ func (s *MongoMemory) Search(ctx context.Context, tenant, user, query string, li
 			SetLimit(int64(limit))
 	default:
 		filter = bson.D{{Key: "tenant", Value: tenant}, {Key: "user", Value: user}, {Key: "terms", Value: bson.D{{Key: "$in", Value: q}}}}
-		opts.SetSort(bson.D{{Key: "at", Value: -1}, {Key: "_id", Value: 1}}).SetLimit(MemoryScanLimit)
+		// Every candidate in the find's reply (the driver's first batch
+		// is 101 documents: a getMore each further batch), up to the
+		// server's 16 MiB a reply.
+		opts.SetSort(bson.D{{Key: "at", Value: -1}, {Key: "_id", Value: 1}}).SetLimit(MemoryScanLimit).SetBatchSize(MemoryScanLimit)
 	}
 	cur, err := s.coll.Find(ctx, filter, opts)
 	if err != nil {

@@ -85,7 +85,15 @@ func newStep(cfg config, log *slog.Logger, opts []worker.Option) (*worker.Step, 
 		a := &directAgent{name: wc.AgentName, instruction: wc.Instruction, model: m}
 		opts = []worker.Option{worker.WithAgent(a), worker.WithModelLabel(func(string) string { return wc.Model })}
 	}
-	st, err := worker.NewStep(wc, append(opts[:len(opts):len(opts)], worker.WithLogger(log), worker.WithBufferSize(shadowBufferSize))...)
+	// A shadow replay runs without long-term memory (the options' own
+	// WithMemory is overridden): it would write the replayed turns'
+	// memories (live ones, with the options' service), and a search would
+	// give a past request the memories of turns that came after it.
+	st, err := worker.NewStep(wc, append(opts[:len(opts):len(opts)], worker.WithLogger(log), worker.WithBufferSize(shadowBufferSize),
+		worker.WithMemory(nil, worker.MemoryConfig{}))...)
+	if errors.Is(err, worker.ErrNoMemoryService) {
+		err = fmt.Errorf("%w; a shadow replay runs without long-term memory: take memory out of the agent file to replay it (pkg/replay)", err)
+	}
 	if err != nil && cfg.AgentFile != "" {
 		return nil, fmt.Errorf("agent config %s: %w", cfg.AgentFile, err)
 	}

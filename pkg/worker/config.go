@@ -108,6 +108,10 @@ type Config struct {
 	// the MongoDB collection "memories": "text" searches it with a text
 	// index and $text (MongoDB), "terms" with the term scan (FerretDB:
 	// the devstack's); "" (the default) is off. docs/api.md "Memory".
+	// The service is opened on the worker's MongoDB when Run starts, and
+	// only there: New refuses Memory with WithStore unless WithMemory
+	// passes a service (which then replaces it), and NewStep (pkg/replay's
+	// shadow runs included) never opens it.
 	Memory string
 
 	// HistoryV1 keeps the worker from starting turn format version 2 (an

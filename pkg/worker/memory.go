@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cloudwego/eino/adk"
 	"github.com/cloudwego/eino/components/tool"
@@ -24,6 +25,9 @@ const (
 	// DefaultMemoryTokenBudget bounds the injected message when
 	// MemoryConfig.TokenBudget is 0.
 	DefaultMemoryTokenBudget = 512
+	// DefaultMemorySearchTimeout bounds the injection's search when
+	// MemoryConfig.SearchTimeout is 0.
+	DefaultMemorySearchTimeout = 2 * time.Second
 	// memoryAddTimeout bounds the add of a turn's memory.
 	memoryAddTimeout = 10 * time.Second
 )
@@ -46,6 +50,12 @@ type MemoryConfig struct {
 	// token: memories that would pass it are left out (the most relevant
 	// are kept). Default DefaultMemoryTokenBudget.
 	TokenBudget int
+	// SearchTimeout bounds the injection's search: a search that fails or
+	// has not answered by then is given up, logged and counted
+	// (turnpike_worker_memory_total{result="search_failed"} or
+	// "search_timeout"), and the run starts without memories. Default
+	// DefaultMemorySearchTimeout. (The agent file's "search_timeout_ms".)
+	SearchTimeout time.Duration
 }
 
 func (c MemoryConfig) withDefaults() MemoryConfig {
@@ -54,6 +64,9 @@ func (c MemoryConfig) withDefaults() MemoryConfig {
 	}
 	if c.TokenBudget == 0 {
 		c.TokenBudget = DefaultMemoryTokenBudget
+	}
+	if c.SearchTimeout == 0 {
+		c.SearchTimeout = DefaultMemorySearchTimeout
 	}
 	return c
 }
@@ -66,6 +79,9 @@ func (c MemoryConfig) validate() error {
 	if c.TokenBudget < 0 {
 		errs = append(errs, fmt.Errorf("memory token budget %d: must not be negative", c.TokenBudget))
 	}
+	if c.SearchTimeout < 0 {
+		errs = append(errs, fmt.Errorf("memory search timeout %v: must not be negative", c.SearchTimeout))
+	}
 	return errors.Join(errs...)
 }
 
@@ -75,9 +91,11 @@ func (c MemoryConfig) validate() error {
 // MemoryFromContext (NewSearchMemoryTool); and cfg says whether and how
 // memories are injected before a run of a Go agent (an agent file's agents
 // each say it in their "memory" object instead). Without it nothing is
-// remembered (a Go agent: unless Config.Memory is set). A nil svc means the service Config.Memory opens on the
-// worker's MongoDB (a Go agent's cfg then applies to it); with nil and no
-// Config.Memory nothing is remembered.
+// remembered (a Go agent: unless Config.Memory is set). A nil svc means
+// the service Config.Memory opens on the worker's MongoDB (a Go agent's
+// cfg then applies to it); with nil and no Config.Memory nothing is
+// remembered (nor with nil under WithStore, which New refuses with
+// Config.Memory set, or in NewStep, which opens no service).
 func WithMemory(svc history.MemoryService, cfg MemoryConfig) Option {
 	return func(o *options) { o.memory, o.memoryCfg = svc, cfg }
 }
@@ -88,6 +106,17 @@ func WithMemory(svc history.MemoryService, cfg MemoryConfig) Option {
 type Memory struct {
 	svc          history.MemoryService
 	tenant, user string
+	// log and toolFailed take search_memory's failed searches (nil
+	// outside a worker's run: not logged, not counted).
+	log        *slog.Logger
+	toolFailed func()
+}
+
+// runMemory is the Memory of a run of id: search_memory's failures are
+// logged with log and counted.
+func (s *Step) runMemory(id events.Identity, log *slog.Logger) *Memory {
+	return &Memory{svc: s.agents.memory, tenant: id.Tenant, user: id.User, log: log,
+		toolFailed: s.metrics.memory.WithLabelValues("tool_search_failed").Inc}
 }
 
 // Search returns the user's memories most relevant to query, at most limit
@@ -115,11 +144,34 @@ const toolSearchMemory = "search_memory"
 // searchMemoryLimit is the memories search_memory returns by default.
 const searchMemoryLimit = 5
 
+// SearchMemoryFailed is search_memory's result when the memory service
+// fails: the model is told, without the error's detail.
+const SearchMemoryFailed = `{"error":"memory search failed"}`
+
+// cutQuery is q cut to history.MaxMemoryQueryBytes at a rune boundary:
+// a longer query is searched by its start rather than refused.
+func cutQuery(q string) string {
+	n := history.MaxMemoryQueryBytes
+	if len(q) <= n {
+		return q
+	}
+	for n > 0 && !utf8.RuneStart(q[n]) {
+		n--
+	}
+	return q[:n]
+}
+
 // NewSearchMemoryTool returns the search_memory tool: it searches the
-// run's user's memories (MemoryFromContext) with the model's query and
-// returns the hits as JSON, {"memories":[{"conversation","turn","at",
-// "user","assistant"}]}, at most limit (1 … 20, default 5). In a run
-// without memory it returns an error. It is safe for concurrent use.
+// run's user's memories (MemoryFromContext) with the model's query (its
+// first history.MaxMemoryQueryBytes, cut at a rune boundary) and returns
+// the hits as JSON, {"memories":[{"conversation","turn","at","user",
+// "assistant"}]}, at most limit (1 … 20, default 5). A failed search is
+// not a failed run: the tool returns {"error":"memory search failed"}
+// (SearchMemoryFailed) to the model, and the worker logs the error and
+// counts it (turnpike_worker_memory_total{result="tool_search_failed"});
+// the run goes on. A search ended by the run's own end (its context
+// done) returns that error. In a run without memory it returns an error.
+// It is safe for concurrent use.
 func NewSearchMemoryTool() tool.InvokableTool { return searchMemory{} }
 
 type searchMemory struct{}
@@ -159,9 +211,20 @@ func (searchMemory) InvokableRun(ctx context.Context, args string, _ ...tool.Opt
 	if p.Limit <= 0 {
 		p.Limit = searchMemoryLimit
 	}
-	hits, err := m.Search(ctx, p.Query, min(p.Limit, 20))
+	hits, err := m.Search(ctx, cutQuery(p.Query), min(p.Limit, 20))
 	if err != nil {
-		return "", fmt.Errorf("search_memory: %w", err)
+		if ctx.Err() != nil {
+			// The run is ending (cancelled, timed out): not the
+			// service's failure, and no result to give the model.
+			return "", fmt.Errorf("search_memory: %w", err)
+		}
+		if m.log != nil {
+			m.log.Warn("search_memory", slog.Any("error", err))
+		}
+		if m.toolFailed != nil {
+			m.toolFailed()
+		}
+		return SearchMemoryFailed, nil
 	}
 	out := struct {
 		Memories []memoryJSON `json:"memories"`
@@ -203,17 +266,24 @@ func memoryLine(m history.Memory) string {
 }
 
 // injectMemories prepends to input the memories of the run's user most
-// relevant to query, when cfg asks for it. A failed search is logged and
-// counted, and the run goes on without memories.
+// relevant to query (its first history.MaxMemoryQueryBytes), when cfg
+// asks for it. A search that fails or passes cfg.SearchTimeout is logged
+// and counted, and the run goes on without memories.
 func (s *Step) injectMemories(ctx context.Context, id events.Identity, query string, cfg MemoryConfig, input []adk.Message, log *slog.Logger) []adk.Message {
 	if s.agents.memory == nil || !cfg.Inject {
 		return input
 	}
 	cfg = cfg.withDefaults()
-	hits, err := s.agents.memory.Search(ctx, id.Tenant, id.User, query, cfg.K)
+	sctx, cancel := context.WithTimeoutCause(ctx, cfg.SearchTimeout, errMemorySearchTimeout)
+	defer cancel()
+	hits, err := s.agents.memory.Search(sctx, id.Tenant, id.User, cutQuery(query), cfg.K)
 	if err != nil {
-		log.Warn("memory search", slog.Any("error", err))
-		s.metrics.memory.WithLabelValues("search_failed").Inc()
+		result := "search_failed"
+		if context.Cause(sctx) == errMemorySearchTimeout && ctx.Err() == nil {
+			result = "search_timeout"
+		}
+		log.Warn("memory search", slog.String("result", result), slog.Any("error", err))
+		s.metrics.memory.WithLabelValues(result).Inc()
 		return input
 	}
 	msg := memoryMessage(hits, cfg.TokenBudget)
@@ -223,6 +293,9 @@ func (s *Step) injectMemories(ctx context.Context, id events.Identity, query str
 	s.metrics.memory.WithLabelValues("injected").Inc()
 	return append([]adk.Message{msg}, input...)
 }
+
+// errMemorySearchTimeout is the cause of an injection's search timeout.
+var errMemorySearchTimeout = errors.New("memory search timeout")
 
 // rememberTurn adds the memory of a turn this run committed. A failure is
 // logged and counted: the turn stays committed and done.

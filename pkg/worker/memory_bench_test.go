@@ -3,9 +3,9 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/cloudwego/eino/adk"
 
@@ -32,29 +32,34 @@ func (c *callCounting) Add(ctx context.Context, m history.Memory) (bool, error) 
 }
 
 // BenchmarkMemoryInjection is the cost of memory per turn: a run of the
-// echo agent on the in-memory store, without memory, with memory
-// remembered only, and with injection of 3 of 200 memories. It reports
-// the memory calls per turn (searches/op, adds/op).
+// echo agent on the in-memory turn store, without memory, with memory
+// remembered only, and with injection of 3 of 200 memories, on the
+// in-memory memory service and (the -ferretdb arms) on MongoMemory's term
+// search in the embedded FerretDB (or TURNPIKE_MONGO_URI). It reports the
+// memory calls per turn (searches/op, adds/op) and, on FerretDB, the
+// memory's store commands per turn (cmds/op, counted with the driver's
+// command monitor).
 //
 //	go test -run '^$' -bench MemoryInjection -benchtime 2000x ./pkg/worker
 func BenchmarkMemoryInjection(b *testing.B) {
-	for _, mode := range []string{"off", "remember", "inject"} {
+	for _, mode := range []string{"off", "remember", "inject", "remember-ferretdb", "inject-ferretdb"} {
 		b.Run(mode, func(b *testing.B) {
 			ctx := context.Background()
-			mem := &callCounting{MemoryService: history.NewInMemoryMemory()}
-			owner := events.Identity{Tenant: "acme", User: "alice", Conversation: "old"}
-			for i := 1; i <= 200; i++ {
-				if _, err := mem.MemoryService.Add(ctx, history.Memory{Identity: owner, Turn: int64(i),
-					Question: fmt.Sprintf("fact %d about otters and rivers", i), Answer: "noted", At: time.Unix(int64(i), 0)}); err != nil {
-					b.Fatal(err)
-				}
+			var (
+				svc  history.MemoryService = history.NewInMemoryMemory()
+				cmds *commandLog
+			)
+			if strings.HasSuffix(mode, "-ferretdb") {
+				svc, cmds = monitoredMemory(b, ctx, history.MemorySearchTerms)
 			}
+			mem := &callCounting{MemoryService: svc}
+			seedOtters(b, ctx, svc, 200)
 			ag, err := adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "assistant", Description: "bench", Model: echoing()})
 			if err != nil {
 				b.Fatal(err)
 			}
 			opts := []worker.Option{worker.WithAgent(ag)}
-			switch mode {
+			switch strings.TrimSuffix(mode, "-ferretdb") {
 			case "remember":
 				opts = append(opts, worker.WithMemory(mem, worker.MemoryConfig{}))
 			case "inject":
@@ -63,6 +68,9 @@ func BenchmarkMemoryInjection(b *testing.B) {
 			st := newStep(b, stepConfig(), opts...)
 			store := history.NewMemoryStore()
 			id := events.Identity{Tenant: "acme", User: "alice"}
+			if cmds != nil {
+				cmds.arm()
+			}
 			b.ResetTimer()
 			for i := range b.N {
 				id.Conversation = fmt.Sprintf("c%d", i)
@@ -72,6 +80,10 @@ func BenchmarkMemoryInjection(b *testing.B) {
 			}
 			b.ReportMetric(float64(mem.searches.Load())/float64(b.N), "searches/op")
 			b.ReportMetric(float64(mem.adds.Load())/float64(b.N), "adds/op")
+			if cmds != nil {
+				names, _ := cmds.disarm()
+				b.ReportMetric(float64(len(names))/float64(b.N), "cmds/op")
+			}
 		})
 	}
 }

@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -46,5 +48,44 @@ func TestTurnMemoryRemembersOnlyNewCompleteOrIncompleteTurns(t *testing.T) {
 		case tc.answer != "" && (m.Identity != id || m.Turn != 3 || m.RequestID != "r1" || m.Question != tc.question || m.Answer != tc.answer || !m.At.Equal(at)):
 			t.Errorf("%s: remembered %+v; want turn 3 of r1 answered %q at %v", tc.name, *m, tc.answer, at)
 		}
+	}
+}
+
+// MemoryConfig's defaults (SearchTimeout's included), and the agent
+// file's search_timeout_ms in milliseconds; a negative timeout is refused.
+func TestMemoryConfigDefaultsAndTheAgentFilesSearchTimeout(t *testing.T) {
+	t.Parallel()
+	d := MemoryConfig{}.withDefaults()
+	if d.K != DefaultMemoryK || d.TokenBudget != DefaultMemoryTokenBudget || d.SearchTimeout != DefaultMemorySearchTimeout {
+		t.Fatalf("defaults %+v", d)
+	}
+	if c := (&memorySpec{Inject: true, SearchTimeoutMS: 250}).config(); c.SearchTimeout != 250*time.Millisecond {
+		t.Fatalf("search_timeout_ms 250: %v", c.SearchTimeout)
+	}
+	if err := (MemoryConfig{SearchTimeout: -time.Second}).validate(); err == nil {
+		t.Fatal("a negative search timeout is valid")
+	}
+}
+
+// ctxMemory is a MemoryService whose searches return their context's
+// error.
+type ctxMemory struct{ history.MemoryService }
+
+func (ctxMemory) Search(ctx context.Context, _, _, _ string, _ int) ([]history.MemoryHit, error) {
+	return nil, ctx.Err()
+}
+
+// A search_memory call ended by its run's end (the context done) returns
+// the error, not the failure result, and is not counted as the service's
+// failure.
+func TestSearchMemoryEndedByTheRunsEndIsAnError(t *testing.T) {
+	t.Parallel()
+	failed := 0
+	m := &Memory{svc: ctxMemory{}, tenant: "acme", user: "alice", toolFailed: func() { failed++ }}
+	ctx, cancel := context.WithCancel(withMemory(context.Background(), m))
+	cancel()
+	out, err := searchMemory{}.InvokableRun(ctx, `{"query":"otters"}`)
+	if !errors.Is(err, context.Canceled) || out != "" || failed != 0 {
+		t.Fatalf("InvokableRun on a done context = %q, %v (counted %d); want context.Canceled, uncounted", out, err, failed)
 	}
 }

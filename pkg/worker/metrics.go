@@ -152,7 +152,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "turnpike_worker_artifacts_swept_total", Help: "Uncommitted artifact saves the worker's sweep dropped (staged saves no committed turn holds, content a failed save left), older than -artifact-sweep-age.",
 		}),
 		memory: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "turnpike_worker_memory_total", Help: "Long-term memory operations by result: added, add_duplicate, add_failed (the turn stays committed), injected, search_failed (the run goes on without memories).",
+			Name: "turnpike_worker_memory_total", Help: "Long-term memory operations by result: added, add_duplicate, add_failed (the turn stays committed), injected, search_failed and search_timeout (the run goes on without memories), tool_search_failed (search_memory told the model the search failed).",
 		}, []string{"result"}),
 	}
 	var errs []error

@@ -66,8 +66,9 @@ type Step struct {
 // timeout) and of opts: the agent and hooks of WithAgent or
 // WithAgentFactory, WithLogger (default: Config.LogLevel and LogFormat on
 // stderr), WithRegistry (default: a registry of its own) for the
-// worker's run metrics, and WithBufferSize. The other options and
-// settings do not apply.
+// worker's run metrics, WithBufferSize, and WithMemory's service and
+// settings. The other options and settings do not apply (Config.Memory
+// opens no service here).
 func NewStep(cfg Config, opts ...Option) (*Step, error) {
 	o := collect(opts)
 	if err := o.checkAgent(); err != nil {
@@ -304,7 +305,7 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 	if s.agents.memory != nil {
 		// Tools search the run's user's memories (MemoryFromContext);
 		// the commit's turn is remembered after the run (rememberTurn).
-		ctx = withMemory(ctx, &Memory{svc: s.agents.memory, tenant: id.Tenant, user: id.User})
+		ctx = withMemory(ctx, s.runMemory(id, log))
 		turn.remember = true
 	}
 

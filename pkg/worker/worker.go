@@ -43,6 +43,11 @@ func New(cfg Config, opts ...Option) (*Worker, error) {
 	if err := cfg.validate(o.store == nil, o.goAgent()); err != nil {
 		return nil, err
 	}
+	if o.store != nil && cfg.Memory != "" && o.memory == nil {
+		// Config.Memory's service is opened on the worker's MongoDB,
+		// which WithStore replaces: it would be silently off.
+		return nil, errors.New("worker: Config.Memory (TURNPIKE_MEMORY) opens memory on the worker's MongoDB, which WithStore replaces: pass the service with WithMemory")
+	}
 	return &Worker{cfg: cfg, opts: o}, nil
 }
 
