@@ -246,13 +246,15 @@ func (r *answer) text() string {
 // asking its TokenSource again.
 func TestASubscriptionFollowsAnAnswerAcrossTokenExpiries(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 60*time.Second)
 	for _, tt := range []struct {
 		name string
 		sse  bool
 	}{{"WebSocket", false}, {"SSE", true}} {
 		t.Run(tt.name+" with a TokenSource", func(t *testing.T) {
 			t.Parallel()
+			// The deadline starts when the subtest runs: a parallel subtest may
+			// wait for a slot long after its parent returned.
+			ctx := testenv.Context(t, 60*time.Second)
 			g := startGateway(t, ctx, server.Timeouts{}) // a clock of its own: the test steps it
 			user, conv := strings.ToLower(tt.name)+"-renew", testenv.Name(t, "c")
 			r := &answer{g: g, user: user, conv: conv}
@@ -327,6 +329,7 @@ func TestASubscriptionFollowsAnAnswerAcrossTokenExpiries(t *testing.T) {
 		})
 		t.Run(tt.name+" with a fixed Token", func(t *testing.T) {
 			t.Parallel()
+			ctx := testenv.Context(t, 60*time.Second)
 			g := startGateway(t, ctx, server.Timeouts{})
 			user, conv := strings.ToLower(tt.name)+"-fixed", testenv.Name(t, "c")
 			tok, err := g.mint(user, time.Hour)

@@ -113,7 +113,9 @@ func TestSelectionResolvesRangesAndRefusesWhatTheTopicDoesNotHave(t *testing.T) 
 			cfg := e.config(modeShadow, "x")
 			tc.tweak(&cfg)
 			cfg.setDefaults()
-			plan, err := resolve(ctx, cfg, time.Now())
+			// Its own deadline, started when it runs: a parallel subtest
+			// may wait for a slot long after its parent returned.
+			plan, err := resolve(testenv.Context(t, 30*time.Second), cfg, time.Now())
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) || !strings.Contains(err.Error(), tc.errText) {
 					t.Fatalf("resolve: %v, want %v mentioning %q", err, tc.wantErr, tc.errText)

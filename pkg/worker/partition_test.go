@@ -216,7 +216,6 @@ func TestPartitionOrderingRunsOneRecordAtATime(t *testing.T) {
 // have more than three runs at once.
 func TestInFlightIsBoundedByMaxInflightAndReadAhead(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 60*time.Second)
 	tests := []struct {
 		name string
 		set  func(c *worker.Config)
@@ -227,6 +226,9 @@ func TestInFlightIsBoundedByMaxInflightAndReadAhead(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			// The deadline starts when the subtest runs: a parallel subtest may
+			// wait for a slot long after its parent returned.
+			ctx := testenv.Context(t, 60*time.Second)
 			const convs = 10
 			store := history.NewMemoryStore()
 			s := newStack(t, store)

@@ -538,7 +538,6 @@ func TestEveryRunOfARequestHasItsOwnRunIDAndOnlyTheLastIsPersisted(t *testing.T)
 
 func TestATransientModelFailureIsRetriedThenDeadLetteredAndCompletedFailed(t *testing.T) {
 	t.Parallel()
-	ctx := testenv.Context(t, 60*time.Second)
 	tests := []struct {
 		name      string
 		failFirst int
@@ -550,6 +549,9 @@ func TestATransientModelFailureIsRetriedThenDeadLetteredAndCompletedFailed(t *te
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			// The deadline starts when the subtest runs: a parallel subtest may
+			// wait for a slot long after its parent returned.
+			ctx := testenv.Context(t, 60*time.Second)
 			store := history.NewMemoryStore()
 			s := newStack(t, store)
 			s.cfg.MaxAttempts = 3
