@@ -165,7 +165,7 @@ func (s *Step) Run(ctx context.Context, req events.Request, store history.Store,
 	if req.CreatedAt.IsZero() {
 		req.CreatedAt = s.now()
 	}
-	return s.run(context.WithoutCancel(ctx), req, store, sink, stepRun{stop: ctx.Done()})
+	return s.run(context.WithoutCancel(ctx), req, store, sink, stepRun{stop: ctx})
 }
 
 // stepRun is what the worker's consumer adds to a run of the step; the
@@ -183,9 +183,10 @@ type stepRun struct {
 	// agentStarted, if set, is called when the agent starts, before its
 	// first event.
 	agentStarted func()
-	// stop, once closed, ends the run: it may finish within drain, then
-	// it is aborted.
-	stop  <-chan struct{}
+	// stop, once done, ends the run: before its agent starts, at once;
+	// after, it may finish within drain (counted from the stop), then it
+	// is aborted. nil: never.
+	stop  context.Context
 	drain time.Duration
 	// owner is the run's owner token in the request's step journal: a
 	// later run of the request has a higher one (the worker's: the group
@@ -231,17 +232,20 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 // passed.
 var errStopped = errors.New("worker: the run was stopped")
 
-// stopContext is a context that ends drain after stop closes (never, for
-// a nil stop), and its release, which ends it (call it when the run
-// returns).
-func stopContext(stop <-chan struct{}, drain time.Duration) (context.Context, func()) {
+// stopContext is a context that ends drain after stop ends (stop itself
+// when drain is 0; never, for a nil stop), and its release (call it when
+// the run returns).
+func stopContext(stop context.Context, drain time.Duration) (context.Context, func()) {
+	if stop != nil && drain <= 0 {
+		return stop, func() {}
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	if stop == nil {
 		return ctx, func() { cancel(nil) }
 	}
 	go func() {
 		select {
-		case <-stop:
+		case <-stop.Done():
 		case <-ctx.Done():
 			return
 		}
@@ -406,9 +410,9 @@ func (s *Step) runUntil(ctx, stopped context.Context, req events.Request, store 
 			input = s.injectMemories(sctx, id, req.Content, s.agents.memoryOf(cmp.Or(turn.from, turn.root)), input, log)
 			release()
 		}
-		if err := ctx.Err(); err != nil {
+		if stopped.Err() != nil {
 			// Stopped before the agent starts: it does not.
-			return bridge.Result{}, fmt.Errorf("%w: stopped before the agent started: %w", bridge.ErrAborted, context.Cause(ctx))
+			return bridge.Result{}, fmt.Errorf("%w: stopped before the agent started: %w", bridge.ErrAborted, context.Cause(stopped))
 		}
 		// An interrupt saves the run's checkpoint under this request's id.
 		iter = newRunner(runCtx, ag, store).Run(runCtx, input, adk.WithCheckPointID(checkpointKey(id, req.RequestID)))

@@ -162,3 +162,29 @@ func TestARunWhoseContextEndsBeforeItsAgentStartsReturns(t *testing.T) {
 		check(t, m, res, err)
 	})
 }
+
+// A worker told to stop while a record's run reads its window from a
+// store that does not answer stops: the read ends at the drain deadline
+// (the run is abandoned, its record left uncommitted for the next owner)
+// instead of holding the partition's drain, and so the worker, forever.
+func TestAWorkerStopsWhileARunWaitsOnItsStoreBeforeItsAgentStarts(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	store := &stallingStore{Store: history.NewMemoryStore(), entered: make(chan struct{})}
+	s := newStack(t, store)
+	s.cfg.DrainTimeout = 50 * time.Millisecond
+	m := echoing()
+	stop := s.start(t, ctx, worker.Deps{Model: m, Registerer: prometheus.NewRegistry()})
+	id := events.Identity{Tenant: "acme", User: "alice", Conversation: "c"}
+	s.produce(t, ctx, id.Key(), request(id, "r1", "hello"))
+	returned(t, store.entered, "the run's window read")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		stop()
+	}()
+	returned(t, done, "the worker's Run")
+	if n := len(m.seen()); n != 0 {
+		t.Errorf("the model was called %d times; want none", n)
+	}
+}
