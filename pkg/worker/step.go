@@ -148,10 +148,13 @@ func newStep(cfg Config, a *agents, m *metrics, log *slog.Logger, now func() tim
 // journal is deleted when the request ends.
 //
 // ctx's values reach the agent, with the Request (RequestFromContext).
-// When ctx ends the run is aborted: nothing more is streamed or
-// persisted, and Run returns an error wrapping bridge.ErrAborted. The
-// store's calls are not cancelled with it; each run is bounded by
-// Config.RunTimeout.
+// When ctx ends the run is aborted, and Run returns an error wrapping
+// bridge.ErrAborted: before the agent starts, the calls under way (the
+// store's reads and single writes, the cancel lookup, compaction, the
+// memory injection's search) are cancelled and the agent does not start;
+// after, nothing more is streamed or persisted. The store's calls after
+// the agent starts (the turn's commit) are not cancelled with ctx; each
+// run is bounded by Config.RunTimeout.
 func (s *Step) Run(ctx context.Context, req events.Request, store history.Store, sink bridge.Sink) (bridge.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return bridge.Result{}, err
