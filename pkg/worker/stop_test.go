@@ -155,7 +155,7 @@ func TestARunWhoseContextEndsBeforeItsAgentStartsReturns(t *testing.T) {
 			defer close(done)
 			res, err = st.Run(ctx, stepRequest(id, "r1", "hello"), history.NewMemoryStore(), newRecordingSink())
 		}()
-		<-built
+		returned(t, built, "the agent's build")
 		cancel()
 		close(release)
 		returned(t, done, "Step.Run whose context ended as its agent was built")
