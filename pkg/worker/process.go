@@ -218,7 +218,7 @@ func (w *consumer) run(genCtx, ctx context.Context, m kafka.Message, req events.
 		},
 		started:      ar.started,
 		agentStarted: agentStarted,
-		stop:         genCtx.Done(),
+		stop:         genCtx,
 		drain:        w.cfg.DrainTimeout,
 		owner:        owner,
 	})

@@ -60,6 +60,11 @@ func (w *Step) resume(runCtx, ctx context.Context, store history.Store, id event
 		return nil, fmt.Errorf("build agent: %w", err)
 	}
 	ag = w.startAgent(runCtx, ag, from, turn, log)
+	if err := ctx.Err(); err != nil {
+		// Stopped before the agent starts (ctx ends with the run's
+		// stop until then): it does not.
+		return nil, fmt.Errorf("%w: stopped before the agent started: %w", bridge.ErrAborted, context.Cause(ctx))
+	}
 	iter, err := newRunner(runCtx, ag, store).ResumeWithParams(runCtx, checkpointKey(id, req.RequestID), &adk.ResumeParams{Targets: targets})
 	if err != nil {
 		// The checkpoint no longer fits the agents (a changed agent

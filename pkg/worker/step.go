@@ -148,10 +148,13 @@ func newStep(cfg Config, a *agents, m *metrics, log *slog.Logger, now func() tim
 // journal is deleted when the request ends.
 //
 // ctx's values reach the agent, with the Request (RequestFromContext).
-// When ctx ends the run is aborted: nothing more is streamed or
-// persisted, and Run returns an error wrapping bridge.ErrAborted. The
-// store's calls are not cancelled with it; each run is bounded by
-// Config.RunTimeout.
+// When ctx ends the run is aborted, and Run returns an error wrapping
+// bridge.ErrAborted: before the agent starts, the calls under way (the
+// store's reads and single writes, the cancel lookup, compaction, the
+// memory injection's search) are cancelled and the agent does not start;
+// after, nothing more is streamed or persisted. The store's calls after
+// the agent starts (the turn's commit) are not cancelled with ctx; each
+// run is bounded by Config.RunTimeout.
 func (s *Step) Run(ctx context.Context, req events.Request, store history.Store, sink bridge.Sink) (bridge.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return bridge.Result{}, err
@@ -165,7 +168,7 @@ func (s *Step) Run(ctx context.Context, req events.Request, store history.Store,
 	if req.CreatedAt.IsZero() {
 		req.CreatedAt = s.now()
 	}
-	return s.run(context.WithoutCancel(ctx), req, store, sink, stepRun{stop: ctx.Done()})
+	return s.run(context.WithoutCancel(ctx), req, store, sink, stepRun{stop: ctx})
 }
 
 // stepRun is what the worker's consumer adds to a run of the step; the
@@ -183,9 +186,10 @@ type stepRun struct {
 	// agentStarted, if set, is called when the agent starts, before its
 	// first event.
 	agentStarted func()
-	// stop, once closed, ends the run: it may finish within drain, then
-	// it is aborted.
-	stop  <-chan struct{}
+	// stop, once done, ends the run: before its agent starts, at once;
+	// after, it may finish within drain (counted from the stop), then it
+	// is aborted. nil: never.
+	stop  context.Context
 	drain time.Duration
 	// owner is the run's owner token in the request's step journal: a
 	// later run of the request has a higher one (the worker's: the group
@@ -214,14 +218,75 @@ func (s *Step) nextOwner() int64 {
 }
 
 // run is Run with the consumer's additions. ctx carries the work (it is
-// not cancelled when the run stops: stop is how a run is stopped).
+// not cancelled when the run stops: stop is how a run is stopped). A run
+// stopped before its agent starts returns as one stopped after: with an
+// error wrapping bridge.ErrAborted.
 func (s *Step) run(ctx context.Context, req events.Request, store history.Store, sink bridge.Sink, sr stepRun) (bridge.Result, error) {
+	stopped, release := stopContext(sr.stop, sr.drain)
+	defer release()
+	res, err := s.runUntil(ctx, stopped, req, store, sink, sr)
+	if err != nil && stopped.Err() != nil && !errors.Is(err, bridge.ErrAborted) {
+		err = fmt.Errorf("%w: stopped before the agent started: %w", bridge.ErrAborted, err)
+	}
+	return res, err
+}
+
+// errStopped is the cause of a run's stop: stop closed and its drain
+// passed.
+var errStopped = errors.New("worker: the run was stopped")
+
+// stopContext is a context that ends drain after stop ends (stop itself
+// when drain is 0; never, for a nil stop), and its release (call it when
+// the run returns).
+func stopContext(stop context.Context, drain time.Duration) (context.Context, func()) {
+	if stop != nil && drain <= 0 {
+		return stop, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	if stop == nil {
+		return ctx, func() { cancel(nil) }
+	}
+	go func() {
+		select {
+		case <-stop.Done():
+		case <-ctx.Done():
+			return
+		}
+		t := time.NewTimer(drain)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel(errStopped)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(nil) }
+}
+
+// untilStopped is ctx, ended also when stopped ends, and its release.
+func untilStopped(ctx, stopped context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(stopped, func() { cancel(context.Cause(stopped)) })
+	return ctx, func() { stop(); cancel(nil) }
+}
+
+// runUntil is run, stopped when stopped ends: before the agent starts, its
+// calls (the store's, the cancel lookup, compaction, the memory
+// injection) are cancelled; after, the run is aborted through its handle
+// (its context is not cancelled, so that the commit is never cut halfway).
+func (s *Step) runUntil(ctx, stopped context.Context, req events.Request, store history.Store, sink bridge.Sink, sr stepRun) (bridge.Result, error) {
 	id := req.Identity()
 	log := s.log.With(identityAttr(id), slog.String("request_id", req.RequestID))
 	// The agent, its tools and the worker's hooks find the request in ctx
 	// (RequestFromContext): its id keys side effects, as a run may happen
 	// more than once.
 	ctx = withRequest(ctx, requestOf(req))
+	// Until the agent starts, the request's calls end when the run is
+	// stopped: nothing they do is left half done (each is one write or a
+	// read), and a stopped run must not wait on a store or a search that
+	// does not answer.
+	ctx, releaseCalls := untilStopped(ctx, stopped)
+	defer releaseCalls()
 	pending := history.Begin(store, id, req.RequestID, req.Content, req.CreatedAt)
 	if sr.source != nil {
 		pending.SetSource(*sr.source)
@@ -312,7 +377,10 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 	runID := newRunID()
 	log = log.With(slog.String("run_id", runID))
 	start := s.now()
-	runCtx, stopGeneration := context.WithTimeout(ctx, s.cfg.RunTimeout)
+	// From the agent's start the work is not cancelled by the stop: the
+	// run is aborted through its handle instead (below).
+	work := context.WithoutCancel(ctx)
+	runCtx, stopGeneration := context.WithTimeout(work, s.cfg.RunTimeout)
 	defer stopGeneration()
 	var iter *adk.AsyncIterator[*adk.AgentEvent]
 	if req.ResumeOf != "" {
@@ -341,7 +409,13 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		// The conversation was left with a sub-agent: the run starts there.
 		ag = s.startAgent(runCtx, ag, st.State.Agent, turn, log)
 		if s.agents.memoryOf != nil {
-			input = s.injectMemories(runCtx, id, req.Content, s.agents.memoryOf(cmp.Or(turn.from, turn.root)), input, log)
+			sctx, release := untilStopped(runCtx, stopped)
+			input = s.injectMemories(sctx, id, req.Content, s.agents.memoryOf(cmp.Or(turn.from, turn.root)), input, log)
+			release()
+		}
+		if stopped.Err() != nil {
+			// Stopped before the agent starts: it does not.
+			return bridge.Result{}, fmt.Errorf("%w: stopped before the agent started: %w", bridge.ErrAborted, context.Cause(stopped))
 		}
 		// An interrupt saves the run's checkpoint under this request's id.
 		iter = newRunner(runCtx, ag, store).Run(runCtx, input, adk.WithCheckPointID(checkpointKey(id, req.RequestID)))
@@ -351,7 +425,7 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 	if sr.agentStarted != nil {
 		sr.agentStarted()
 	}
-	h := s.bridge.Start(ctx, bridge.Run{
+	h := s.bridge.Start(work, bridge.Run{
 		Identity:       id,
 		RequestID:      req.RequestID,
 		RunID:          runID,
@@ -368,17 +442,12 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 	}
 	select {
 	case <-h.Done():
-	case <-sr.stop:
+	case <-stopped.Done():
 		// The run must end (the worker loses the partition or stops; the
-		// caller's context ended): let it finish within the drain
-		// deadline, else abort it (its request will be run again).
-		t := time.NewTimer(sr.drain)
-		select {
-		case <-h.Done():
-		case <-t.C:
-			h.Abort()
-		}
-		t.Stop()
+		// caller's context ended) and did not finish within the drain
+		// deadline, counted from the stop: abort it (its request will be
+		// run again).
+		h.Abort()
 	}
 	res, err := h.Wait()
 	if jr != nil {
@@ -400,22 +469,22 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		// its redelivery is a duplicate that remembers nothing, so it
 		// is remembered now (turn.memory is set only by a commit that
 		// wrote the turn).
-		s.rememberTurn(ctx, turn.memory, log)
+		s.rememberTurn(work, turn.memory, log)
 		return res, fmt.Errorf("run %s: %w", runID, err)
 	}
 	if jr != nil && jr.exists() {
 		// The request reached its durable end: its journal goes.
-		s.dropJournal(ctx, store, id, req.RequestID, owner, &history.Steps{}, log)
+		s.dropJournal(work, store, id, req.RequestID, owner, &history.Steps{}, log)
 	}
 	// After the run's last event is in the sink: off the token path,
 	// after the commit, and never failing the request.
-	s.rememberTurn(ctx, turn.memory, log)
+	s.rememberTurn(work, turn.memory, log)
 	if res.Committed.N == 0 && !res.Committed.Duplicate {
 		// Nothing persisted (discarded, or cancelled before any content):
 		// record the outcome so a redelivery does not run the model again.
 		// If this fails, a redelivery runs the model once more, which is
 		// harmless for a run that kept nothing.
-		if _, err := store.RecordOutcome(ctx, id, req.RequestID, res.Status); err != nil {
+		if _, err := store.RecordOutcome(work, id, req.RequestID, res.Status); err != nil {
 			log.Warn("record outcome", slog.String("status", string(res.Status)), slog.Any("error", err))
 		}
 	}
