@@ -243,8 +243,13 @@ export class Client {
 
   /**
    * Reads an artifact's content: the newest version, or `version`. The request carries the
-   * token in its Authorization header, so the bytes come back as a Blob (show an image with
-   * `URL.createObjectURL(blob)`: an <img src> to the route could not send the header).
+   * token in its Authorization header, so the bytes come back as a Blob typed with the MIME
+   * type the tool saved (an <img src> to the route could not send the header). The route's
+   * `Content-Security-Policy: sandbox` and `nosniff` do not follow the bytes into a blob: URL,
+   * which is of the page's origin: do not `URL.createObjectURL` this blob as it is (a saved
+   * text/html or SVG opened from it would run in the page). Retype it first: a raster image
+   * (png, jpeg, gif, webp) as its own type to show inline, anything else as
+   * `new Blob([blob], {type: 'application/octet-stream'})` behind a link with `download`.
    * @returns {Promise<{blob: Blob, mimeType: string, version: number}>}
    */
   artifact(conversation, name, { version, signal } = {}) {
