@@ -218,7 +218,7 @@ func TestBrowserShowsArtifacts(t *testing.T) {
 	}
 	run(t, ctx, "the report shows as a link", waitJS(link("report.csv")+` !== null`))
 	gets(1, "the report's link shown, not clicked")
-	if got := evalJS[string](t, ctx, link("report.csv")+`.getAttribute('download')`); got != "report.csv" {
+	if got := evalJS[string](t, ctx, link("report.csv")+`.getAttribute('download') ?? ''`); got != "report.csv" {
 		t.Errorf("the report's link downloads as %q, want report.csv", got)
 	}
 	// The size shown is the one the listing or the event gave.
@@ -240,7 +240,7 @@ func TestBrowserShowsArtifacts(t *testing.T) {
 	diagram := `document.querySelector('#artifact-list li[data-name="diagram.svg"]')`
 	run(t, ctx, "the diagram shows", waitJS(diagram+` !== null`))
 	if kind, imgs := evalJS[string](t, ctx, diagram+`.dataset.kind`), evalJS[int](t, ctx, diagram+`.querySelectorAll('img').length`); kind != "file" || imgs != 0 {
-		t.Errorf("the SVG shows as kind %q with %d images, want a file link", kind, imgs)
+		t.Fatalf("the SVG shows as kind %q with %d images, want a file link", kind, imgs)
 	}
 	gets(2, "the diagram's link shown, not clicked")
 	run(t, ctx, "click the diagram",

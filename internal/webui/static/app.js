@@ -463,7 +463,7 @@ async function showArtifact(epoch, a) {
   item.dataset.name = a.name;
   item.dataset.version = String(a.version);
   const label = `${a.name} (version ${a.version}, ${sizeText(got.blob.size)})`;
-  if (rasterType(got.mimeType) === image) {
+  if (image && rasterType(got.mimeType) === image) {
     item.dataset.kind = 'image';
     const url = URL.createObjectURL(new Blob([got.blob], { type: image }));
     item.append(el('img', { src: url, alt: label }), el('span', { class: 'artifact-caption' }, label));

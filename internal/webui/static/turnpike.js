@@ -24,8 +24,9 @@
 // when a request is re-run (a worker failed), the first event of the new run
 // carries `rerun: true` and events of the older run that arrive late are
 // dropped; Answers applies that to the text it accumulates. A request may
-// complete more than once (a redelivery re-announces its outcome with a
-// lone run.completed, same status): the last run wins.
+// complete more than once (a redelivery re-announces its outcome in a new
+// run without run.started: the turn's artifact.saved, if it saved any, then
+// run.completed, same status): the last run wins.
 //
 // HTTP calls go to the ingest API at baseURL (default: the page's origin).
 // They reject with a TurnpikeError carrying the API's error code.
