@@ -261,8 +261,9 @@ type RunState struct {
 	// NeedsHistory is set when the request completed but Text may not be
 	// its persisted answer: the current run's beginning was not seen (the
 	// subscription joined mid-run, or a redelivery re-announced an
-	// already decided request with a lone run.completed). Read the answer
-	// from history.
+	// already decided request: a run without run.started, its
+	// artifact.saved, if the turn saved any, then run.completed). Read the
+	// answer from history.
 	NeedsHistory bool
 
 	seq int64 // the highest seq of the current run applied

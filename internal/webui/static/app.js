@@ -52,7 +52,7 @@ const state = {
   convNext: null,
   waiting: [], // {item, turn}: sends that failed for want of the server, in order
   retryTimer: 0,
-  artifacts: new Map(), // name -> {version, mimeType, url (a blob: URL), el}: the conversation's artifacts shown
+  artifacts: new Map(), // name -> {version, url (the blob: URL shown, or ''), el}: the conversation's artifacts shown
 };
 
 // ---------- Turns: one user message and its answer ----------
@@ -411,10 +411,31 @@ async function loadArtifacts(epoch) {
   for (const a of list.artifacts ?? []) showArtifact(epoch, a);
 }
 
+// RASTER_TYPES are the types shown inline: raster images only. An SVG is
+// a document that can hold scripts, so it is a download like any other
+// file (see showArtifact).
+const RASTER_TYPES = new Set(['image/png', 'image/jpeg', 'image/gif', 'image/webp']);
+
+// rasterType is mime's raster image type (lower case, no parameters), or
+// '' when mime is not one of RASTER_TYPES.
+function rasterType(mime) {
+  const t = String(mime ?? '').split(';')[0].trim().toLowerCase();
+  return RASTER_TYPES.has(t) ? t : '';
+}
+
 // showArtifact shows version a.version of artifact a.name, unless a newer
-// one (or the same: artifact.saved is at least once) is shown already. The
-// bytes are fetched with the token in the Authorization header and shown
-// through a blob: URL: images inline, anything else as a download link.
+// one (or the same: artifact.saved is at least once) is shown already.
+//
+// The artifact route answers with `Content-Security-Policy: sandbox` and
+// `nosniff`, but a blob: URL made here is of the page's origin and keeps
+// none of that: a blob typed text/html or image/svg+xml opened from the
+// page would run in it. So only a raster image (RASTER_TYPES) is shown
+// inline, through a blob typed with that image type; every other file
+// (SVG included) is a download link whose blob is typed
+// application/octet-stream, and its bytes are fetched only when the link
+// is clicked (a conversation may hold 100 files of 8 MiB). The bytes are
+// fetched with the token in the Authorization header, which a plain link
+// to the route could not send.
 async function showArtifact(epoch, a) {
   if (!a?.name || !Number.isInteger(a.version)) return;
   const shown = state.artifacts.get(a.name);
@@ -423,6 +444,11 @@ async function showArtifact(epoch, a) {
   const before = entry.version;
   entry.version = a.version; // claimed: an older fetch that ends later does not replace it
   state.artifacts.set(a.name, entry);
+  const image = rasterType(a.mime_type);
+  if (!image) {
+    placeArtifact(entry, fileItem(epoch, entry, a));
+    return;
+  }
   let got;
   try {
     got = await state.client.artifact(state.conversation, a.name, { version: a.version });
@@ -433,23 +459,70 @@ async function showArtifact(epoch, a) {
     return;
   }
   if (epoch !== state.epoch || entry.version !== a.version) return;
-  if (entry.url) URL.revokeObjectURL(entry.url);
-  entry.url = URL.createObjectURL(got.blob);
-  const mime = got.mimeType || a.mime_type || '';
-  const label = `${a.name} (version ${a.version}, ${sizeText(got.blob.size)})`;
   const item = el('li', { class: 'artifact' });
   item.dataset.name = a.name;
   item.dataset.version = String(a.version);
-  if (/^image\//i.test(mime)) {
+  const label = `${a.name} (version ${a.version}, ${sizeText(got.blob.size)})`;
+  if (image && rasterType(got.mimeType) === image) {
     item.dataset.kind = 'image';
-    const img = el('img', { src: entry.url, alt: label });
-    item.append(img, el('span', { class: 'artifact-caption' }, label));
+    const url = URL.createObjectURL(new Blob([got.blob], { type: image }));
+    item.append(el('img', { src: url, alt: label }), el('span', { class: 'artifact-caption' }, label));
+    placeArtifact(entry, item);
   } else {
-    item.dataset.kind = 'file';
-    item.append(el('a', { href: entry.url, download: a.name.replace(/^user:/, '') }, label));
+    // The route served another type than the listing said: a file.
+    placeArtifact(entry, fileItem(epoch, entry, a, got.blob));
   }
+}
+
+// fileItem is the list item of a file that is not shown inline: a link
+// that downloads it. Its bytes (blob, if fetched already) are fetched on
+// the link's first click, then kept in an application/octet-stream blob
+// for the next clicks.
+function fileItem(epoch, entry, a, blob) {
+  const item = el('li', { class: 'artifact' });
+  item.dataset.name = a.name;
+  item.dataset.version = String(a.version);
+  item.dataset.kind = 'file';
+  const size = blob ? blob.size : a.size;
+  const label = Number.isInteger(size) ? `${a.name} (version ${a.version}, ${sizeText(size)})` : `${a.name} (version ${a.version})`;
+  const link = el('a', { href: '#', download: a.name.replace(/^user:/, '') }, label);
+  item.append(link);
+  const keep = (b) => {
+    link.href = URL.createObjectURL(new Blob([b], { type: 'application/octet-stream' }));
+  };
+  if (blob) keep(blob);
+  let fetching = false;
+  link.addEventListener('click', async (ev) => {
+    if (link.href.startsWith('blob:')) return; // the bytes are here: the browser downloads them
+    ev.preventDefault();
+    if (fetching) return;
+    fetching = true;
+    let got;
+    try {
+      got = await state.client.artifact(state.conversation, a.name, { version: a.version });
+    } catch (err) {
+      if (epoch !== state.epoch || handleAuthError(err)) return;
+      console.warn('turnpike: artifact', a.name, err);
+      return;
+    } finally {
+      fetching = false;
+    }
+    if (epoch !== state.epoch || entry.el !== item) return; // another conversation, or a newer version
+    keep(got.blob);
+    entry.url = link.href; // nothing was kept before: placeArtifact saw no blob: URL
+    link.click();
+  });
+  return item;
+}
+
+// placeArtifact shows item as entry's, in place of the one shown before
+// (whose blob: URL is revoked; item's, if it holds one, is kept).
+function placeArtifact(entry, item) {
+  const url = item.querySelector('img')?.src ?? item.querySelector('a')?.href ?? '';
+  if (entry.url) URL.revokeObjectURL(entry.url);
+  entry.url = url.startsWith('blob:') ? url : '';
   if (entry.el) entry.el.replaceWith(item);
-  else insertArtifact(item, a.name);
+  else insertArtifact(item, item.dataset.name);
   entry.el = item;
   $('artifacts').hidden = false;
 }

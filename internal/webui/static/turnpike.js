@@ -24,8 +24,9 @@
 // when a request is re-run (a worker failed), the first event of the new run
 // carries `rerun: true` and events of the older run that arrive late are
 // dropped; Answers applies that to the text it accumulates. A request may
-// complete more than once (a redelivery re-announces its outcome with a
-// lone run.completed, same status): the last run wins.
+// complete more than once (a redelivery re-announces its outcome in a new
+// run without run.started: the turn's artifact.saved, if it saved any, then
+// run.completed, same status): the last run wins.
 //
 // HTTP calls go to the ingest API at baseURL (default: the page's origin).
 // They reject with a TurnpikeError carrying the API's error code.
@@ -243,8 +244,13 @@ export class Client {
 
   /**
    * Reads an artifact's content: the newest version, or `version`. The request carries the
-   * token in its Authorization header, so the bytes come back as a Blob (show an image with
-   * `URL.createObjectURL(blob)`: an <img src> to the route could not send the header).
+   * token in its Authorization header, so the bytes come back as a Blob typed with the MIME
+   * type the tool saved (an <img src> to the route could not send the header). The route's
+   * `Content-Security-Policy: sandbox` and `nosniff` do not follow the bytes into a blob: URL,
+   * which is of the page's origin: do not `URL.createObjectURL` this blob as it is (a saved
+   * text/html or SVG opened from it would run in the page). Retype it first: a raster image
+   * (png, jpeg, gif, webp) as its own type to show inline, anything else as
+   * `new Blob([blob], {type: 'application/octet-stream'})` behind a link with `download`.
    * @returns {Promise<{blob: Blob, mimeType: string, version: number}>}
    */
   artifact(conversation, name, { version, signal } = {}) {
