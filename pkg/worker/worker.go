@@ -99,7 +99,7 @@ func (w *Worker) run(ctx context.Context, log *slog.Logger, reg *prometheus.Regi
 				}
 				store = ms
 				if o.artifacts == nil {
-					if artifacts, err = history.NewMongoArtifacts(ctx, conn.DB, history.ArtifactConfig{}); err != nil {
+					if artifacts, err = history.NewMongoArtifacts(ctx, conn.DB, history.ArtifactConfig{Logger: log}); err != nil {
 						return server.Parts{}, fmt.Errorf("open artifacts: %w", err)
 					}
 				}
