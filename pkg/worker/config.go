@@ -400,6 +400,11 @@ func (c Config) validateConsumer() error {
 	if c.RetryBackoffMax < c.RetryBackoffMin {
 		errs = append(errs, fmt.Errorf("worker: RetryBackoffMax %v < RetryBackoffMin %v", c.RetryBackoffMax, c.RetryBackoffMin))
 	}
+	// The sweep is the consumer's (a Step, such as pkg/replay's, sweeps
+	// nothing and has no setting of its age).
+	if c.ArtifactSweepAge < minArtifactSweepAge || c.ArtifactSweepAge <= c.RunTimeout {
+		errs = append(errs, fmt.Errorf("worker: ArtifactSweepAge %v: want at least %v and more than RunTimeout (%v): a run's saves are staged until its commit", c.ArtifactSweepAge, minArtifactSweepAge, c.RunTimeout))
+	}
 	return errors.Join(errs...)
 }
 

@@ -198,9 +198,6 @@ func (c Config) runErrors() []error {
 	if c.JournalTTL < 0 {
 		errs = append(errs, fmt.Errorf("worker: JournalTTL %v < 0", c.JournalTTL))
 	}
-	if c.ArtifactSweepAge < minArtifactSweepAge || c.ArtifactSweepAge <= c.RunTimeout {
-		errs = append(errs, fmt.Errorf("worker: ArtifactSweepAge %v: want at least %v and more than RunTimeout (%v): a run's saves are staged until its commit", c.ArtifactSweepAge, minArtifactSweepAge, c.RunTimeout))
-	}
 	return errs
 }
 
