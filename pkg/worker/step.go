@@ -247,7 +247,7 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		// turn holds saves: duplicates are a hot path.
 		var published []history.Artifact
 		if st.Committed.N > 0 && st.Committed.Artifacts > 0 {
-			if published, err = publishArtifacts(ctx, s.artifacts, store, id, req.RequestID, nil, true); err != nil {
+			if published, err = publishArtifacts(ctx, s.artifacts, store, id, req.RequestID, nil, true, s.lostArtifacts(log)); err != nil {
 				return bridge.Result{}, err
 			}
 		}
@@ -301,7 +301,7 @@ func (s *Step) run(ctx context.Context, req events.Request, store history.Store,
 		ctx = withArtifacts(ctx, arts)
 	}
 	turn := &stateTurn{Pending: pending, state: state, agent: st.State.Agent,
-		arts: arts, artifacts: s.artifacts, store: store, id: id, requestID: req.RequestID, question: req.Content}
+		arts: arts, artifacts: s.artifacts, lost: s.lostArtifacts(log), store: store, id: id, requestID: req.RequestID, question: req.Content}
 	if s.agents.memory != nil {
 		// Tools search the run's user's memories (MemoryFromContext);
 		// the commit's turn is remembered after the run (rememberTurn).

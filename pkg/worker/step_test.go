@@ -474,12 +474,23 @@ func TestTheArtifactSweepAgeIsTheConsumersSetting(t *testing.T) {
 	if _, err := worker.New(w, worker.WithLogger(slog.New(slog.DiscardHandler))); err != nil {
 		t.Fatalf("New with the defaults: %v", err)
 	}
+	just := w
+	just.RunTimeout, just.MaxAttempts, just.RetryBackoffMax, just.ArtifactSweepAge = 2*time.Hour, 3, time.Minute, 6*time.Hour+2*time.Minute+time.Second
+	if _, err := worker.New(just, worker.WithLogger(slog.New(slog.DiscardHandler))); err != nil {
+		t.Errorf("New with a sweep age just past MaxAttempts × RunTimeout + the backoffs: %v", err)
+	}
 	for _, tt := range []struct {
 		name string
 		set  func(*worker.Config)
 	}{
 		{"RunTimeout 30h, past the sweep age", func(c *worker.Config) { c.RunTimeout = 30 * time.Hour }},
 		{"a sweep age under an hour", func(c *worker.Config) { c.ArtifactSweepAge = 59 * time.Minute }},
+		// Past RunTimeout but not past the durable re-runs: 5 attempts of
+		// 5h (plus 4 backoffs) make a save up to 25h old at its publish.
+		{"RunTimeout 5h and 5 attempts, past the sweep age (24h) together", func(c *worker.Config) { c.RunTimeout, c.MaxAttempts = 5*time.Hour, 5 }},
+		{"a sweep age equal to MaxAttempts × RunTimeout + the backoffs", func(c *worker.Config) {
+			c.RunTimeout, c.MaxAttempts, c.RetryBackoffMax, c.ArtifactSweepAge = 2*time.Hour, 3, time.Minute, 6*time.Hour+2*time.Minute
+		}},
 	} {
 		c := w
 		tt.set(&c)
