@@ -66,9 +66,12 @@ type Step struct {
 // timeout) and of opts: the agent and hooks of WithAgent or
 // WithAgentFactory, WithLogger (default: Config.LogLevel and LogFormat on
 // stderr), WithRegistry (default: a registry of its own) for the
-// worker's run metrics, WithBufferSize, and WithMemory's service and
-// settings. The other options and settings do not apply (Config.Memory
-// opens no service here).
+// worker's run metrics, WithBufferSize, WithMemory's service and
+// settings, and WithArtifacts' service (the runs' saves are staged in it
+// and published after their commits; nil: none). The other options and
+// settings do not apply (Config.Memory opens no service here, and no
+// artifact service is opened: without WithArtifacts, ArtifactsFromContext
+// is nil; nor is the artifact sweep run or its age checked).
 func NewStep(cfg Config, opts ...Option) (*Step, error) {
 	o := collect(opts)
 	if err := o.checkAgent(); err != nil {
