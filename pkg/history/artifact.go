@@ -135,8 +135,12 @@ type ArtifactService interface {
 // ManifestReader is a Store that reads the artifact manifest of a
 // committed turn (MemoryStore and MongoStore are): the worker publishes
 // it again when a redelivered request finds its turn committed. Such a
-// store reports in Committed.Artifacts how many saves the turn holds: the
-// worker reads the manifest only when there are some.
+// store must report in Committed.Artifacts how many saves the turn holds,
+// on every answer about a committed turn (Commit, its duplicate included,
+// Lookup, and the Start of a decided request): the worker reads the
+// manifest only when there are some, so a store that leaves it 0 loses
+// the saves of a run that stopped between its commit and its publish.
+// historytest.Artifacts (given a store) checks it.
 type ManifestReader interface {
 	// TurnArtifacts returns the manifest of the turn of requestID, and
 	// whether that turn exists.

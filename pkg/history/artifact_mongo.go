@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -26,6 +27,10 @@ type ArtifactConfig struct {
 	Chunks string
 	// Limits bounds what a scope holds (zero fields: the defaults).
 	Limits ArtifactLimits
+	// Logger receives the repair NewMongoArtifacts makes when the
+	// versions hold a token twice (see NewMongoArtifacts). Default
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // MongoArtifacts is an ArtifactService on MongoDB (and FerretDB: it uses
@@ -60,6 +65,13 @@ var _ ArtifactService = (*MongoArtifacts)(nil)
 // ("token_unique": a staged save is published as one version only, even
 // by concurrent publishes of its token), and the chunks' index on their
 // time and token ("at_token", which the sweep of orphaned content reads).
+// Versions written before the unique index existed may hold one token
+// twice (concurrent publishes of it): the index's build then fails with a
+// duplicate key, and NewMongoArtifacts repairs them, without deleting
+// anything: it keeps each such token on its lowest version, removes it
+// from the others (which stay readable, with no token, the content's
+// token kept in their field "content"), logs each repair
+// on cfg.Logger, and builds the index again.
 func NewMongoArtifacts(ctx context.Context, db *mongo.Database, cfg ArtifactConfig) (*MongoArtifacts, error) {
 	if db == nil {
 		return nil, errors.New("new mongo artifacts: nil database")
@@ -86,13 +98,88 @@ func NewMongoArtifacts(ctx context.Context, db *mongo.Database, cfg ArtifactConf
 		{m.arts, mongo.IndexModel{Keys: bson.D{{Key: "token", Value: 1}}, Options: options.Index().SetName("token_unique").SetUnique(true).SetSparse(true)}},
 		{m.chunks, mongo.IndexModel{Keys: bson.D{{Key: "at", Value: 1}, {Key: "token", Value: 1}}, Options: options.Index().SetName("at_token")}},
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	// One index per command (FerretDB 1.24 panics re-creating several).
-	for _, ix := range indexes {
-		if _, err := ix.coll.Indexes().CreateOne(ctx, ix.model); err != nil {
+	for i, ix := range indexes {
+		_, err := ix.coll.Indexes().CreateOne(ctx, ix.model)
+		// Versions written before the index existed may hold a token
+		// twice (two concurrent publishes of it): the build then fails
+		// with a duplicate key (MongoDB: code 11000; FerretDB: an
+		// internal error from SQLite's UNIQUE constraint). On a failed
+		// build, look for such tokens, repair them and build again, a
+		// few times (a replica still running the old code may write
+		// another pair); with none, the build's error stands.
+		for range tokenRepairAttempts {
+			if i != 0 || err == nil || ctx.Err() != nil {
+				break
+			}
+			n, rerr := m.repairTokens(ctx, log)
+			if rerr != nil {
+				return nil, fmt.Errorf("new mongo artifacts: create index on %s: %w (repairing tokens held twice: %w)", ix.coll.Name(), err, rerr)
+			}
+			if n == 0 {
+				break
+			}
+			_, err = ix.coll.Indexes().CreateOne(ctx, ix.model)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("new mongo artifacts: create index on %s: %w", ix.coll.Name(), err)
 		}
 	}
 	return m, nil
+}
+
+// tokenRepairAttempts bounds the repairs of NewMongoArtifacts.
+const tokenRepairAttempts = 3
+
+// repairTokens keeps each token that several versions hold on the lowest
+// of them and removes it ($unset) from the others, which stay readable
+// (with no token; "content" keeps their content's token): one query (every version's _id, version and token),
+// one update per version repaired. It logs each token repaired, and
+// returns how many versions it repaired.
+func (m *MongoArtifacts) repairTokens(ctx context.Context, log *slog.Logger) (int, error) {
+	cur, err := m.arts.Find(ctx, bson.D{{Key: "token", Value: bson.D{{Key: "$exists", Value: true}}}},
+		options.Find().SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "version", Value: 1}}))
+	if err != nil {
+		return 0, err
+	}
+	var docs []struct {
+		ID      string `bson:"_id"`
+		Token   string `bson:"token"`
+		Version int    `bson:"version"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return 0, err
+	}
+	byToken := map[string][]int{} // token -> indexes in docs
+	for i, d := range docs {
+		if d.Token != "" && !strings.HasPrefix(d.ID, "s#") {
+			byToken[d.Token] = append(byToken[d.Token], i)
+		}
+	}
+	repaired := 0
+	for token, held := range byToken {
+		if len(held) < 2 {
+			continue
+		}
+		slices.SortFunc(held, func(a, b int) int { return docs[a].Version - docs[b].Version })
+		var dropped []string
+		for _, i := range held[1:] {
+			_, err := m.arts.UpdateOne(ctx, bson.D{{Key: "_id", Value: docs[i].ID}, {Key: "token", Value: token}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: "content", Value: token}}}, {Key: "$unset", Value: bson.D{{Key: "token", Value: ""}}}})
+			if err != nil {
+				return 0, err
+			}
+			dropped = append(dropped, docs[i].ID)
+			repaired++
+		}
+		log.Warn("artifacts: a token held by several versions is kept on the lowest (the others stay readable, without it)",
+			"token", token, "kept", docs[held[0]].ID, "unset", dropped)
+	}
+	return repaired, nil
 }
 
 type stagedDoc struct {
@@ -110,18 +197,30 @@ type stagedDoc struct {
 }
 
 type versionDoc struct {
-	ID           string    `bson:"_id"`
-	Tenant       string    `bson:"tenant"`
-	User         string    `bson:"user"`
-	Conversation string    `bson:"conversation"`
-	Scope        string    `bson:"scope"`
-	Name         string    `bson:"name"`
-	Version      int       `bson:"version"`
-	MIME         string    `bson:"mime"`
-	Size         int64     `bson:"size"`
-	Chunks       int       `bson:"chunks"`
-	Token        string    `bson:"token"`
-	At           time.Time `bson:"at"`
+	ID           string `bson:"_id"`
+	Tenant       string `bson:"tenant"`
+	User         string `bson:"user"`
+	Conversation string `bson:"conversation"`
+	Scope        string `bson:"scope"`
+	Name         string `bson:"name"`
+	Version      int    `bson:"version"`
+	MIME         string `bson:"mime"`
+	Size         int64  `bson:"size"`
+	Chunks       int    `bson:"chunks"`
+	Token        string `bson:"token"`
+	// Content is the token of the content of a version that
+	// NewMongoArtifacts repaired (its token removed, as another version
+	// of the name holds it); empty otherwise.
+	Content string    `bson:"content,omitempty"`
+	At      time.Time `bson:"at"`
+}
+
+// contentToken is the token of d's content chunks.
+func (d versionDoc) contentToken() string {
+	if d.Token == "" {
+		return d.Content
+	}
+	return d.Token
 }
 
 func (d versionDoc) artifact() Artifact {
@@ -367,7 +466,7 @@ func (m *MongoArtifacts) OpenArtifact(ctx context.Context, id events.Identity, n
 	if err != nil {
 		return Artifact{}, nil, fmt.Errorf("open artifact %s: %w", name, err)
 	}
-	cur, err := m.chunks.Find(ctx, bson.D{idRange(d.Token + "#")}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	cur, err := m.chunks.Find(ctx, bson.D{idRange(d.contentToken() + "#")}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return Artifact{}, nil, fmt.Errorf("open artifact %s: %w", name, err)
 	}
@@ -405,7 +504,7 @@ func (m *MongoArtifacts) DeleteArtifact(ctx context.Context, id events.Identity,
 	}
 	var staged, tokens bson.A
 	for _, d := range docs {
-		staged, tokens = append(staged, stagedID(d.Token)), append(tokens, d.Token)
+		staged, tokens = append(staged, stagedID(d.contentToken())), append(tokens, d.contentToken())
 	}
 	// The staged saves not published yet: committed by a turn whose
 	// publish has not run, or of a run still going.

@@ -1,7 +1,12 @@
 package history_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 	"github.com/turnpike-dev/turnpike/pkg/history/historytest"
 )
@@ -108,5 +114,80 @@ func failingMongoArtifacts(t *testing.T, uri, dbName string) historytest.Artifac
 			}
 			return len(tokens), nil
 		},
+	}
+}
+
+// TestNewMongoArtifactsRepairsATokenHeldByTwoVersions: versions written
+// before the unique index "token_unique" existed may hold one token twice
+// (two concurrent publishes of it). NewMongoArtifacts then still starts
+// (the worker and ingest would crash-loop otherwise), both versions stay
+// readable, and concurrent publishes of the token return one version, the
+// lowest.
+func TestNewMongoArtifactsRepairsATokenHeldByTwoVersions(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	db := testenv.MongoClient(t, testenv.MongoURI(t)).Database(testenv.Name(t, "tp"))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = db.Drop(ctx)
+	})
+	// Stage a save through the service, then write the pair the old code
+	// could write, with the index dropped.
+	a, err := history.NewMongoArtifacts(ctx, db, history.ArtifactConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "repair"}
+	token, err := a.Stage(ctx, id, history.ArtifactSave{Name: "notes.txt", MIME: "text/plain", Data: []byte("hello")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Collection("artifacts").Indexes().DropOne(ctx, "token_unique"); err != nil {
+		t.Fatal(err)
+	}
+	scope := id.Tenant + "/" + id.User + "/" + id.Conversation
+	for _, v := range []int{2, 1} { // the higher one first: the repair keeps the lowest, not the first
+		doc := bson.D{{Key: "_id", Value: fmt.Sprintf("%s#notes.txt#%08d", scope, v)}, {Key: "tenant", Value: id.Tenant},
+			{Key: "user", Value: id.User}, {Key: "conversation", Value: id.Conversation}, {Key: "scope", Value: scope},
+			{Key: "name", Value: "notes.txt"}, {Key: "version", Value: v}, {Key: "mime", Value: "text/plain"},
+			{Key: "size", Value: int64(5)}, {Key: "chunks", Value: 1}, {Key: "token", Value: token},
+			{Key: "at", Value: time.Now().UTC().Truncate(time.Millisecond)}}
+		if _, err := db.Collection("artifacts").InsertOne(ctx, doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logged bytes.Buffer
+	a, err = history.NewMongoArtifacts(ctx, db, history.ArtifactConfig{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatalf("NewMongoArtifacts on versions holding a token twice: %v", err)
+	}
+	if !strings.Contains(logged.String(), token) {
+		t.Errorf("the repair of token %s was not logged: %q", token, logged.String())
+	}
+	for _, v := range []int{1, 2} {
+		got, data, err := a.OpenArtifact(ctx, id, "notes.txt", v)
+		if err != nil || got.Version != v || string(data) != "hello" {
+			t.Errorf("version %d after the repair: %+v %q %v, want it readable", v, got, data, err)
+		}
+	}
+	var wg sync.WaitGroup
+	pubs := make([][]history.Artifact, 4)
+	errs := make([]error, len(pubs))
+	for i := range pubs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pubs[i], errs[i] = a.Publish(ctx, id, []string{token})
+		}()
+	}
+	wg.Wait()
+	for i := range pubs {
+		if errs[i] != nil || len(pubs[i]) != 1 || pubs[i][0].Version != 1 {
+			t.Errorf("publish %d of the repaired token: %+v %v, want version 1 (the lowest, which kept it)", i, pubs[i], errs[i])
+		}
+	}
+	if n, err := db.Collection("artifacts").CountDocuments(ctx, bson.D{{Key: "token", Value: token}}); err != nil || n != 1 {
+		t.Errorf("%d versions hold the token after the repair (%v), want 1", n, err)
 	}
 }

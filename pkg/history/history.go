@@ -248,8 +248,10 @@ type Committed struct {
 	Duplicate bool
 	// Artifacts is the number of artifact saves the turn's manifest holds
 	// (Turn.Artifacts; 0 without a turn). A store that is a
-	// ManifestReader reports it, so that a redelivered request whose turn
-	// holds none reads no manifest to publish again.
+	// ManifestReader must report it, on a duplicate Commit, Lookup and a
+	// decided Start too (historytest.Artifacts checks it): the worker reads
+	// the manifest to publish again only when it is above 0, so a store
+	// that leaves it 0 silently skips re-publishing after a crash.
 	Artifacts int
 }
 

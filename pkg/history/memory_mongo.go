@@ -165,8 +165,11 @@ func (s *MongoMemory) Search(ctx context.Context, tenant, user, query string, li
 		filter = bson.D{{Key: "tenant", Value: tenant}, {Key: "user", Value: user}, {Key: "terms", Value: bson.D{{Key: "$in", Value: q}}}}
 		// Every candidate in the find's reply (the driver's first batch
 		// is 101 documents: a getMore each further batch), up to the
-		// server's 16 MiB a reply.
-		opts.SetSort(bson.D{{Key: "at", Value: -1}, {Key: "_id", Value: 1}}).SetLimit(MemoryScanLimit).SetBatchSize(MemoryScanLimit)
+		// server's 16 MiB a reply. The batch is one more than the limit:
+		// FerretDB leaves the cursor open when a batch is full (as
+		// findTurnsBy's), which costs a getMore with limit candidates or
+		// more.
+		opts.SetSort(bson.D{{Key: "at", Value: -1}, {Key: "_id", Value: 1}}).SetLimit(MemoryScanLimit).SetBatchSize(MemoryScanLimit + 1)
 	}
 	cur, err := s.coll.Find(ctx, filter, opts)
 	if err != nil {

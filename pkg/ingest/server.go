@@ -242,7 +242,7 @@ func (s *Server) open(ctx context.Context, o *server.Opened) (server.Parts, erro
 	if err != nil {
 		return server.Parts{}, fmt.Errorf("open history store: %w", err)
 	}
-	artifacts, err := history.NewMongoArtifacts(ctx, conn.DB, history.ArtifactConfig{})
+	artifacts, err := history.NewMongoArtifacts(ctx, conn.DB, history.ArtifactConfig{Logger: log})
 	if err != nil {
 		return server.Parts{}, fmt.Errorf("open artifacts: %w", err)
 	}

@@ -88,9 +88,12 @@ func newStep(cfg config, log *slog.Logger, opts []worker.Option) (*worker.Step, 
 	// A shadow replay runs without long-term memory (the options' own
 	// WithMemory is overridden): it would write the replayed turns'
 	// memories (live ones, with the options' service), and a search would
-	// give a past request the memories of turns that came after it.
+	// give a past request the memories of turns that came after it. And
+	// without artifacts (the options' WithArtifacts is overridden too): a
+	// replayed run's saves would be staged, and published, in the live
+	// store; its tools find no artifacts (ArtifactsFromContext is nil).
 	st, err := worker.NewStep(wc, append(opts[:len(opts):len(opts)], worker.WithLogger(log), worker.WithBufferSize(shadowBufferSize),
-		worker.WithMemory(nil, worker.MemoryConfig{}))...)
+		worker.WithMemory(nil, worker.MemoryConfig{}), worker.WithArtifacts(nil))...)
 	if errors.Is(err, worker.ErrNoMemoryService) {
 		err = fmt.Errorf("%w; a shadow replay runs without long-term memory: take memory out of the agent file to replay it (pkg/replay)", err)
 	}

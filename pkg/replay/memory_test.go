@@ -16,6 +16,7 @@ import (
 	"github.com/cloudwego/eino/schema"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
 )
@@ -90,5 +91,60 @@ func TestAShadowReplayRunsWithoutMemory(t *testing.T) {
 	}
 	if n := mem.calls.Load(); n != 0 {
 		t.Fatalf("the shadow runs called the options' memory service %d times; want none", n)
+	}
+}
+
+// touchedArtifacts counts the calls of a service's writes.
+type touchedArtifacts struct {
+	history.ArtifactService
+	calls atomic.Int64
+}
+
+func (a *touchedArtifacts) Stage(ctx context.Context, id events.Identity, s history.ArtifactSave) (string, error) {
+	a.calls.Add(1)
+	return a.ArtifactService.Stage(ctx, id, s)
+}
+
+func (a *touchedArtifacts) Publish(ctx context.Context, id events.Identity, tokens []string) ([]history.Artifact, error) {
+	a.calls.Add(1)
+	return a.ArtifactService.Publish(ctx, id, tokens)
+}
+
+// A shadow replay given WithArtifacts runs without artifacts: the
+// replayed runs would save into, and publish in, the live store. Its
+// agents find no artifacts in their context.
+func TestAShadowReplayRunsWithoutArtifacts(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	e := newEnv(t)
+	ids := e.conversations(t, ctx, "art", 2, 1)
+	arts := &touchedArtifacts{ArtifactService: history.NewMemoryArtifacts(history.ArtifactLimits{})}
+	var saw atomic.Int64
+	cfg := e.config(modeShadow, "artgo")
+	d, closeDeps, err := connect(ctx, cfg, io.Discard, []worker.Option{
+		worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+			if a := worker.ArtifactsFromContext(ctx); a != nil {
+				saw.Add(1)
+				if err := a.Save(ctx, "shadow.txt", "text/plain", []byte("replayed")); err != nil {
+					return nil, err
+				}
+			}
+			return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "a", Description: "ok", Model: okModel{}})
+		}),
+		worker.WithArtifacts(arts),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeDeps)
+	sum, err := runReplay(ctx, cfg, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Completed != int64(len(ids)) {
+		t.Fatalf("completed %d, want %d", sum.Completed, len(ids))
+	}
+	if n, c := saw.Load(), arts.calls.Load(); n != 0 || c != 0 {
+		t.Fatalf("the shadow runs saw artifacts %d times and called the options' service %d times; want none", n, c)
 	}
 }

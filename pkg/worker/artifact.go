@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 
@@ -197,8 +198,10 @@ func (a *Artifacts) replay(tokens []string) {
 // publishArtifacts publishes the manifest of the committed turn of
 // requestID: tokens when this run committed it, else the manifest the
 // store kept (a duplicate: the request's first commit). It returns the
-// published versions.
-func publishArtifacts(ctx context.Context, svc history.ArtifactService, store history.Store, id events.Identity, requestID string, tokens []string, duplicate bool) ([]history.Artifact, error) {
+// published versions. The committed tokens the publish skipped (their
+// staged save is gone: swept before the publish, or deleted since) are
+// passed to lost, when it is set.
+func publishArtifacts(ctx context.Context, svc history.ArtifactService, store history.Store, id events.Identity, requestID string, tokens []string, duplicate bool, lost func([]string)) ([]history.Artifact, error) {
 	if svc == nil {
 		return nil, nil
 	}
@@ -220,7 +223,34 @@ func publishArtifacts(ctx context.Context, svc history.ArtifactService, store hi
 	if err != nil {
 		return nil, fmt.Errorf("publish artifacts: %w", err)
 	}
+	if lost != nil && len(out) < len(tokens) {
+		got := make(map[string]bool, len(out))
+		for _, a := range out {
+			got[a.Token] = true
+		}
+		var missing []string
+		for _, t := range tokens {
+			if !got[t] {
+				missing = append(missing, t)
+			}
+		}
+		if len(missing) > 0 {
+			lost(missing)
+		}
+	}
 	return out, nil
+}
+
+// lostArtifacts is the lost of publishArtifacts for a request's run: a
+// committed save whose staged save is gone at publish is logged at error
+// and counted (turnpike_worker_artifacts_lost_total): it never becomes a
+// version.
+func (s *Step) lostArtifacts(log *slog.Logger) func([]string) {
+	return func(tokens []string) {
+		log.Error("committed artifact saves not published: their staged saves are gone (swept before the publish: -artifact-sweep-age too short for the runs and their re-runs; or deleted since)",
+			slog.Any("tokens", tokens))
+		s.metrics.artifactsLost.Add(float64(len(tokens)))
+	}
 }
 
 // WithArtifacts gives the runs' tools svc for their artifacts

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/cloudwego/eino/components/tool"
 	"github.com/cloudwego/eino/compose"
 	"github.com/cloudwego/eino/schema"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/pkg/bridge"
@@ -338,4 +340,48 @@ func TestARunWhoseCommitIsADuplicateReadsTheManifestOnlyWhenItHoldsSaves(t *test
 	}
 	// Only the other run's save was published; this run's two were not.
 	expectVersions(t, ctx, svc, id, "the other run's")
+}
+
+// A committed save whose staged save is gone when it is published (swept
+// before a crashed publish's redelivery: a sweep age too short for the
+// runs and their re-runs) is not skipped silently: the redelivery logs it
+// at error and counts it in turnpike_worker_artifacts_lost_total.
+func TestACommittedSaveSweptBeforeItsPublishIsLoggedAndCounted(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 30*time.Second)
+	svc := &failingPublish{ArtifactService: history.NewMemoryArtifacts(history.ArtifactLimits{})}
+	var calls atomic.Int32
+	reg := prometheus.NewRegistry()
+	var logged lockedBuffer
+	step, err := worker.NewStep(stepConfig(), worker.WithArtifacts(svc), worker.WithRegistry(reg),
+		worker.WithLogger(slog.New(slog.NewJSONHandler(&logged, nil))),
+		worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+			return toolAgent(ctx, toolThenSay("save", echoResult), saveTool{calls: &calls})
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "lost"}
+	req := stepRequest(id, "r1", "chart")
+	if _, err := step.Run(ctx, req, store, newRecordingSink()); err == nil {
+		t.Fatal("the run whose publication failed succeeded")
+	}
+	if got := counterValue(t, reg, "turnpike_worker_artifacts_lost_total"); got != 0 {
+		t.Fatalf("artifacts lost after a failed publish = %v, want 0 (nothing was skipped yet)", got)
+	}
+	if n, err := svc.SweepArtifacts(ctx, time.Now().Add(time.Hour)); err != nil || n != 1 {
+		t.Fatalf("SweepArtifacts = %d, %v; want the committed turn's staged save dropped", n, err)
+	}
+	res, err := step.Run(ctx, req, store, newRecordingSink())
+	if err != nil || !res.Committed.Duplicate {
+		t.Fatalf("redelivery: %+v, %v; want a duplicate", res, err)
+	}
+	expectVersions(t, ctx, svc, id)
+	if got := counterValue(t, reg, "turnpike_worker_artifacts_lost_total"); got != 1 {
+		t.Errorf("turnpike_worker_artifacts_lost_total = %v, want 1", got)
+	}
+	if out := logged.String(); !strings.Contains(out, `"level":"ERROR"`) || !strings.Contains(out, "not published") {
+		t.Errorf("the lost save was not logged at error: %s", out)
+	}
 }

@@ -164,8 +164,14 @@ type Config struct {
 	// (-artifact-sweep-age, TURNPIKE_ARTIFACT_SWEEP_AGE). A run's saves
 	// are staged while it runs and published after its commit, and a
 	// redelivered request publishes its committed turn's saves again, so
-	// the age must pass the longest run (RunTimeout) and any redelivery
-	// by far: at least 1h and more than RunTimeout. Default 24h.
+	// the age must pass the longest run and any redelivery by far; a
+	// durable run's re-run brings back the saves of its earlier attempts
+	// (from the journal), so a save can be MaxAttempts × RunTimeout (plus
+	// the backoffs) old when it is published: at least 1h and more than
+	// MaxAttempts × RunTimeout + (MaxAttempts-1) × RetryBackoffMax (50m40s
+	// with the defaults). A committed save whose staged save is gone at
+	// publish is logged at error and counted in
+	// turnpike_worker_artifacts_lost_total. Default 24h.
 	ArtifactSweepAge time.Duration
 
 	// Ordering is "key" (conversations of a partition run concurrently,
@@ -400,7 +406,22 @@ func (c Config) validateConsumer() error {
 	if c.RetryBackoffMax < c.RetryBackoffMin {
 		errs = append(errs, fmt.Errorf("worker: RetryBackoffMax %v < RetryBackoffMin %v", c.RetryBackoffMax, c.RetryBackoffMin))
 	}
+	// The sweep is the consumer's (a Step, such as pkg/replay's, sweeps
+	// nothing and has no setting of its age).
+	if floor := c.artifactSweepFloor(); c.ArtifactSweepAge < minArtifactSweepAge || c.ArtifactSweepAge <= floor {
+		errs = append(errs, fmt.Errorf("worker: ArtifactSweepAge %v: want at least %v and more than MaxAttempts × RunTimeout + (MaxAttempts-1) × RetryBackoffMax (%v): a run's saves are staged until its commit, and a durable run's re-runs bring back the saves of its earlier attempts", c.ArtifactSweepAge, minArtifactSweepAge, floor))
+	}
 	return errors.Join(errs...)
+}
+
+// artifactSweepFloor is the oldest a save can be when it is published: a
+// durable run's re-run brings back the saves of its earlier attempts (from
+// the journal), so a save can be staged in the first of MaxAttempts runs
+// of RunTimeout each, with the backoffs between them, before the commit
+// that publishes it. ArtifactSweepAge must pass it.
+func (c Config) artifactSweepFloor() time.Duration {
+	n := time.Duration(max(c.MaxAttempts, 1))
+	return n*c.RunTimeout + (n-1)*c.RetryBackoffMax
 }
 
 // agentFile loads the agent configuration file, if one is set.

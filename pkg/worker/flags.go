@@ -80,7 +80,7 @@ func (c *Config) bind(set *flagenv.Set, goAgent, noAddr bool) {
 	set.Duration(&c.ArtifactSweepInterval, "artifact-sweep-interval", "TURNPIKE_ARTIFACT_SWEEP_INTERVAL", defaultArtifactSweepInterval,
 		"how often uncommitted artifact saves are swept (negative: never; one replica is enough)")
 	set.Duration(&c.ArtifactSweepAge, "artifact-sweep-age", "TURNPIKE_ARTIFACT_SWEEP_AGE", defaultArtifactSweepAge,
-		"how old an uncommitted artifact save must be to be swept (at least 1h, more than -run-timeout)")
+		"how old an uncommitted artifact save must be to be swept (at least 1h, more than -max-attempts × -run-timeout plus the retry backoffs: a durable re-run brings back earlier attempts' saves)")
 	if !goAgent {
 		set.String(&c.AgentFile, "agent-config", "TURNPIKE_AGENT_CONFIG", "",
 			"agent configuration file (JSON): agents, sub-agents, models, tools, what is streamed and persisted")

@@ -41,6 +41,7 @@ type metrics struct {
 	journalDivergences prometheus.Counter
 	journalSwept       prometheus.Counter
 	artifactsSwept     prometheus.Counter
+	artifactsLost      prometheus.Counter
 	// Long-term memory (memory.go).
 	memory *prometheus.CounterVec
 }
@@ -151,6 +152,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		artifactsSwept: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "turnpike_worker_artifacts_swept_total", Help: "Uncommitted artifact saves the worker's sweep dropped (staged saves no committed turn holds, content a failed save left), older than -artifact-sweep-age.",
 		}),
+		artifactsLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnpike_worker_artifacts_lost_total", Help: "Saves of a committed turn's manifest that its publish found no staged save for (swept before the publish: -artifact-sweep-age too short for the runs and their re-runs; or deleted since): they never become versions (each logged at error).",
+		}),
 		memory: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "turnpike_worker_memory_total", Help: "Long-term memory operations by result: added, add_duplicate, add_failed (the turn stays committed), injected, search_failed and search_timeout (the run goes on without memories), tool_search_failed (search_memory told the model the search failed).",
 		}, []string{"result"}),
@@ -158,7 +162,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	var errs []error
 	for _, c := range []prometheus.Collector{m.completionsDropped, m.lag, m.streamWrite, m.cancelled, m.fenced, m.committed, m.running, m.peakInflight, m.records, m.deadLettered, m.duplicates, m.retries, m.inflight, m.runs, m.runSeconds,
 		m.tokens, m.transfers, m.interrupts, m.resumes, m.compactions, m.moved, m.fetchLag, m.startDelay, m.firstTokenWrite, m.timeToFirstToken,
-		m.journalSteps, m.journalSkipped, m.journalDivergences, m.journalSwept, m.artifactsSwept, m.memory} {
+		m.journalSteps, m.journalSkipped, m.journalDivergences, m.journalSwept, m.artifactsSwept, m.artifactsLost, m.memory} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

@@ -65,7 +65,10 @@ type stateTurn struct {
 	// requestID publish them after the commit.
 	arts      *Artifacts
 	artifacts history.ArtifactService
-	store     history.Store
+	// lost is told the committed saves the publish skipped (see
+	// publishArtifacts).
+	lost  func([]string)
+	store history.Store
 	// published is the versions the commit's publish made readable, for
 	// PublishedArtifacts (the bridge's artifact.saved events).
 	published []history.Artifact
@@ -113,7 +116,7 @@ func (t *stateTurn) CommitAnswer(ctx context.Context, a history.Answer) (history
 	if err == nil && (!c.Duplicate || c.Artifacts > 0) {
 		// The committed manifest's saves become readable: a failure
 		// fails the request, whose redelivery publishes them again.
-		published, err := publishArtifacts(ctx, t.artifacts, t.store, t.id, t.requestID, a.Artifacts, c.Duplicate)
+		published, err := publishArtifacts(ctx, t.artifacts, t.store, t.id, t.requestID, a.Artifacts, c.Duplicate, t.lost)
 		if err != nil {
 			return history.Committed{}, err
 		}

@@ -66,9 +66,12 @@ type Step struct {
 // timeout) and of opts: the agent and hooks of WithAgent or
 // WithAgentFactory, WithLogger (default: Config.LogLevel and LogFormat on
 // stderr), WithRegistry (default: a registry of its own) for the
-// worker's run metrics, WithBufferSize, and WithMemory's service and
-// settings. The other options and settings do not apply (Config.Memory
-// opens no service here).
+// worker's run metrics, WithBufferSize, WithMemory's service and
+// settings, and WithArtifacts' service (the runs' saves are staged in it
+// and published after their commits; nil: none). The other options and
+// settings do not apply (Config.Memory opens no service here, and no
+// artifact service is opened: without WithArtifacts, ArtifactsFromContext
+// is nil; nor is the artifact sweep run or its age checked).
 func NewStep(cfg Config, opts ...Option) (*Step, error) {
 	o := collect(opts)
 	if err := o.checkAgent(); err != nil {
@@ -312,7 +315,7 @@ func (s *Step) runUntil(ctx, stopped context.Context, req events.Request, store 
 		// turn holds saves: duplicates are a hot path.
 		var published []history.Artifact
 		if st.Committed.N > 0 && st.Committed.Artifacts > 0 {
-			if published, err = publishArtifacts(ctx, s.artifacts, store, id, req.RequestID, nil, true); err != nil {
+			if published, err = publishArtifacts(ctx, s.artifacts, store, id, req.RequestID, nil, true, s.lostArtifacts(log)); err != nil {
 				return bridge.Result{}, err
 			}
 		}
@@ -366,7 +369,7 @@ func (s *Step) runUntil(ctx, stopped context.Context, req events.Request, store 
 		ctx = withArtifacts(ctx, arts)
 	}
 	turn := &stateTurn{Pending: pending, state: state, agent: st.State.Agent,
-		arts: arts, artifacts: s.artifacts, store: store, id: id, requestID: req.RequestID, question: req.Content}
+		arts: arts, artifacts: s.artifacts, lost: s.lostArtifacts(log), store: store, id: id, requestID: req.RequestID, question: req.Content}
 	if s.agents.memory != nil {
 		// Tools search the run's user's memories (MemoryFromContext);
 		// the commit's turn is remembered after the run (rememberTurn).

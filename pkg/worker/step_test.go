@@ -448,15 +448,54 @@ func TestNewStepRefusesTheJournalSettingsTheWorkerRefuses(t *testing.T) {
 		{"A step limit below 1 is refused.", func(c *worker.Config) { c.JournalStepBytes = -1 }},
 		{"A divergence policy that is neither live nor fail is refused.", func(c *worker.Config) { c.JournalDivergence = "Fail" }},
 		{"A negative journal TTL is refused.", func(c *worker.Config) { c.JournalTTL = -time.Hour }},
-		{"An artifact sweep age under an hour is refused.", func(c *worker.Config) { c.ArtifactSweepAge = 59 * time.Minute }},
-		{"An artifact sweep age not past RunTimeout is refused (a run's saves are staged until its commit).", func(c *worker.Config) {
-			c.RunTimeout, c.ArtifactSweepAge = 3*time.Hour, 3*time.Hour
-		}},
 	} {
 		c := stepConfig()
 		tt.set(&c)
 		if _, err := worker.NewStep(c, worker.WithLogger(slog.New(slog.DiscardHandler))); err == nil {
 			t.Errorf("%s NewStep accepted it", tt.name)
+		}
+	}
+}
+
+// TestTheArtifactSweepAgeIsTheConsumersSetting: the sweep's age is
+// checked against the run timeout by the worker (New), which sweeps, and
+// not by NewStep, which sweeps nothing: pkg/replay sets RunTimeout from
+// TURNPIKE_RUN_TIMEOUT and has no sweep-age setting, so a long run
+// timeout must not stop a replay from starting.
+func TestTheArtifactSweepAgeIsTheConsumersSetting(t *testing.T) {
+	t.Parallel()
+	c := stepConfig()
+	c.RunTimeout = 30 * time.Hour // past the default sweep age (24h)
+	if _, err := worker.NewStep(c, worker.WithLogger(slog.New(slog.DiscardHandler))); err != nil {
+		t.Errorf("NewStep with RunTimeout 30h (the default sweep age 24h) = %v, want accepted: a step sweeps nothing", err)
+	}
+	w := stepConfig()
+	w.Brokers, w.MongoURI = []string{"kafka:9092"}, "mongodb://mongo:27017"
+	if _, err := worker.New(w, worker.WithLogger(slog.New(slog.DiscardHandler))); err != nil {
+		t.Fatalf("New with the defaults: %v", err)
+	}
+	just := w
+	just.RunTimeout, just.MaxAttempts, just.RetryBackoffMax, just.ArtifactSweepAge = 2*time.Hour, 3, time.Minute, 6*time.Hour+2*time.Minute+time.Second
+	if _, err := worker.New(just, worker.WithLogger(slog.New(slog.DiscardHandler))); err != nil {
+		t.Errorf("New with a sweep age just past MaxAttempts × RunTimeout + the backoffs: %v", err)
+	}
+	for _, tt := range []struct {
+		name string
+		set  func(*worker.Config)
+	}{
+		{"RunTimeout 30h, past the sweep age", func(c *worker.Config) { c.RunTimeout = 30 * time.Hour }},
+		{"a sweep age under an hour", func(c *worker.Config) { c.ArtifactSweepAge = 59 * time.Minute }},
+		// Past RunTimeout but not past the durable re-runs: 5 attempts of
+		// 5h (plus 4 backoffs) make a save up to 25h old at its publish.
+		{"RunTimeout 5h and 5 attempts, past the sweep age (24h) together", func(c *worker.Config) { c.RunTimeout, c.MaxAttempts = 5*time.Hour, 5 }},
+		{"a sweep age equal to MaxAttempts × RunTimeout + the backoffs", func(c *worker.Config) {
+			c.RunTimeout, c.MaxAttempts, c.RetryBackoffMax, c.ArtifactSweepAge = 2*time.Hour, 3, time.Minute, 6*time.Hour+2*time.Minute
+		}},
+	} {
+		c := w
+		tt.set(&c)
+		if _, err := worker.New(c, worker.WithLogger(slog.New(slog.DiscardHandler))); err == nil || !strings.Contains(err.Error(), "ArtifactSweepAge") {
+			t.Errorf("New with %s = %v, want refused (ArtifactSweepAge)", tt.name, err)
 		}
 	}
 }

@@ -99,7 +99,7 @@ func (w *Worker) run(ctx context.Context, log *slog.Logger, reg *prometheus.Regi
 				}
 				store = ms
 				if o.artifacts == nil {
-					if artifacts, err = history.NewMongoArtifacts(ctx, conn.DB, history.ArtifactConfig{}); err != nil {
+					if artifacts, err = history.NewMongoArtifacts(ctx, conn.DB, history.ArtifactConfig{Logger: log}); err != nil {
 						return server.Parts{}, fmt.Errorf("open artifacts: %w", err)
 					}
 				}
@@ -197,9 +197,6 @@ func (c Config) runErrors() []error {
 	}
 	if c.JournalTTL < 0 {
 		errs = append(errs, fmt.Errorf("worker: JournalTTL %v < 0", c.JournalTTL))
-	}
-	if c.ArtifactSweepAge < minArtifactSweepAge || c.ArtifactSweepAge <= c.RunTimeout {
-		errs = append(errs, fmt.Errorf("worker: ArtifactSweepAge %v: want at least %v and more than RunTimeout (%v): a run's saves are staged until its commit", c.ArtifactSweepAge, minArtifactSweepAge, c.RunTimeout))
 	}
 	return errs
 }

@@ -482,10 +482,28 @@ func testArtifactManifest(t *testing.T, ctx context.Context, s history.Store) {
 	tokens := []string{strings.Repeat("a", 32), strings.Repeat("b", 32)}
 	tr := turn(1)
 	tr.Artifacts = tokens
-	commit(t, ctx, s, id, tr)
+	if c := commit(t, ctx, s, id, tr); c.Artifacts != len(tokens) {
+		t.Fatalf("Commit of a turn with %d saves = %+v; want Artifacts %d", len(tokens), c, len(tokens))
+	}
 	tr.Artifacts = []string{strings.Repeat("c", 32)}
-	if c, err := s.Commit(ctx, id, tr); err != nil || !c.Duplicate {
-		t.Fatalf("Commit again = %+v, %v; want a duplicate", c, err)
+	// A store that is a ManifestReader reports the committed turn's saves
+	// on every duplicate answer (Commit, Lookup, Start): the worker reads
+	// the manifest again only when Committed.Artifacts > 0, so a store
+	// that leaves it 0 would lose the saves of a run that crashed between
+	// its commit and its publish.
+	if c, err := s.Commit(ctx, id, tr); err != nil || !c.Duplicate || c.Artifacts != len(tokens) {
+		t.Fatalf("Commit again = %+v, %v; want a duplicate with the first commit's Artifacts %d", c, err, len(tokens))
+	}
+	if c, found, err := s.Lookup(ctx, id, tr.RequestID); err != nil || !found || c.Artifacts != len(tokens) {
+		t.Fatalf("Lookup of the committed turn = %+v, %v, %v; want Artifacts %d", c, found, err, len(tokens))
+	}
+	if st, err := history.Begin(s, id, tr.RequestID, tr.User, tr.UserAt).Start(ctx, 4); err != nil || !st.Decided || st.Committed.Artifacts != len(tokens) {
+		t.Fatalf("Start of the committed request = %+v, %v; want decided with Artifacts %d", st, err, len(tokens))
+	}
+	plain := turn(3)
+	commit(t, ctx, s, id, plain)
+	if c, err := s.Commit(ctx, id, plain); err != nil || !c.Duplicate || c.Artifacts != 0 {
+		t.Fatalf("Commit again of a turn without saves = %+v, %v; want a duplicate with Artifacts 0", c, err)
 	}
 	got, found, err := r.TurnArtifacts(ctx, id, tr.RequestID)
 	if err != nil || !found || strings.Join(got, ",") != strings.Join(tokens, ",") {
@@ -499,7 +517,7 @@ func testArtifactManifest(t *testing.T, ctx context.Context, s history.Store) {
 	if _, found, err := r.TurnArtifacts(ctx, id, "r-unknown"); err != nil || found {
 		t.Fatalf("TurnArtifacts of an unknown request = %v, %v", found, err)
 	}
-	bad := turn(2)
+	bad := turn(4)
 	bad.Artifacts = []string{"../x"}
 	if _, err := s.Commit(ctx, id, bad); !errors.Is(err, events.ErrInvalid) {
 		t.Fatalf("Commit with a forged token = %v, want ErrInvalid", err)
