@@ -72,23 +72,12 @@ func TestAShadowReplayRunsWithoutMemory(t *testing.T) {
 
 	mem := &touchedMemory{MemoryService: history.NewInMemoryMemory()}
 	cfg := e.config(modeShadow, "memgo")
-	d, closeDeps, err := connect(ctx, cfg, io.Discard, []worker.Option{
+	replayAll(t, ctx, cfg, len(ids), []worker.Option{
 		worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
 			return adk.NewChatModelAgent(ctx, &adk.ChatModelAgentConfig{Name: "a", Description: "ok", Model: okModel{}})
 		}),
 		worker.WithMemory(mem, worker.MemoryConfig{Inject: true}),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeDeps)
-	sum, err := runReplay(ctx, cfg, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sum.Completed != int64(len(ids)) {
-		t.Fatalf("completed %d, want %d", sum.Completed, len(ids))
-	}
 	if n := mem.calls.Load(); n != 0 {
 		t.Fatalf("the shadow runs called the options' memory service %d times; want none", n)
 	}
@@ -121,7 +110,7 @@ func TestAShadowReplayRunsWithoutArtifacts(t *testing.T) {
 	arts := &touchedArtifacts{ArtifactService: history.NewMemoryArtifacts(history.ArtifactLimits{})}
 	var saw atomic.Int64
 	cfg := e.config(modeShadow, "artgo")
-	d, closeDeps, err := connect(ctx, cfg, io.Discard, []worker.Option{
+	replayAll(t, ctx, cfg, len(ids), []worker.Option{
 		worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
 			if a := worker.ArtifactsFromContext(ctx); a != nil {
 				saw.Add(1)
@@ -133,6 +122,16 @@ func TestAShadowReplayRunsWithoutArtifacts(t *testing.T) {
 		}),
 		worker.WithArtifacts(arts),
 	})
+	if n, c := saw.Load(), arts.calls.Load(); n != 0 || c != 0 {
+		t.Fatalf("the shadow runs saw artifacts %d times and called the options' service %d times; want none", n, c)
+	}
+}
+
+// replayAll runs the shadow replay of cfg with opts and checks that it
+// completed each of its want requests.
+func replayAll(t *testing.T, ctx context.Context, cfg config, want int, opts []worker.Option) {
+	t.Helper()
+	d, closeDeps, err := connect(ctx, cfg, io.Discard, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,10 +140,7 @@ func TestAShadowReplayRunsWithoutArtifacts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Completed != int64(len(ids)) {
-		t.Fatalf("completed %d, want %d", sum.Completed, len(ids))
-	}
-	if n, c := saw.Load(), arts.calls.Load(); n != 0 || c != 0 {
-		t.Fatalf("the shadow runs saw artifacts %d times and called the options' service %d times; want none", n, c)
+	if sum.Completed != int64(want) {
+		t.Fatalf("completed %d, want %d", sum.Completed, want)
 	}
 }
