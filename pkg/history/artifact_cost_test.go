@@ -146,3 +146,28 @@ func BenchmarkArtifactSave1MiB(b *testing.B) {
 		b.ReportMetric(float64(n)/float64(b.N), "commands/save")
 	})
 }
+
+// A redelivered Publish of a token already published costs three store
+// commands: the staged document, the version it names, and the mark. It
+// neither looks for the name's newest version nor tries an insert that
+// the token's unique index refuses.
+func TestARedeliveredPublishCostsThreeStoreCommands(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	a, cc := monitoredArtifacts(t, ctx)
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "c1"}
+	tok, err := a.Stage(ctx, id, history.ArtifactSave{Name: "a.txt", MIME: "text/plain", Data: []byte("one")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		cc.take()
+		got, err := a.Publish(ctx, id, []string{tok})
+		if err != nil || len(got) != 1 || got[0].Version != 1 {
+			t.Fatalf("Publish %d = %+v, %v; want version 1", i+1, got, err)
+		}
+	}
+	if got, want := strings.Join(cc.take(), " "), "find find update"; got != want {
+		t.Fatalf("redelivered Publish issued %q, want %q", got, want)
+	}
+}
