@@ -52,13 +52,10 @@ type FrameView struct {
 	scratch []byte // unescaped strings
 }
 
-// IsEvent reports whether the frame is a stream event.
+// IsEvent reports whether the frame is a stream event of a type this
+// package knows: every type of docs/api.md, its extensions included.
 func (v *FrameView) IsEvent() bool {
-	switch v.Type {
-	case string(events.TypeRunStarted), string(events.TypeToken), string(events.TypeNotice), string(events.TypeRunCompleted):
-		return true
-	}
-	return false
+	return knownType(v.Type)
 }
 
 // Decode decodes the frame b into v, replacing what v held.

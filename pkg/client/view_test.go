@@ -178,7 +178,15 @@ func randomEvent(rng *rand.Rand) events.Event {
 	if rng.IntN(2) == 0 {
 		m.Cursor = "3-" + randomID(rng)
 	}
-	switch rng.IntN(4) {
+	switch rng.IntN(8) {
+	case 4:
+		return &events.AgentTransferEvent{Meta: m, From: "desk", To: "booker"}
+	case 5:
+		return &events.RunInterruptedEvent{Meta: m, Interrupt: events.Interrupt{Agent: "booker", Tool: "confirm", Question: randomText(rng, 20)}}
+	case 6:
+		return &events.StateChangedEvent{Meta: m, Conversation: []string{"cart"}, User: []string{"plan"}}
+	case 7:
+		return &events.ArtifactSavedEvent{Meta: m, Artifact: events.ArtifactInfo{Name: "chart.png", Version: 1 + rng.Int64N(9), MIME: "image/png", Size: rng.Int64N(1 << 20)}}
 	case 0:
 		return &events.RunStartedEvent{Meta: m}
 	case 1:
