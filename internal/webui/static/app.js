@@ -317,9 +317,10 @@ function onEvent(epoch, ev) {
 }
 
 function applyEvent(ev) {
-  // An artifact.saved is shown by onEvent; only one that starts a new run
-  // of its request (a re-announcement) matters to the answer.
-  if (ev.type === 'artifact.saved' && !ev.rerun) return;
+  // An artifact.saved is shown by onEvent, and the page keeps no session
+  // state to refresh on a state.changed: only one that starts a new run of
+  // its request (a re-announcement) matters to the answer.
+  if ((ev.type === 'artifact.saved' || ev.type === 'state.changed') && !ev.rerun) return;
   if (state.fromHistory.has(ev.request_id)) return; // persisted, shown from history
   let turn = state.turns.get(ev.request_id);
   if (!turn) {

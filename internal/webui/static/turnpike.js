@@ -43,7 +43,10 @@ const PERSISTED = new Set(['complete', 'incomplete', 'cancelled', 'interrupted']
 /** The close code of a socket whose token expired. */
 export const CLOSE_TOKEN_EXPIRED = 4401;
 
-const EVENT_TYPES = new Set(['run.started', 'token', 'notice', 'agent.transfer', 'run.interrupted', 'artifact.saved', 'run.completed']);
+// The stream event types this client delivers (docs/api.md "Stream events").
+// A frame of another type (a newer gateway's event) is skipped; its cursor
+// still moves the subscription, so that a resume starts after it.
+const EVENT_TYPES = new Set(['run.started', 'token', 'notice', 'agent.transfer', 'run.interrupted', 'state.changed', 'artifact.saved', 'run.completed']);
 
 /** An error answer of the API, or a network failure (status 0, code "network"). */
 export class TurnpikeError extends Error {
@@ -475,9 +478,12 @@ export class Client {
         this.#errorFrame(f);
         return;
     }
-    if (!EVENT_TYPES.has(f.type)) return; // a newer gateway's frame: ignore
     const sub = this.#subs.get(f.conversation);
     if (!sub) return;
+    if (!EVENT_TYPES.has(f.type)) { // a newer gateway's event: skipped, resumed after
+      if (typeof f.cursor === 'string' && f.cursor) sub.cursor = f.cursor;
+      return;
+    }
     this.#attempt = 0;
     sub._event(f);
   }

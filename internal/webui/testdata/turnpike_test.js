@@ -74,6 +74,16 @@
   `events delivered: ${got.map((e) => `${e.type}:${e.run_id}:${e.seq}`).join(' ')}`);
   check(got[3].rerun === true && !got[0].rerun, 'the first event of the new run carries rerun');
 
+  // state.changed is delivered; a type this client does not know is not,
+  // but the subscription's cursor moves past it.
+  s2.recv(ev('state.changed', 1, { request_id: 'r6', run_id: 'runG', keys: { conversation: ['cart'] }, cursor: 'cur-13a' }));
+  s2.recv(ev('future.event', 2, { request_id: 'r6', run_id: 'runG', cursor: 'cur-13b' }));
+  s2.recv({ type: 'future.frame', conversation: 'c9', cursor: 'cur-x' }); // not this subscription's
+  check(got.at(-1).type === 'state.changed' && show(got.at(-1).keys) === '{"conversation":["cart"]}',
+    `state.changed is delivered with its keys: ${show(got.at(-1))}`);
+  check(got.filter((e) => e.type.startsWith('future.')).length === 0, `an unknown type is not delivered: ${show(got.at(-1))}`);
+  check(sub.cursor === 'cur-13b', `the cursor moves past an unknown event: ${sub.cursor}`);
+
   // A duplicate's completion: a fresh run_id, no tokens: the text must be read from history.
   s2.recv(ev('run.completed', 1, { run_id: 'runC', status: 'complete', cursor: 'cur-14' }));
   check(answers.get('r1').needsReload && answers.get('r1').text === '', `a completion without tokens needs a reload: ${show(answers.get('r1'))}`);
