@@ -260,7 +260,10 @@ func TestAStepResumesAnInterruptFromItsStore(t *testing.T) {
 		t.Fatalf("a second resume: %+v, %v; want rejected, nothing committed", res, err)
 	}
 	if types := sink.types(); len(types) != 2 || types[0] != events.TypeNotice || types[1] != events.TypeRunCompleted {
-		t.Errorf("the rejected resume's events %v, want a notice and run.completed", types)
+		t.Fatalf("the rejected resume's events %v, want a notice and run.completed", types)
+	}
+	if n := sink.evs[0].(*events.NoticeEvent); !strings.HasPrefix(n.Message, "Nothing to resume: ") {
+		t.Errorf("the rejected resume's notice %q, want it to start %q", n.Message, "Nothing to resume: ")
 	}
 }
 
