@@ -206,3 +206,46 @@ func TestServiceBinariesDoNotLinkTheEmbeddedServers(t *testing.T) {
 		}
 	}
 }
+
+// The push gateway writes to no topic: it holds no Kafka writer and calls
+// no produce method, so that a client's connection, closed or dropped,
+// cannot cancel or change anything (docs/api.md "POST …/cancel": a closed
+// WebSocket never cancels anything). e2e's
+// TestASubscriptionResumesAcrossDroppedConnectionsWithoutGapOrDuplicate
+// shows the behaviour: connections dropped mid-answer, the answer whole
+// and complete.
+func TestThePushGatewayWritesNoTopic(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../../pkg/pushgw/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("pkg/pushgw's files: %v, %v", files, err)
+	}
+	// The writers (kafka-go's, the worker's stream writer) and the produce
+	// methods of kafka-go and franz-go.
+	writers := map[string]bool{"kafka.Writer": true, "kafka.NewWriter": true, "topic.StreamWriter": true}
+	produce := map[string]bool{"WriteMessages": true, "Produce": true, "ProduceSync": true, "TryProduce": true}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			name := sel.Sel.Name
+			if id, ok := sel.X.(*ast.Ident); ok {
+				name = id.Name + "." + name
+			}
+			if writers[name] || produce[sel.Sel.Name] {
+				t.Errorf("%s: %s: the push gateway must write to no topic", fset.Position(sel.Pos()), name)
+			}
+			return true
+		})
+	}
+}
