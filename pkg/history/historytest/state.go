@@ -20,6 +20,7 @@ var stateTests = []struct {
 }{
 	{"The conversation's state and active agent a turn commits are what the next Start reads", testStateCarried},
 	{"A turn without a state change keeps the conversation's state and agent", testStateKeptByPlainTurn},
+	{"A turn that only hands the conversation to an agent, or only starts from one, without any value, is read back", testStateAgentOnly},
 	{"A commit whose expected turn was taken meanwhile applies its state change to the state of the turn it follows", testStateRebasedOnStaleStart},
 	{"A discarded pending request leaves the state as it was", testStateDiscarded},
 	{"User state is shared by the user's conversations and tenant state by the tenant's, and no one else reads either", testScopeShared},
@@ -107,6 +108,18 @@ func testStateCarried(t *testing.T, ctx context.Context, s history.Store) {
 	// starts empty.
 	if got := stateString(startState(t, ctx, s, events.Identity{Tenant: id.Tenant, User: id.User, Conversation: "other"}, "r1", 1)); got != "@" {
 		t.Fatalf("state of another conversation = %q, want empty", got)
+	}
+}
+
+func testStateAgentOnly(t *testing.T, ctx context.Context, s history.Store) {
+	id := newIdentity(t, "state-agent")
+	commit(t, ctx, s, id, stateTurn(1, &history.StateChange{Agent: "support"}))
+	if got, want := stateString(startState(t, ctx, s, id, "r2", 2)), `@support`; got != want {
+		t.Fatalf("state after a transfer without values = %q, want %q", got, want)
+	}
+	commit(t, ctx, s, id, stateTurn(2, &history.StateChange{From: "support"}))
+	if st := startState(t, ctx, s, id, "r3", 3); stateString(st) != "@" || st.From != "support" {
+		t.Fatalf("state after a turn that started from support and handed back = %q from %q, want the root, from support", stateString(st), st.From)
 	}
 }
 
