@@ -360,3 +360,74 @@ func TestConcurrentUpdatesOfOneDocumentAllLand(t *testing.T) {
 		}
 	}
 }
+
+// FerretDB patch 10: $push with $each and $slice bounds the array as
+// MongoDB does (a negative $slice keeps the last elements, a positive one
+// the first, 0 none; upstream ignored $slice and grew the array); a
+// $slice that is not an integer is a BadValue, and the modifiers not
+// implemented ($position, $sort) are refused, never ignored.
+func TestPushSliceBoundsTheArray(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	coll := testenv.MongoClient(t, testenv.EmbeddedMongo(t, t.TempDir()).URI()).Database("slice").Collection("docs")
+	push := func(id string, each bson.A, mods ...bson.E) error {
+		m := append(bson.D{{Key: "$each", Value: each}}, mods...)
+		_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$push", Value: bson.D{{Key: "a", Value: m}}}}, options.UpdateOne().SetUpsert(true))
+		return err
+	}
+	read := func(id string) []int {
+		t.Helper()
+		var d struct {
+			A []int `bson:"a"`
+		}
+		if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d.A
+	}
+	for _, tc := range []struct {
+		name  string
+		slice any
+		want  []int
+	}{
+		{"last", int32(-3), []int{5, 6, 7}},
+		{"last of more than there are", int64(-10), []int{1, 2, 3, 4, 5, 6, 7}},
+		{"first", 2.0, []int{1, 2}},
+		{"none", int32(0), []int{}},
+	} {
+		id := strings.ReplaceAll(tc.name, " ", "-")
+		if err := push(id, bson.A{1, 2, 3}); err != nil {
+			t.Fatal(err)
+		}
+		if err := push(id, bson.A{4, 5, 6, 7}, bson.E{Key: "$slice", Value: tc.slice}); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := read(id); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: $slice %v kept %v, want %v", tc.name, tc.slice, got, tc.want)
+		}
+	}
+	// Bounded over many pushes, as Turnpike's cancelled-request list is.
+	for i := range 20 {
+		if err := push("bounded", bson.A{i}, bson.E{Key: "$slice", Value: -5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := read("bounded"); !slices.Equal(got, []int{15, 16, 17, 18, 19}) {
+		t.Errorf("20 pushes with $slice -5 kept %v, want the last five", got)
+	}
+	code := func(err error) int {
+		var we mongo.WriteException
+		if errors.As(err, &we) && len(we.WriteErrors) == 1 {
+			return we.WriteErrors[0].Code
+		}
+		return 0
+	}
+	if err := push("bad", bson.A{1}, bson.E{Key: "$slice", Value: "x"}); code(err) != 2 {
+		t.Errorf("a $slice of a string: %v, want BadValue (2)", err)
+	}
+	for _, mod := range []bson.E{{Key: "$position", Value: 0}, {Key: "$sort", Value: 1}} {
+		if err := push("bad", bson.A{1}, mod); code(err) != 238 {
+			t.Errorf("$push with %s: %v, want NotImplemented (238), not ignored", mod.Key, err)
+		}
+	}
+}

@@ -55,6 +55,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"A committed request committed again after newer records' turns is a duplicate, not fenced", testDuplicateBehindNewerTurns},
 		{"An outcome without a turn is recorded once and answers later commits and lookups", testOutcome},
 		{"Cancels cover one request or everything below a position of the conversation's partition", testCancels},
+		{"Of the requests cancelled one by one, a conversation remembers the newest MaxCancelledRequests", testCancelsForgetTheOldest},
 		{"Conversations lists only the user's conversations with turns, newest first, with message counts", testConversationsList},
 		{"Paging conversations at any page size visits each once in order, across ties of the same millisecond", testConversationsPaging},
 		{"A new turn moves its conversation to the top of the listing", testConversationsReorder},
@@ -953,6 +954,21 @@ func testOutcome(t *testing.T, ctx context.Context, s history.Store) {
 	commit(t, ctx, s, id, turn(2))
 	if c, err := s.RecordOutcome(ctx, id, "r2", events.StatusCancelled); err != nil || c != (history.Committed{N: 1, Status: events.StatusComplete, Duplicate: true}) {
 		t.Fatalf("RecordOutcome of a committed request = %+v, %v; want its turn", c, err)
+	}
+}
+
+func testCancelsForgetTheOldest(t *testing.T, ctx context.Context, s history.Store) {
+	id := newIdentity(t, "c1")
+	for i := range history.MaxCancelledRequests + 1 {
+		if err := s.RecordCancel(ctx, id, history.Cancel{Topic: "requests", Partition: 2, RequestID: fmt.Sprintf("r%d", i)}); err != nil {
+			t.Fatalf("RecordCancel(r%d): %v", i, err)
+		}
+	}
+	src := history.Source{Topic: "requests", Partition: 2, Offset: 1}
+	for i, want := range map[int]bool{0: false, 1: true, history.MaxCancelledRequests: true} {
+		if got, err := s.Cancelled(ctx, id, fmt.Sprintf("r%d", i), src); err != nil || got != want {
+			t.Errorf("Cancelled(r%d) after %d cancels = %v, %v; want %v", i, history.MaxCancelledRequests+1, got, err, want)
+		}
 	}
 }
 

@@ -189,6 +189,11 @@ func checkUnsuitableValueInArray(command string, array *types.Array, fullPath, p
 func processPushArrayUpdateExpression(command string, doc *types.Document, key string, pushVal any) (bool, error) {
 	var each *types.Array
 
+	// Turnpike patch 10: the $slice modifier. Upstream ignored every
+	// modifier but $each, silently: an update meant to bound an array
+	// ($each with $slice) grew it without end.
+	var slice *int64
+
 	if pushDoc, ok := pushVal.(*types.Document); ok {
 		if pushDoc.Has("$each") {
 			eachRaw := must.NotFail(pushDoc.Get("$each"))
@@ -203,6 +208,34 @@ func processPushArrayUpdateExpression(command string, doc *types.Document, key s
 					),
 					command,
 				)
+			}
+
+			// Turnpike patch 10: $slice as MongoDB applies it; the other
+			// modifiers ($position, $sort) are refused, not ignored.
+			for _, k := range pushDoc.Keys() {
+				switch k {
+				case "$each":
+				case "$slice":
+					raw := must.NotFail(pushDoc.Get(k))
+					n, err := handlerparams.GetWholeNumberParam(raw)
+					if err != nil {
+						return false, NewUpdateError(
+							handlererrors.ErrBadValue,
+							fmt.Sprintf(
+								"The value for $slice must be an integer value but was given type: %s",
+								handlerparams.AliasFromType(raw),
+							),
+							command,
+						)
+					}
+					slice = &n
+				default:
+					return false, NewUpdateError(
+						handlererrors.ErrNotImplemented,
+						fmt.Sprintf("$push modifier %s is not implemented", k),
+						command,
+					)
+				}
 			}
 		}
 	}
@@ -250,6 +283,30 @@ func processPushArrayUpdateExpression(command string, doc *types.Document, key s
 	for i := range each.Len() {
 		array.Append(must.NotFail(each.Get(i)))
 		changed = true
+	}
+
+	// Turnpike patch 10: a negative $slice keeps the last -n elements, a
+	// positive one the first n, 0 none.
+	if slice != nil {
+		l := int64(array.Len())
+		from, to := int64(0), l
+
+		if *slice < 0 {
+			from = max(0, l+*slice)
+		} else {
+			to = min(l, *slice)
+		}
+
+		kept := types.MakeArray(int(to - from))
+		for i := from; i < to; i++ {
+			kept.Append(must.NotFail(array.Get(int(i))))
+		}
+
+		if kept.Len() != array.Len() {
+			changed = true
+		}
+
+		array = kept
 	}
 
 	if err = doc.SetByPath(path, array); err != nil {
