@@ -364,8 +364,9 @@ func TestConcurrentUpdatesOfOneDocumentAllLand(t *testing.T) {
 // FerretDB patch 10: $push with $each and $slice bounds the array as
 // MongoDB does (a negative $slice keeps the last elements, a positive one
 // the first, 0 none; upstream ignored $slice and grew the array); a
-// $slice that is not an integer is a BadValue, and the modifiers not
-// implemented ($position, $sort) are refused, never ignored.
+// $slice that is not an integer and an unknown clause are BadValues, and
+// the modifiers not implemented ($position, $sort) are refused, never
+// ignored.
 func TestPushSliceBoundsTheArray(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 60*time.Second)
@@ -429,5 +430,8 @@ func TestPushSliceBoundsTheArray(t *testing.T) {
 		if err := push("bad", bson.A{1}, mod); code(err) != 238 {
 			t.Errorf("$push with %s: %v, want NotImplemented (238), not ignored", mod.Key, err)
 		}
+	}
+	if err := push("bad", bson.A{1}, bson.E{Key: "$slize", Value: -1}); code(err) != 2 {
+		t.Errorf("$push with an unknown clause: %v, want BadValue (2), as MongoDB", err)
 	}
 }

@@ -55,3 +55,27 @@ func Record(r events.Request) kafka.Message {
 	}
 	return kafka.Message{Key: []byte(r.Identity().Key()), Value: b}
 }
+
+// EndOffsets returns the end offset of each of topic's partitions
+// 0 … partitions-1, read with one ListOffsets request; t fails on any
+// error.
+func EndOffsets(t testing.TB, ctx context.Context, brokers []string, topic string, partitions int) []int64 {
+	t.Helper()
+	var reqs []kafka.OffsetRequest
+	for p := range partitions {
+		reqs = append(reqs, kafka.LastOffsetOf(p))
+	}
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}
+	resp, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil || len(resp.Topics[topic]) != partitions {
+		t.Fatalf("end offsets of %s: %+v, %v", topic, resp, err)
+	}
+	ends := make([]int64, partitions)
+	for _, po := range resp.Topics[topic] {
+		if po.Error != nil {
+			t.Fatalf("end offset of %s/%d: %v", topic, po.Partition, po.Error)
+		}
+		ends[po.Partition] = po.LastOffset
+	}
+	return ends
+}

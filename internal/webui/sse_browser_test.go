@@ -13,7 +13,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
 	"github.com/turnpike-dev/turnpike/internal/testenv/stacktest"
@@ -75,45 +74,6 @@ func (g *sseGateway) stop() {
 	g.cancel()
 	if err := <-g.done; err != nil && !errors.Is(err, context.Canceled) {
 		g.t.Errorf("push gateway: %v", err)
-	}
-}
-
-// streamEnd is the sum of the end offsets of the partitions of the stream
-// topic: a record written to any of them moves it.
-func streamEnd(t *testing.T, ctx context.Context, brokers []string, stream string) int64 {
-	t.Helper()
-	c := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}
-	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{stream}})
-	if err != nil || len(md.Topics) != 1 || md.Topics[0].Error != nil {
-		t.Fatalf("metadata of %s: %+v, %v", stream, md, err)
-	}
-	var req []kafka.OffsetRequest
-	for _, p := range md.Topics[0].Partitions {
-		req = append(req, kafka.LastOffsetOf(p.ID))
-	}
-	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{stream: req}})
-	if err != nil {
-		t.Fatalf("end offsets of %s: %v", stream, err)
-	}
-	var sum int64
-	for _, p := range res.Topics[stream] {
-		if p.Error != nil {
-			t.Fatalf("end offset of %s/%d: %v", stream, p.Partition, p.Error)
-		}
-		sum += p.LastOffset
-	}
-	return sum
-}
-
-// waitUntil polls cond until it holds; the test fails if ctx ends first.
-func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
 	}
 }
 
@@ -188,10 +148,17 @@ func TestBrowserEventSourceResumesAcrossAGatewayRestart(t *testing.T) {
 	// records past the browser's cursor in Kafka, and must replay them (a
 	// gateway started before any was written would serve the resume live).
 	stream := topic.NewNames(cfg.Worker.TopicPrefix).Stream
+	partitions := topic.StreamPartitions(cfg.Worker.Partitions, cfg.Worker.StreamPartitions)
 	wctx := testenv.Context(t, 30*time.Second)
-	end := streamEnd(t, wctx, st.Brokers, stream)
+	written := func() (n int64) {
+		for _, end := range testenv.EndOffsets(t, wctx, st.Brokers, stream, partitions) {
+			n += end
+		}
+		return n
+	}
+	atStop := written()
 	gate.Release()
-	waitUntil(t, wctx, "a record of the answer written while the gateway is down", func() bool { return streamEnd(t, wctx, st.Brokers, stream) > end })
+	testenv.Eventually(t, wctx, "a record of the answer written while the gateway is down", func() bool { return written() > atStop })
 	gw.start()
 	run(t, ctx, "wait for the end of the answer", waitJS(`window.__sse.events.some((e) => e.type === 'run.completed')`))
 

@@ -41,6 +41,9 @@ func (c Cancel) Validate() error {
 
 // MaxCancelledRequests bounds the request ids cancelled one by one that a
 // conversation remembers (per partition); the oldest are forgotten first.
+// MemoryStore keeps a request cancelled twice once; MongoStore appends each
+// cancel (one update, no read), so a repeated cancel of one request takes
+// a second place and forgets an older request's one sooner.
 const MaxCancelledRequests = 256
 
 // validateCancel checks RecordCancel's arguments.

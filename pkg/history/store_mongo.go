@@ -1215,9 +1215,10 @@ type cancelDoc struct {
 }
 
 // RecordCancel implements Store with one update of monotonic operators
-// ($max, $push with $slice): atomic on MongoDB; FerretDB applies updates
-// as read-modify-write, so two cancels of one conversation at the same
-// instant may keep only one of them.
+// ($max, $push with $slice): atomic on MongoDB, and on the embedded
+// FerretDB too (Turnpike's patch 8 serialises a collection's updates;
+// patch 10 applies $slice). A request cancelled again is appended again
+// (see MaxCancelledRequests).
 func (s *MongoStore) RecordCancel(ctx context.Context, id events.Identity, c Cancel) error {
 	if err := validateCancel(id, c); err != nil {
 		return err

@@ -482,15 +482,16 @@ func readReplicaFrames(c *websocket.Conn, r *benchReplica) {
 // Each 10 ms it writes what the rate owes since the start: a write that
 // took longer than a tick (a synchronous write waits for every
 // partition's batch) is caught up by the next one, instead of losing the
-// ticks it missed, so the traffic reaches its rate whatever the write's
-// latency, as long as the broker keeps up.
+// ticks it missed, and the last tick tops up to rate × d, so the traffic
+// reaches its rate whatever the write's latency, as long as the broker
+// keeps up.
 func produceReplicaLoad(b *testing.B, ctx context.Context, brokers []string, topicName string, ids []events.Identity, rate int, d time.Duration) int {
 	w := topic.StreamWriter(brokers, topicName, 2*time.Millisecond)
 	defer w.Close()
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
-	sent, began := 0, time.Now()
-	for time.Since(began) < d {
+	sent, began, total := 0, time.Now(), int(float64(rate)*d.Seconds())
+	for sent < total {
 		<-t.C
 		owed := int(float64(rate)*min(time.Since(began), d).Seconds()) - sent
 		if owed <= 0 {

@@ -223,7 +223,7 @@ func TestAClientThatStopsAnsweringPingsIsDropped(t *testing.T) {
 			t.Fatalf("the client answering pings got %d pings", n)
 		}
 	}
-	eventually(t, ctx, "one connection dropped", func() bool {
+	testenv.Eventually(t, ctx, "one connection dropped", func() bool {
 		return testenv.MetricValue(t, f.reg, "turnpike_pushgw_connections") == 1
 	})
 	select {
@@ -246,22 +246,9 @@ func TestAClientThatStopsAnsweringPingsIsDropped(t *testing.T) {
 		}
 		break
 	}
-	eventually(t, ctx, "connections = 1, only the client answering pings", func() bool {
+	testenv.Eventually(t, ctx, "connections = 1, only the client answering pings", func() bool {
 		return testenv.MetricValue(t, f.reg, "turnpike_pushgw_connections") == 1
 	})
-}
-
-// eventually polls cond until it holds, and fails t with what when the
-// test's ctx ends first: the test's own bound, not one of the wait's.
-func eventually(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("not before the test's context ended: %s", what)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }
 
 func TestAClientThatStopsReadingIsCutOffByTheWriteDeadline(t *testing.T) {
@@ -295,7 +282,7 @@ func TestAClientThatStopsReadingIsCutOffByTheWriteDeadline(t *testing.T) {
 	if err := f.writer.WriteMessages(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, ctx, "the gateway closed the connection", func() bool {
+	testenv.Eventually(t, ctx, "the gateway closed the connection", func() bool {
 		return testenv.MetricValue(t, f.reg, "turnpike_pushgw_connections") == 0
 	})
 	checkMetric(t, f.reg, "turnpike_pushgw_slow_disconnects_total", 0) // none: the write deadline cut the client off, not a queue overflow

@@ -158,7 +158,7 @@ func awaitCursorWaiter(t *testing.T, ctx context.Context, in *instance, p int) {
 	in.gw.mu.Lock()
 	s := in.gw.hub.shards[p]
 	in.gw.mu.Unlock()
-	eventually(t, ctx, "a subscribe waits for the live reader", func() bool {
+	testenv.Eventually(t, ctx, "a subscribe waits for the live reader", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.advanced != nil

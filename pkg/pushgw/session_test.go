@@ -247,7 +247,7 @@ func TestAnUnsubscribeDuringAReplayIsAnsweredByNoFrame(t *testing.T) {
 	defer conn.Close()
 	stuck := &wsClient{t: t, conn: conn}
 	stuck.subscribe(conv, "earliest") // and never reads
-	eventually(t, ctx, "a replay holds the only replay slot", func() bool { return len(f.gw.replaySlots) == 1 })
+	testenv.Eventually(t, ctx, "a replay holds the only replay slot", func() bool { return len(f.gw.replaySlots) == 1 })
 
 	c := f.dial(ctx, tok)
 	first := FormatCursor(partitionOf(id), 0)

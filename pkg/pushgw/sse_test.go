@@ -664,10 +664,10 @@ func TestTheAccessTokenIsNeverLogged(t *testing.T) {
 	tok := token(t, auth.DefaultTenant, "alice")
 	mustOpenSSE(ctx, t, f.eventsURL(conv, url.Values{"access_token": {tok}}), "", nil).subscribed()
 	f.produce(ctx, id, "r", 1, 50) // a queue of one: shed, and logged at info
-	eventually(t, ctx, "the slow stream is cut off", func() bool {
+	testenv.Eventually(t, ctx, "the slow stream is cut off", func() bool {
 		return testenv.MetricValue(t, f.reg, "turnpike_pushgw_slow_disconnects_total") == 1
 	})
-	eventually(t, ctx, "the stream's end is logged", func() bool { return strings.Contains(logs.String(), "client closed") })
+	testenv.Eventually(t, ctx, "the stream's end is logged", func() bool { return strings.Contains(logs.String(), "client closed") })
 	if strings.Contains(logs.String(), tok) || strings.Contains(logs.String(), "access_token") {
 		t.Fatalf("the logs hold the token:\n%s", logs.String())
 	}

@@ -299,16 +299,6 @@ func produceAll(t *testing.T, ctx context.Context, s *stack, convs, msgs int) {
 	testenv.Produce(t, ctx, s.brokers, s.topics.Requests, batch...)
 }
 
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		if ctx.Err() != nil {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // checkHistory asserts every conversation holds its msgs turns in order,
 // once each.
 func checkHistory(t *testing.T, ctx context.Context, store history.Store, convs, msgs int) {

@@ -31,7 +31,7 @@ func TestAGenerationEndedByARebalanceLeavesItsCountForTheNext(t *testing.T) {
 	st.events(t, ctx, 1)
 
 	s.start(t, ctx, worker.Deps{})
-	waitFor(t, ctx, "the first worker's second generation", func() bool {
+	testenv.Eventually(t, ctx, "the first worker's second generation", func() bool {
 		return strings.Count(logs.String(), "partitions assigned") >= 2
 	})
 	s.produce(t, ctx, id.Key(), request(id, "r2", "after the second worker"))

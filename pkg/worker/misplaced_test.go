@@ -245,7 +245,7 @@ func TestAddingPartitionsMovesQueuedRecordsToTheNewHome(t *testing.T) {
 			s.produceAt(t, ctx, oldHome, id.Key(), request(id, "r1", content(1)), request(id, "r2", content(2)), request(id, "r3", content(3)))
 			reg := prometheus.NewRegistry()
 			s.start(t, ctx, worker.Deps{Model: m, Registerer: reg})
-			waitFor(t, ctx, "the first run", func() bool { return m.inFlight() == 1 })
+			testenv.Eventually(t, ctx, "the first run", func() bool { return m.inFlight() == 1 })
 
 			cl := s.growRequests(t, ctx, 3)
 			s.produceAt(t, ctx, newHome, id.Key(), request(id, "r4", content(4)), request(id, "r5", content(5)))
@@ -324,7 +324,7 @@ func TestACancelDuringAPartitionChangeReachesARunInTheOldHome(t *testing.T) {
 	s.produceAt(t, ctx, topic.Home([]byte(id.Key()), 2), id.Key(), request(id, "r1", id.Conversation+" m1"))
 	s.start(t, ctx, worker.Deps{Model: m})
 	st := s.stream(t)
-	waitFor(t, ctx, "the run", func() bool { return m.inFlight() == 1 })
+	testenv.Eventually(t, ctx, "the run", func() bool { return m.inFlight() == 1 })
 
 	s.growRequests(t, ctx, 3)
 	pos := s.recordCancelAll(t, ctx, id)
@@ -355,7 +355,7 @@ func TestACancelReachesARunningMovedRecordThroughItsOrigin(t *testing.T) {
 	s.produceAt(t, ctx, away, id.Key(), request(id, "r1", "moved, then cancelled while it runs"))
 	s.start(t, ctx, worker.Deps{Model: m})
 	st := s.stream(t)
-	waitFor(t, ctx, "the moved record's run", func() bool { return m.inFlight() == 1 })
+	testenv.Eventually(t, ctx, "the moved record's run", func() bool { return m.inFlight() == 1 })
 
 	// The cancel as ingest records and publishes it had it read the end
 	// offsets before the move: the original (offset 0 of away) below its
@@ -369,29 +369,6 @@ func TestACancelReachesARunningMovedRecordThroughItsOrigin(t *testing.T) {
 	if _, status := text(st.events(t, ctx, 1)); status != events.StatusCancelled {
 		t.Fatalf("the moved record's run completed %s, want cancelled", status)
 	}
-}
-
-// partitionEnds returns the end offset of each of the requests topic's n
-// partitions.
-func (s *stack) partitionEnds(t *testing.T, ctx context.Context, n int) []int64 {
-	t.Helper()
-	var reqs []kafka.OffsetRequest
-	for p := range n {
-		reqs = append(reqs, kafka.LastOffsetOf(p))
-	}
-	cl := &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 5 * time.Second}
-	resp, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{s.topics.Requests: reqs}})
-	if err != nil || len(resp.Topics[s.topics.Requests]) != n {
-		t.Fatalf("end offsets of %s: %+v, %v", s.topics.Requests, resp, err)
-	}
-	ends := make([]int64, n)
-	for _, po := range resp.Topics[s.topics.Requests] {
-		if po.Error != nil {
-			t.Fatalf("end offset of partition %d: %v", po.Partition, po.Error)
-		}
-		ends[po.Partition] = po.LastOffset
-	}
-	return ends
 }
 
 // Invalid records are not moved (docs/api.md "Records outside their home
@@ -442,7 +419,7 @@ func TestAnInvalidRecordOutsideItsHomeIsDeadLetteredWhereItWasFound(t *testing.T
 	}
 	// Every record was dead-lettered: had one been moved, its copy would be
 	// in its home partition before its dead letter was written.
-	if got := s.partitionEnds(t, ctx, 3); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := testenv.EndOffsets(t, ctx, s.brokers, s.topics.Requests, 3); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("requests partitions hold %v records, want %v: an invalid record was copied home", got, want)
 	}
 	if n := testenv.MetricValue(t, reg, "turnpike_worker_moved_total"); n != 0 {
@@ -487,7 +464,7 @@ func TestAMoveIsRetriedWhileKafkaRefusesTheCopyThenLoggedAndCounted(t *testing.T
 	waitCounter(t, ctx, reg, 1, "turnpike_worker_moved_total")
 	want := make([]int64, 3)
 	want[away], want[home] = 1, 1
-	if got := s.partitionEnds(t, ctx, 3); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := testenv.EndOffsets(t, ctx, s.brokers, s.topics.Requests, 3); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("requests partitions hold %v records, want %v: the original and one copy", got, want)
 	}
 	if n := refused.Load(); n != refusals {

@@ -64,13 +64,13 @@ func TestStrategiesUnderPartitionOrderingTouchOnlyTheirOwnConversation(t *testin
 	s.start(t, ctx, worker.Deps{Model: m, Registerer: reg})
 	// B's first request is running (its model was called, so the run is
 	// registered for cancels) before the strategies' records arrive.
-	waitFor(t, ctx, "b m1 running", func() bool { return m.ran()["b m1"] == 1 })
+	testenv.Eventually(t, ctx, "b m1 running", func() bool { return m.ran()["b m1"] == 1 })
 	produce(3, 4)
 	// It holds the partition's queue until every record is dispatched
 	// behind it: the fetch loop takes an in-flight slot before each
 	// fetch, so one more slot than records means the last record was
 	// dispatched (the strategies are applied at dispatch).
-	waitFor(t, ctx, "every record dispatched", func() bool {
+	testenv.Eventually(t, ctx, "every record dispatched", func() bool {
 		return testenv.MetricValue(t, reg, "turnpike_worker_inflight_records") == float64(len(records)+1)
 	})
 	close(gate)
@@ -128,7 +128,7 @@ func TestADuplicateOfARunningRequestIsNeitherRejectedNorInterrupting(t *testing.
 	reg := prometheus.NewRegistry()
 	s.produce(t, ctx, id.Key(), strategyRequest(id, "r1", "dup m1", events.StrategyEnqueue))
 	s.start(t, ctx, worker.Deps{Model: m, Registerer: reg})
-	waitFor(t, ctx, "r1 running", func() bool { return m.ran()["dup m1"] == 1 })
+	testenv.Eventually(t, ctx, "r1 running", func() bool { return m.ran()["dup m1"] == 1 })
 	for _, strategy := range []events.Strategy{events.StrategyReject, events.StrategyInterrupt} {
 		s.produce(t, ctx, id.Key(), strategyRequest(id, "r1", "dup m1", strategy))
 	}
@@ -136,7 +136,7 @@ func TestADuplicateOfARunningRequestIsNeitherRejectedNorInterrupting(t *testing.
 	// records in flight and the fetch loop's slot for the next; or, if a
 	// strategy was wrongly applied, r1 already decided (rejected, or its
 	// run cancelled) while its model still holds.
-	waitFor(t, ctx, "the duplicates dispatched", func() bool {
+	testenv.Eventually(t, ctx, "the duplicates dispatched", func() bool {
 		_, decided, err := store.Lookup(ctx, id, "r1")
 		return testenv.MetricValue(t, reg, "turnpike_worker_inflight_records") == 4 || err == nil && decided
 	})
@@ -174,7 +174,7 @@ func TestConversationsOfOnePartitionRunConcurrentlyEachInOrder(t *testing.T) {
 	s.start(t, ctx, worker.Deps{Model: m, Registerer: reg})
 	// Every conversation's first run is in flight at once, although they
 	// all sit in one partition.
-	waitFor(t, ctx, "all conversations running at once", func() bool { return m.inFlight() == convs })
+	testenv.Eventually(t, ctx, "all conversations running at once", func() bool { return m.inFlight() == convs })
 	close(m.hold)
 	sr := s.stream(t)
 	sr.untilCompleted(t, ctx, convs*msgs)
@@ -237,7 +237,7 @@ func TestInFlightIsBoundedByMaxInflightAndReadAhead(t *testing.T) {
 			produceAll(t, ctx, s, convs, 1)
 			m := &probeModel{hold: make(chan struct{})}
 			s.start(t, ctx, worker.Deps{Model: m})
-			waitFor(t, ctx, "three runs", func() bool { return m.inFlight() == 3 })
+			testenv.Eventually(t, ctx, "three runs", func() bool { return m.inFlight() == 3 })
 			close(m.hold)
 			s.stream(t).untilCompleted(t, ctx, convs)
 			checkHistory(t, ctx, store, convs, 1)

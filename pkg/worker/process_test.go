@@ -392,7 +392,7 @@ func TestEveryEndOfARequestIsAnnouncedOnTheControlTopicWithItsStatus(t *testing.
 	m := &outcomeModel{}
 	reg := prometheus.NewRegistry()
 	stop := s.start(t, ctx, worker.Deps{Model: m, Agent: agentConfig(t, outcomeAgent), Registerer: reg})
-	waitFor(t, ctx, "r-hold running", func() bool { return m.ran("hold m1") == 1 })
+	testenv.Eventually(t, ctx, "r-hold running", func() bool { return m.ran("hold m1") == 1 })
 	// While r-hold runs, a rejecting request of its conversation is
 	// rejected; an interrupting one cancels it, then runs.
 	busy := conv("busy")

@@ -28,7 +28,7 @@ import (
 func waitQueued(t *testing.T, ctx context.Context, store history.Store, m *gatedModel) {
 	t.Helper()
 	c2 := events.Identity{Tenant: "acme", User: "ann", Conversation: "c2"}
-	waitFor(t, ctx, "c1 m1 running, c1 m2 and m3 queued behind it, c2 done", func() bool {
+	testenv.Eventually(t, ctx, "c1 m1 running, c1 m2 and m3 queued behind it, c2 done", func() bool {
 		p, err := store.List(ctx, c2, 0, 10)
 		return m.ran()["c1 m1"] == 1 && err == nil && len(p.Messages) == 6
 	})
@@ -41,7 +41,7 @@ func waitQueued(t *testing.T, ctx context.Context, store history.Store, m *gated
 func (s *stack) waitCommitted(t *testing.T, ctx context.Context) {
 	t.Helper()
 	c := &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 5 * time.Second}
-	waitFor(t, ctx, "every request record committed", func() bool {
+	testenv.Eventually(t, ctx, "every request record committed", func() bool {
 		ends, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{s.topics.Requests: {kafka.LastOffsetOf(0)}}})
 		if err != nil {
 			return false

@@ -78,7 +78,7 @@
   // but the subscription's cursor moves past it.
   s2.recv(ev('state.changed', 1, { request_id: 'r6', run_id: 'runG', keys: { conversation: ['cart'] }, cursor: 'cur-13a' }));
   s2.recv(ev('future.event', 2, { request_id: 'r6', run_id: 'runG', cursor: 'cur-13b' }));
-  s2.recv({ type: 'future.frame', conversation: 'c9', cursor: 'cur-x' }); // not this subscription's
+  s2.recv({ type: 'future.frame', conversation: 'c9', cursor: 'cur-x' }); // another conversation's: c1's cursor stays
   check(got.at(-1).type === 'state.changed' && show(got.at(-1).keys) === '{"conversation":["cart"]}',
     `state.changed is delivered with its keys: ${show(got.at(-1))}`);
   check(got.filter((e) => e.type.startsWith('future.')).length === 0, `an unknown type is not delivered: ${show(got.at(-1))}`);

@@ -211,7 +211,8 @@ func processPushArrayUpdateExpression(command string, doc *types.Document, key s
 			}
 
 			// Turnpike patch 10: $slice as MongoDB applies it; the other
-			// modifiers ($position, $sort) are refused, not ignored.
+			// modifiers ($position, $sort) are refused as not implemented
+			// and any other clause as MongoDB refuses it, never ignored.
 			for _, k := range pushDoc.Keys() {
 				switch k {
 				case "$each":
@@ -229,10 +230,16 @@ func processPushArrayUpdateExpression(command string, doc *types.Document, key s
 						)
 					}
 					slice = &n
-				default:
+				case "$position", "$sort":
 					return false, NewUpdateError(
 						handlererrors.ErrNotImplemented,
 						fmt.Sprintf("$push modifier %s is not implemented", k),
+						command,
+					)
+				default:
+					return false, NewUpdateError(
+						handlererrors.ErrBadValue,
+						fmt.Sprintf("Unrecognized clause in $push: %s", k),
 						command,
 					)
 				}
