@@ -12,6 +12,7 @@ import (
 	"github.com/turnpike-dev/turnpike/internal/embedded"
 	"github.com/turnpike-dev/turnpike/internal/flagenv"
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/internal/webui"
 	"github.com/turnpike-dev/turnpike/pkg/auth"
 	"github.com/turnpike-dev/turnpike/pkg/client"
@@ -126,6 +127,15 @@ func TestIngestQueuesAMessageBeforeAnyWorkerHasStarted(t *testing.T) {
 	case <-ready:
 	case err := <-done:
 		t.Fatalf("Run: %v", err)
+	}
+	// Ready means both topics ingest uses exist, with its partition count:
+	// the requests topic for the first POST, the control topic for cancels
+	// and the completions reader.
+	names := topic.NewNames(c.TopicPrefix)
+	for _, name := range []string{names.Requests, names.Control} {
+		if ids, err := topic.Partitions(ctx, brokers, name); err != nil || len(ids) != c.Partitions {
+			t.Errorf("%s once ingest is ready: partitions %v, err %v; want %d", name, ids, err, c.Partitions)
+		}
 	}
 	tok, err := auth.Mint(secret, auth.DefaultTenant, "ann", time.Hour, time.Now())
 	if err != nil {
