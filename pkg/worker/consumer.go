@@ -72,8 +72,13 @@ type consumer struct {
 	now     func() time.Time
 	tracing *tracing.Tracing
 	metrics *metrics
-	// inflight bounds the records fetched and not yet done (MaxInflight).
+	// inflight bounds the records fetched and not yet done (MaxInflight):
+	// a slot is taken after a record's fetch and given back when it is
+	// done or dropped.
 	inflight chan struct{}
+	// inflightN counts the records dispatched and not yet done (the
+	// inflight_records gauge).
+	inflightN atomic.Int64
 
 	peakMu sync.Mutex // guards peak
 	peak   int
@@ -197,9 +202,9 @@ func newAgents(cfg Config, d deps) (*agents, error) {
 	return a, nil
 }
 
-// notePeak records the in-flight high-water mark.
-func (w *consumer) notePeak() {
-	n := len(w.inflight)
+// notePeak records n records in flight if it is a new high-water mark.
+func (w *consumer) notePeak(n64 int64) {
+	n := int(n64)
 	w.peakMu.Lock()
 	if n > w.peak {
 		w.peak = n

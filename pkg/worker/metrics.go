@@ -94,7 +94,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "turnpike_worker_retries_total", Help: "Attempts at a record that failed for a retriable reason.",
 		}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "turnpike_worker_inflight_records", Help: "Records fetched and not yet done (running or queued behind their conversation).",
+			Name: "turnpike_worker_inflight_records", Help: "Records fetched and not yet done (running or queued behind their conversation); 0 when the worker is idle.",
 		}),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "turnpike_worker_runs_total", Help: "Runs ended, by status.",

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -63,4 +64,66 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 
 	}
 	t.Fatalf("histogram %s not registered", name)
 	return 0
+}
+
+// The worker's gauges of what it holds (README.md "Observability"): with
+// MaxInflight 2, one conversation's five requests and the first held at
+// its model's gate, the first runs, the second waits behind it, the third
+// is fetched and waits for a slot, the last two are not fetched:
+// running_runs 1, inflight_records 2 and its peak 2 (the partitions
+// waiting for records hold no slot), consumer_lag 2 on the conversation's
+// partition. Once the gate opens all five complete: running_runs and
+// inflight_records are 0 again, the peak stays 2, the lag is 0.
+func TestTheWorkersGaugesCountRunningRunsRecordsInFlightAndLag(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	s := newStack(t, history.NewMemoryStore())
+	s.cfg.MaxInflight = 2
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "held"}
+	s.ensureTopics(t, ctx, s.cfg.Partitions)
+	for i := 1; i <= 5; i++ {
+		s.produce(t, ctx, id.Key(), request(id, fmt.Sprintf("req-%d", i), fmt.Sprintf("m%d", i)))
+	}
+	m := newGatedModel("m1")
+	gate := m.gate("m1")
+	reg := prometheus.NewRegistry()
+	s.start(t, ctx, worker.Deps{Model: m, Registerer: reg})
+
+	// gauge sums name's series (consumer_lag has one per partition
+	// assigned, none before the first commit tick).
+	gauge := func(name string) float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum float64
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				for _, m := range mf.GetMetric() {
+					sum += m.GetGauge().GetValue()
+				}
+			}
+		}
+		return sum
+	}
+	testenv.Eventually(t, ctx, "m1 running", func() bool { return m.ran()["m1"] == 1 })
+	testenv.Eventually(t, ctx, "two records in flight", func() bool { return gauge("turnpike_worker_inflight_records") == 2 })
+	// The lag is reported at each commit tick (CommitInterval).
+	testenv.Eventually(t, ctx, "a lag of 2", func() bool { return gauge("turnpike_worker_consumer_lag") == 2 })
+	if got := gauge("turnpike_worker_running_runs"); got != 1 {
+		t.Errorf("running_runs = %v while m1 runs and m2 waits behind it, want 1", got)
+	}
+	if got := gauge("turnpike_worker_inflight_records_peak"); got != 2 {
+		t.Errorf("inflight_records_peak = %v with MaxInflight 2, want 2", got)
+	}
+	close(gate)
+	s.stream(t).untilCompleted(t, ctx, 5)
+	testenv.Eventually(t, ctx, "no record in flight", func() bool { return gauge("turnpike_worker_inflight_records") == 0 })
+	testenv.Eventually(t, ctx, "no lag", func() bool { return gauge("turnpike_worker_consumer_lag") == 0 })
+	if got := gauge("turnpike_worker_running_runs"); got != 0 {
+		t.Errorf("running_runs = %v after every run completed, want 0", got)
+	}
+	if got := gauge("turnpike_worker_inflight_records_peak"); got != 2 {
+		t.Errorf("inflight_records_peak = %v after the runs, want it kept at 2", got)
+	}
 }

@@ -109,13 +109,19 @@ func (w *consumer) consumePartition(genCtx context.Context, gen *kafka.Generatio
 	for p.acquire(genCtx) {
 		m, err := r.FetchMessage(genCtx)
 		if err != nil {
-			p.release()
+			<-p.slots
 			if genCtx.Err() != nil {
 				break
 			}
 			p.log.Warn("fetch", slog.Any("error", err))
 			sleep(genCtx, w.cfg.RetryBackoffMin)
 			continue
+		}
+		if !p.admit(genCtx) {
+			// The generation ended: m stays uncommitted, for the
+			// partition's next owner.
+			<-p.slots
+			break
 		}
 		p.dispatch(genCtx, m, &runners)
 	}
@@ -129,31 +135,46 @@ func (w *consumer) consumePartition(genCtx context.Context, gen *kafka.Generatio
 	p.commit() // what finished while draining
 }
 
-// acquire takes a read-ahead slot and a worker-wide in-flight slot, waiting
-// while either is exhausted: a full pipeline stops fetching.
+// acquire takes a read-ahead slot of the partition before a fetch, waiting
+// while ReadAhead of its records are fetched and not done: a full
+// partition stops fetching.
 func (p *partition) acquire(ctx context.Context) bool {
 	select {
 	case p.slots <- struct{}{}:
-	case <-ctx.Done():
-		return false
-	}
-	select {
-	case p.w.inflight <- struct{}{}:
-		p.w.metrics.inflight.Inc()
-		p.w.notePeak()
 		return true
 	case <-ctx.Done():
-		<-p.slots
 		return false
 	}
 }
 
-func (p *partition) release() {
+// admit takes a worker-wide in-flight slot for a fetched record, waiting
+// while MaxInflight records are in flight: a full worker stops fetching.
+// It is taken after the fetch, so that a partition waiting for its next
+// record holds none: idle partitions never take the slots a busy one
+// needs, and turnpike_worker_inflight_records counts records only.
+func (p *partition) admit(ctx context.Context) bool {
 	select {
-	case <-p.w.inflight:
-		p.w.metrics.inflight.Dec()
-	default:
+	case p.w.inflight <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
 	}
+}
+
+// dispatchedLocked counts an admitted record in flight (the gauge and its peak)
+// once its strategy is applied and it is queued. p.mu must be held, so that
+// the record's release, which needs it, comes after.
+func (p *partition) dispatchedLocked() {
+	p.w.metrics.inflight.Inc()
+	p.w.notePeak(p.w.inflightN.Add(1))
+}
+
+// release gives back a dispatched record's slots: it is done, or dropped
+// uncommitted.
+func (p *partition) release() {
+	p.w.inflightN.Add(-1)
+	p.w.metrics.inflight.Dec()
+	<-p.w.inflight
 	<-p.slots
 }
 
@@ -189,6 +210,7 @@ func (p *partition) dispatch(genCtx context.Context, m kafka.Message, runners *s
 	if e.err == nil && !e.move && p.busy[conv] > 0 && !p.queuedLocked(key, e.req.RequestID) {
 		switch e.req.Strategy {
 		case events.StrategyReject:
+			p.dispatchedLocked()
 			p.mu.Unlock()
 			runners.Add(1)
 			go func() {
@@ -209,6 +231,7 @@ func (p *partition) dispatch(genCtx context.Context, m kafka.Message, runners *s
 		p.keys[key] = q
 	}
 	q.entries = append(q.entries, e)
+	p.dispatchedLocked()
 	p.mu.Unlock()
 	if !running {
 		runners.Add(1)

@@ -67,11 +67,10 @@ func TestStrategiesUnderPartitionOrderingTouchOnlyTheirOwnConversation(t *testin
 	testenv.Eventually(t, ctx, "b m1 running", func() bool { return m.ran()["b m1"] == 1 })
 	produce(3, 4)
 	// It holds the partition's queue until every record is dispatched
-	// behind it: the fetch loop takes an in-flight slot before each
-	// fetch, so one more slot than records means the last record was
-	// dispatched (the strategies are applied at dispatch).
+	// behind it: a record is counted in flight once its strategy was
+	// applied at dispatch.
 	testenv.Eventually(t, ctx, "every record dispatched", func() bool {
-		return testenv.MetricValue(t, reg, "turnpike_worker_inflight_records") == float64(len(records)+1)
+		return testenv.MetricValue(t, reg, "turnpike_worker_inflight_records") == float64(len(records))
 	})
 	close(gate)
 
@@ -132,13 +131,14 @@ func TestADuplicateOfARunningRequestIsNeitherRejectedNorInterrupting(t *testing.
 	for _, strategy := range []events.Strategy{events.StrategyReject, events.StrategyInterrupt} {
 		s.produce(t, ctx, id.Key(), strategyRequest(id, "r1", "dup m1", strategy))
 	}
-	// Both duplicates dispatched (strategies apply at dispatch): three
-	// records in flight and the fetch loop's slot for the next; or, if a
-	// strategy was wrongly applied, r1 already decided (rejected, or its
-	// run cancelled) while its model still holds.
+	// Both duplicates dispatched (strategies apply at dispatch, and a
+	// record counts in flight once its strategy was applied): three
+	// records in flight; or, if a strategy was wrongly applied, r1
+	// already decided (rejected, or its run cancelled) while its model
+	// still holds.
 	testenv.Eventually(t, ctx, "the duplicates dispatched", func() bool {
 		_, decided, err := store.Lookup(ctx, id, "r1")
-		return testenv.MetricValue(t, reg, "turnpike_worker_inflight_records") == 4 || err == nil && decided
+		return testenv.MetricValue(t, reg, "turnpike_worker_inflight_records") == 3 || err == nil && decided
 	})
 	close(gate)
 
