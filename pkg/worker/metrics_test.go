@@ -110,9 +110,9 @@ func TestTheWorkersGaugesCountRunningRunsRecordsInFlightAndLag(t *testing.T) {
 	testenv.Eventually(t, ctx, "two records in flight", func() bool { return gauge("turnpike_worker_inflight_records") == 2 })
 	// The lag is reported at each commit tick (CommitInterval).
 	testenv.Eventually(t, ctx, "a lag of 2", func() bool { return gauge("turnpike_worker_consumer_lag") == 2 })
-	if got := gauge("turnpike_worker_running_runs"); got != 1 {
-		t.Errorf("running_runs = %v while m1 runs and m2 waits behind it, want 1", got)
-	}
+	// The run is counted once its runner started, which may call the
+	// model first.
+	testenv.Eventually(t, ctx, "one run running", func() bool { return gauge("turnpike_worker_running_runs") == 1 })
 	if got := gauge("turnpike_worker_inflight_records_peak"); got != 2 {
 		t.Errorf("inflight_records_peak = %v with MaxInflight 2, want 2", got)
 	}
@@ -120,9 +120,7 @@ func TestTheWorkersGaugesCountRunningRunsRecordsInFlightAndLag(t *testing.T) {
 	s.stream(t).untilCompleted(t, ctx, 5)
 	testenv.Eventually(t, ctx, "no record in flight", func() bool { return gauge("turnpike_worker_inflight_records") == 0 })
 	testenv.Eventually(t, ctx, "no lag", func() bool { return gauge("turnpike_worker_consumer_lag") == 0 })
-	if got := gauge("turnpike_worker_running_runs"); got != 0 {
-		t.Errorf("running_runs = %v after every run completed, want 0", got)
-	}
+	testenv.Eventually(t, ctx, "no run running", func() bool { return gauge("turnpike_worker_running_runs") == 0 })
 	if got := gauge("turnpike_worker_inflight_records_peak"); got != 2 {
 		t.Errorf("inflight_records_peak = %v after the runs, want it kept at 2", got)
 	}

@@ -165,8 +165,8 @@ func (p *partition) admit(ctx context.Context) bool {
 // once its strategy is applied and it is queued. p.mu must be held, so that
 // the record's release, which needs it, comes after.
 func (p *partition) dispatchedLocked() {
+	p.w.notePeak(p.w.inflightN.Add(1)) // first: the peak is never below the gauge
 	p.w.metrics.inflight.Inc()
-	p.w.notePeak(p.w.inflightN.Add(1))
 }
 
 // release gives back a dispatched record's slots: it is done, or dropped
