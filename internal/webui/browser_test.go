@@ -68,7 +68,8 @@ func TestBrowserChat(t *testing.T) {
 	checkDevstackServesThePage(t, st)
 	chromium := findChromium(t)
 	artifacts := artifactsDir(t)
-	ctx := newBrowser(t, chromium)
+	// The message the API refuses on purpose (below) logs its 400.
+	ctx := newBrowser(t, chromium, "status of 400 (Bad Request)")
 	base := st.IngestURL + "/"
 	conv := testenv.Name(t, "chat")
 
@@ -334,6 +335,24 @@ func TestBrowserChat(t *testing.T) {
 	if got := text(t, ctx, turnSel(id6)+" .system"); !strings.Contains(got, "Interrupted by your newer message") {
 		t.Errorf("the interrupted answer says %q, want why it stopped", got)
 	}
+
+	// A message the API refuses (400: a NUL in it) is not kept: the page
+	// says why, marks it not sent, drops it from the outbox and puts its
+	// text back in the message box, which was emptied when it was sent.
+	turns := evalJS[int](t, ctx, `document.querySelectorAll('.turn').length`)
+	evalJS[bool](t, ctx, `document.getElementById('message').value = 'refused \u0000 here', document.getElementById('composer').requestSubmit(), true`)
+	run(t, ctx, "see the refusal", waitJS(fmt.Sprintf(
+		`document.querySelectorAll('.turn').length > %d && [...document.querySelectorAll('.turn .system')].some((p) => p.textContent.startsWith('Not sent: '))`, turns)))
+	if got := evalJS[string](t, ctx, `document.getElementById('message').value`); got != "refused \x00 here" {
+		t.Errorf("after a refusal the message box holds %q, want the refused text back", got)
+	}
+	if got := evalJS[string](t, ctx, `document.querySelector('.turn:last-child .msg-user').dataset.kept`); got != "false" {
+		t.Errorf("the refused message has data-kept %q, want false", got)
+	}
+	if n := evalJS[int](t, ctx, `Object.keys(sessionStorage).filter((k) => k.startsWith('turnpike.outbox:')).length`); n != 0 {
+		t.Errorf("%d outboxes left after a refusal, want none", n)
+	}
+	evalJS[bool](t, ctx, `document.getElementById('message').value = '', true`)
 
 	// Text typed and not sent is a draft: a reload brings it back.
 	const draft = "half a thought, not sent"
