@@ -391,6 +391,54 @@ func TestCancelledCallerContextAbortsNeitherGenerationNorPersistence(t *testing.
 	}
 }
 
+// A token is streamed as soon as the model produced it, not held until
+// the model produces the next: here the model waits, after its first
+// chunk, until that chunk is on the stream.
+func TestATokenIsStreamedBeforeTheModelProducesTheNext(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	onStream := make(chan struct{})
+	var once sync.Once
+	sink := &recordingSink{onEmit: func(e events.Event) {
+		if e.Type() == events.TypeToken {
+			once.Do(func() { close(onStream) })
+		}
+	}}
+	iter, done := script(ctx, step{agent: "a", afterFirst: onStream, chunks: []*schema.Message{text("first "), text("second"), finish("", "stop")}})
+	turn := &fakeTurn{}
+	res, err := newBridge(t, sink, nil).Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+	<-done
+	if err != nil || res.Status != events.StatusComplete || res.Answer != "first second" {
+		t.Fatalf("got %+v, %v; want the whole answer complete", res, err)
+	}
+	if first, ok := sink.snapshot()[1].(*events.TokenEvent); !ok || first.Delta != "first " {
+		t.Fatalf("the first event after run.started is %+v, want the first chunk's token alone", sink.snapshot()[1])
+	}
+}
+
+// The text of a message that turns out to call a tool is not persisted,
+// also when the agent's earlier text is already in the answer: the answer
+// is taken back to where that message began, not further.
+func TestTheTextOfAToolCallMessageAfterEarlierTextIsNotPersisted(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	iter, done := script(ctx,
+		step{agent: "a", chunks: []*schema.Message{text("Let me check. ")}},
+		step{agent: "a", chunks: []*schema.Message{text("I will ask the clock."), toolCall()}},
+		step{agent: "a", chunks: []*schema.Message{text("It is noon."), finish("", "stop")}},
+	)
+	turn := &fakeTurn{}
+	res, err := newBridge(t, &recordingSink{}, nil).Run(ctx, bridge.Run{Identity: testID, RequestID: "req-1", RunID: "run-1", Turn: turn}, iter)
+	<-done
+	const want = "Let me check. It is noon."
+	if err != nil || res.Status != events.StatusComplete || res.Answer != want {
+		t.Fatalf("got %+v, %v; want %q complete", res, err, want)
+	}
+	if len(turn.committed) != 1 || turn.committed[0] != want {
+		t.Fatalf("committed %q, want %q", turn.committed, want)
+	}
+}
+
 // A run stopped (Handle.Cancel or Handle.Abort) before any assistant
 // content persists nothing, not even the user message.
 func TestARunStoppedBeforeAnyContentPersistsNothing(t *testing.T) {

@@ -24,6 +24,9 @@ type step struct {
 	err     error             // an event-level error
 	action  *adk.AgentAction
 	hold    <-chan struct{} // the stream waits for this before its chunks
+	// afterFirst, if set, holds the stream after its first chunk until
+	// it is closed (or the context ends).
+	afterFirst <-chan struct{}
 }
 
 func text(s string) *schema.Message { return schema.AssistantMessage(s, nil) }
@@ -65,7 +68,13 @@ func script(ctx context.Context, steps ...step) (*adk.AsyncIterator[*adk.AgentEv
 					case <-ctx.Done():
 					}
 				}
-				for _, c := range s.chunks {
+				for i, c := range s.chunks {
+					if i == 1 && s.afterFirst != nil {
+						select {
+						case <-s.afterFirst:
+						case <-ctx.Done():
+						}
+					}
 					if ctx.Err() != nil {
 						sw.Send(nil, ctx.Err())
 						break

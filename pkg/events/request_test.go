@@ -472,6 +472,7 @@ func TestLoneSurrogateFindsTheFirstUnpairedEscape(t *testing.T) {
 		{"A high half before another escape is found.", `{"c":"\ud83d\n"}`, 6},
 		{"Two high halves: the first is found.", `{"c":"\ud83d\ud83d"}`, 6},
 		{"A high half at the end of truncated text is found.", `{"c":"\ud800`, 6},
+		{"A high half before a trailing backslash is found.", `{"c":"\ud800\`, 6},
 		{"A truncated escape is left to the decoder.", `{"c":"\ud8`, -1},
 		{"A trailing backslash is left to the decoder.", `{"c":"\`, -1},
 		{"A malformed escape is left to the decoder.", `{"c":"\uzzzz"}`, -1},
