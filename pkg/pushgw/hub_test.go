@@ -548,8 +548,15 @@ func TestHubOpensAPartitionAtItsFirstSubscriberAndClosesItOnlyAfterItsLastLeftFo
 		t.Fatal(err)
 	}
 	check("A subscriber after the close opens a new reader at the new end.", []string{"0@40#1", "0@55#2"}, []string{"0#1"}, 1)
+	if err := h.acquire(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	check("A subscriber of partition 1 opens its reader.", []string{"0@40#1", "0@55#2", "1@7#1"}, []string{"0#1"}, 2)
+	// A third partition, never subscribed, stays closed: shutdown counts
+	// off the open readers only.
+	h.grow([]int{0, 1, 2})
 	h.shutdown()
-	check("Shutdown stops the open reader.", []string{"0@40#1", "0@55#2"}, []string{"0#1", "0#2"}, 0)
+	check("Shutdown stops the open readers.", []string{"0@40#1", "0@55#2", "1@7#1"}, []string{"0#1", "0#2", "1#1"}, 0)
 	if err := h.acquire(ctx, 1); err != errStopped {
 		t.Fatalf("acquire after shutdown = %v, want errStopped", err)
 	}
@@ -601,5 +608,96 @@ func TestHubReopenedPartitionHandsAResumeToKafkaAndDropsTheStoppedReadersRecords
 	h.remove(sub)
 	if s := h.shards[0]; s.holds != 0 || len(timers.armed) != 2 {
 		t.Fatalf("removing the subscription left %d holds and %d timers armed; want 0 and 2", s.holds, len(timers.armed))
+	}
+}
+
+// formerHome (docs/api.md "Cursors": a cursor from before partitions were
+// added) says whether a partition was a key's home under a smaller
+// partition count, for every key and partition: partition 0 is every
+// key's home under one partition; the key's home under the hub's count
+// was not a former home unless a smaller count gave it too; a partition
+// outside the topic never was.
+func TestHubFormerHomeIsAHomeUnderASmallerPartitionCount(t *testing.T) {
+	t.Parallel()
+	const n = 8
+	starts := map[int]int64{}
+	for p := range n {
+		starts[p] = 0
+	}
+	h := newTestHub(t, starts, 10)
+	parts := h.partitions
+	currentOnly := 0
+	for i := range 300 {
+		key := fmt.Sprintf("t/u/c%d", i)
+		former := map[int]bool{}
+		for m := 1; m < n; m++ { // the counts the topic had before n
+			former[homeOf(key, parts[:m])] = true
+		}
+		if !former[homeOf(key, parts)] {
+			currentOnly++
+		}
+		for p := -1; p <= n; p++ {
+			if got := h.formerHome(key, p); got != former[p] {
+				t.Fatalf("formerHome(%s, %d) = %v, want %v (homes under 1..%d partitions: %v; now %d)", key, p, got, former[p], n-1, former, homeOf(key, parts))
+			}
+		}
+	}
+	if currentOnly == 0 {
+		t.Fatal("no key's home under 8 partitions was new: the case is not exercised")
+	}
+}
+
+// movedSince is true for a subscription placed under a smaller partition
+// count whose key's home is now another partition, and for no other.
+func TestHubMovedSinceIsTrueOnlyForAKeyWhoseHomeChangedSinceItWasPlaced(t *testing.T) {
+	t.Parallel()
+	const n = 8
+	starts := map[int]int64{}
+	for p := range n {
+		starts[p] = 0
+	}
+	h := newTestHub(t, starts, 10)
+	moved, stayed := 0, 0
+	for i := range 100 {
+		key := fmt.Sprintf("t/u/c%d", i)
+		then := homeOf(key, h.partitions[:4])
+		want := homeOf(key, h.partitions) != then
+		if want {
+			moved++
+		} else {
+			stayed++
+		}
+		if got := h.movedSince(&subscription{key: key, partition: then, placedBy: 4}); got != want {
+			t.Fatalf("%s placed in %d under 4 partitions, home %d under 8: movedSince = %v, want %v", key, then, homeOf(key, h.partitions), got, want)
+		}
+		now := homeOf(key, h.partitions)
+		if h.movedSince(&subscription{key: key, partition: now, placedBy: n}) {
+			t.Fatalf("%s placed under the hub's own count: movedSince", key)
+		}
+		if h.movedSince(&subscription{key: key, partition: then, placedBy: 0}) {
+			t.Fatalf("%s never placed: movedSince", key)
+		}
+	}
+	if moved == 0 || stayed == 0 {
+		t.Fatalf("%d keys moved, %d stayed: want both", moved, stayed)
+	}
+}
+
+// grow adds the partitions the hub does not have, reports how many, and
+// splits the ring bytes between all of them from then on.
+func TestHubGrowAddsTheNewPartitionsAndSplitsTheRingBetweenAll(t *testing.T) {
+	t.Parallel()
+	h := newTestHubWith(t, map[int]int64{0: 0, 1: 0}, hubConfig{replayBuffer: 10, replayBufferBytes: 1 << 20, ringBytes: 1 << 20})
+	if added, _ := h.grow([]int{0, 1}); added != 0 {
+		t.Fatalf("grow of the same partitions added %d", added)
+	}
+	if added, _ := h.grow([]int{0, 1, 2, 3, 4, 5, 6, 7}); added != 6 {
+		t.Fatalf("grow from 2 to 8 partitions added %d, want 6", added)
+	}
+	if len(h.shards) != 8 || !slices.Equal(h.partitions, []int{0, 1, 2, 3, 4, 5, 6, 7}) {
+		t.Fatalf("after grow: %d shards, partitions %v", len(h.shards), h.partitions)
+	}
+	if h.ringBytes != 1<<17 {
+		t.Fatalf("after grow to 8 partitions each ring gets %d bytes, want %d", h.ringBytes, 1<<17)
 	}
 }
