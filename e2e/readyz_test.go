@@ -43,7 +43,14 @@ func TestEachServicesReadinessFailsWhileItsBrokerOrStoreIsUnreachable(t *testing
 			// this test's subject: staying up and unready is.
 			_ = r(runCtx)
 		}()
-		t.Cleanup(func() { stop(); <-done })
+		t.Cleanup(func() {
+			stop()
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+				t.Errorf("%s did not return within a minute of its stop", name)
+			}
+		})
 	}
 	ic := ingest.DefaultConfig()
 	ic.Brokers, ic.MongoURI, ic.MongoDB, ic.AuthSecret, ic.TopicPrefix = brokers, mongo.URI(), db, secret, prefix

@@ -178,8 +178,9 @@ type Config struct {
 	// each strictly in topic order) or "partition" (one record at a time
 	// per partition) (-ordering, TURNPIKE_ORDERING). Default "key".
 	Ordering string
-	// MaxInflight bounds the records fetched and not yet done across
-	// partitions (-max-inflight, TURNPIKE_MAX_INFLIGHT). Default 1024.
+	// MaxInflight bounds the records running or queued across partitions
+	// (-max-inflight, TURNPIKE_MAX_INFLIGHT); each partition may also hold
+	// one record fetched and waiting for a slot. Default 1024.
 	MaxInflight int
 	// ReadAhead bounds them per partition (-read-ahead,
 	// TURNPIKE_READ_AHEAD). Default 512.

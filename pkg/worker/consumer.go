@@ -72,9 +72,9 @@ type consumer struct {
 	now     func() time.Time
 	tracing *tracing.Tracing
 	metrics *metrics
-	// inflight bounds the records fetched and not yet done (MaxInflight):
-	// a slot is taken after a record's fetch and given back when it is
-	// done or dropped.
+	// inflight bounds the records running or queued (MaxInflight): a slot
+	// is taken after a record's fetch and given back when it is done or
+	// dropped.
 	inflight chan struct{}
 	// inflightN counts the records dispatched and not yet done (the
 	// inflight_records gauge).

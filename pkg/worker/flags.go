@@ -54,7 +54,7 @@ func (c *Config) bind(set *flagenv.Set, goAgent, noAddr bool) {
 	set.Duration(&c.RunTimeout, "run-timeout", "TURNPIKE_RUN_TIMEOUT", 10*time.Minute, "longest one generation may run")
 	set.Duration(&c.DrainTimeout, "drain-timeout", "TURNPIKE_DRAIN_TIMEOUT", 30*time.Second, "how long in-flight runs may finish on shutdown or revoke")
 	set.String(&c.Ordering, "ordering", "TURNPIKE_ORDERING", orderingKey, "key: conversations of a partition run concurrently, each in order; partition: one record at a time per partition")
-	set.Int(&c.MaxInflight, "max-inflight", "TURNPIKE_MAX_INFLIGHT", 1024, "records fetched and not yet done, across partitions")
+	set.Int(&c.MaxInflight, "max-inflight", "TURNPIKE_MAX_INFLIGHT", 1024, "records running or queued, across partitions (each partition may also hold one fetched record waiting for a slot)")
 	set.Int(&c.ReadAhead, "read-ahead", "TURNPIKE_READ_AHEAD", 512, "records fetched and not yet done, per partition")
 	set.Duration(&c.SessionTimeout, "session-timeout", "TURNPIKE_SESSION_TIMEOUT", 10*time.Second, "consumer group session timeout: how long a crashed worker's partitions wait")
 	set.Duration(&c.PartitionWatchInterval, "partition-watch-interval", "TURNPIKE_PARTITION_WATCH_INTERVAL", 10*time.Second,

@@ -161,9 +161,11 @@ func (p *partition) admit(ctx context.Context) bool {
 	}
 }
 
-// dispatchedLocked counts an admitted record in flight (the gauge and its peak)
-// once its strategy is applied and it is queued. p.mu must be held, so that
-// the record's release, which needs it, comes after.
+// dispatchedLocked counts an admitted record in flight (the gauge and its
+// peak) once its strategy is applied and it is queued. p.mu must be held:
+// the record's runner takes it from the queue under p.mu, and a rejected
+// record's completion starts after the caller unlocks, so its release
+// comes after the count.
 func (p *partition) dispatchedLocked() {
 	p.w.notePeak(p.w.inflightN.Add(1)) // first: the peak is never below the gauge
 	p.w.metrics.inflight.Inc()
@@ -172,8 +174,8 @@ func (p *partition) dispatchedLocked() {
 // release gives back a dispatched record's slots: it is done, or dropped
 // uncommitted.
 func (p *partition) release() {
+	p.w.metrics.inflight.Dec() // first: the gauge never reads above the peak
 	p.w.inflightN.Add(-1)
-	p.w.metrics.inflight.Dec()
 	<-p.w.inflight
 	<-p.slots
 }
