@@ -191,3 +191,78 @@ func TestNewMongoArtifactsRepairsATokenHeldByTwoVersions(t *testing.T) {
 		t.Errorf("%d versions hold the token after the repair (%v), want 1", n, err)
 	}
 }
+
+// A save published between a sweep's read of the unpublished saves and its
+// delete of that save (a redelivered request's Publish, on another
+// replica) is neither dropped nor counted, and keeps its content: the
+// sweep's delete is conditional on the save still being unpublished, and
+// it drops the content of the saves it deleted only. The publish is made,
+// deterministically, from the command monitor of the sweep's client, just
+// before its delete is sent.
+func TestASavePublishedDuringASweepKeepsItsContentAndIsNotCounted(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	uri := testenv.MongoURI(t)
+	other := testenv.MongoClient(t, uri).Database(testenv.Name(t, "tp"))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = other.Drop(ctx)
+	})
+	cfg := history.ArtifactConfig{Artifacts: "race_artifacts", Chunks: "race_chunks"}
+	var token string
+	var armed sync.Once
+	arm := make(chan struct{})
+	published := make(chan error, 1)
+	mon := &event.CommandMonitor{
+		Started: func(ctx context.Context, e *event.CommandStartedEvent) {
+			if e.CommandName != "delete" || e.Command.Lookup("delete").StringValue() != cfg.Artifacts {
+				return
+			}
+			select {
+			case <-arm:
+			default:
+				return
+			}
+			armed.Do(func() {
+				// Another replica publishes the save now.
+				_, err := other.Collection(cfg.Artifacts).UpdateOne(ctx, bson.D{{Key: "_id", Value: "s#" + token}},
+					bson.D{{Key: "$set", Value: bson.D{{Key: "pub", Value: int64(1)}}}})
+				published <- err
+			})
+		},
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetTimeout(30 * time.Second).SetMonitor(mon))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.Disconnect(ctx)
+	})
+	a, err := history.NewMongoArtifacts(ctx, client.Database(other.Name()), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "c1"}
+	if token, err = a.Stage(ctx, id, history.ArtifactSave{Name: "report.txt", MIME: "text/plain", Data: []byte("the report")}); err != nil {
+		t.Fatal(err)
+	}
+	close(arm)
+	n, err := a.SweepArtifacts(ctx, time.Now().Add(time.Hour))
+	select {
+	case err := <-published:
+		if err != nil {
+			t.Fatalf("the publish during the sweep: %v", err)
+		}
+	default:
+		t.Fatal("the sweep sent no delete of the staged save: the race was not exercised")
+	}
+	if err != nil || n != 0 {
+		t.Fatalf("SweepArtifacts = %d, %v; want 0: the one save it read was published before its delete", n, err)
+	}
+	if chunks, err := other.Collection(cfg.Chunks).CountDocuments(ctx, bson.D{{Key: "token", Value: token}}); err != nil || chunks == 0 {
+		t.Fatalf("the published save's content: %d chunks, %v; want it kept", chunks, err)
+	}
+}
