@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,16 +77,7 @@ func failingMongoArtifacts(t *testing.T, uri, dbName string) historytest.Artifac
 			}
 		},
 	}
-	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetTimeout(30 * time.Second).SetMonitor(mon))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = client.Disconnect(ctx)
-	})
-	db := client.Database(dbName)
+	db := monitoredClient(t, uri, mon).Database(dbName)
 	cfg := history.ArtifactConfig{Artifacts: "orphans_artifacts", Chunks: "orphans_chunks", Limits: suiteArtifactLimits}
 	a, err := history.NewMongoArtifacts(testenv.Context(t, 30*time.Second), db, cfg)
 	if err != nil {
@@ -115,6 +107,22 @@ func failingMongoArtifacts(t *testing.T, uri, dbName string) historytest.Artifac
 			return len(tokens), nil
 		},
 	}
+}
+
+// monitoredClient connects to uri with mon as its command monitor, and
+// disconnects at cleanup.
+func monitoredClient(t *testing.T, uri string, mon *event.CommandMonitor) *mongo.Client {
+	t.Helper()
+	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetTimeout(30 * time.Second).SetMonitor(mon))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.Disconnect(ctx)
+	})
+	return client
 }
 
 // TestNewMongoArtifactsRepairsATokenHeldByTwoVersions: versions written
@@ -211,37 +219,23 @@ func TestASavePublishedDuringASweepKeepsItsContentAndIsNotCounted(t *testing.T) 
 	})
 	cfg := history.ArtifactConfig{Artifacts: "race_artifacts", Chunks: "race_chunks"}
 	var token string
-	var armed sync.Once
-	arm := make(chan struct{})
+	var armed atomic.Bool // set once the save is staged; the first delete after it takes it
 	published := make(chan error, 1)
 	mon := &event.CommandMonitor{
 		Started: func(ctx context.Context, e *event.CommandStartedEvent) {
 			if e.CommandName != "delete" || e.Command.Lookup("delete").StringValue() != cfg.Artifacts {
 				return
 			}
-			select {
-			case <-arm:
-			default:
+			if !armed.CompareAndSwap(true, false) {
 				return
 			}
-			armed.Do(func() {
-				// Another replica publishes the save now.
-				_, err := other.Collection(cfg.Artifacts).UpdateOne(ctx, bson.D{{Key: "_id", Value: "s#" + token}},
-					bson.D{{Key: "$set", Value: bson.D{{Key: "pub", Value: int64(1)}}}})
-				published <- err
-			})
+			// Another replica publishes the save now.
+			_, err := other.Collection(cfg.Artifacts).UpdateOne(ctx, bson.D{{Key: "_id", Value: "s#" + token}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: "pub", Value: int64(1)}}}})
+			published <- err
 		},
 	}
-	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetTimeout(30 * time.Second).SetMonitor(mon))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = client.Disconnect(ctx)
-	})
-	a, err := history.NewMongoArtifacts(ctx, client.Database(other.Name()), cfg)
+	a, err := history.NewMongoArtifacts(ctx, monitoredClient(t, uri, mon).Database(other.Name()), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +243,7 @@ func TestASavePublishedDuringASweepKeepsItsContentAndIsNotCounted(t *testing.T) 
 	if token, err = a.Stage(ctx, id, history.ArtifactSave{Name: "report.txt", MIME: "text/plain", Data: []byte("the report")}); err != nil {
 		t.Fatal(err)
 	}
-	close(arm)
+	armed.Store(true)
 	n, err := a.SweepArtifacts(ctx, time.Now().Add(time.Hour))
 	select {
 	case err := <-published:

@@ -619,6 +619,16 @@ func TestHubReopenedPartitionHandsAResumeToKafkaAndDropsTheStoppedReadersRecords
 	}
 }
 
+// newTestHubOf is a test hub of partitions 0..n-1, all open at offset 0.
+func newTestHubOf(t *testing.T, n int) *hub {
+	t.Helper()
+	starts := map[int]int64{}
+	for p := range n {
+		starts[p] = 0
+	}
+	return newTestHub(t, starts, 10)
+}
+
 // formerHome (docs/api.md "Cursors": a cursor from before partitions were
 // added) says whether a partition was a key's home under a smaller
 // partition count, for every key and partition: partition 0 is every
@@ -628,11 +638,7 @@ func TestHubReopenedPartitionHandsAResumeToKafkaAndDropsTheStoppedReadersRecords
 func TestHubFormerHomeIsAHomeUnderASmallerPartitionCount(t *testing.T) {
 	t.Parallel()
 	const n = 8
-	starts := map[int]int64{}
-	for p := range n {
-		starts[p] = 0
-	}
-	h := newTestHub(t, starts, 10)
+	h := newTestHubOf(t, n)
 	parts := h.partitions
 	currentOnly := 0
 	for i := range 300 {
@@ -660,11 +666,7 @@ func TestHubFormerHomeIsAHomeUnderASmallerPartitionCount(t *testing.T) {
 func TestHubMovedSinceIsTrueOnlyForAKeyWhoseHomeChangedSinceItWasPlaced(t *testing.T) {
 	t.Parallel()
 	const n = 8
-	starts := map[int]int64{}
-	for p := range n {
-		starts[p] = 0
-	}
-	h := newTestHub(t, starts, 10)
+	h := newTestHubOf(t, n)
 	moved, stayed := 0, 0
 	for i := range 100 {
 		key := fmt.Sprintf("t/u/c%d", i)

@@ -76,9 +76,6 @@ type consumer struct {
 	// is taken after a record's fetch and given back when it is done or
 	// dropped.
 	inflight chan struct{}
-	// inflightN counts the records dispatched and not yet done (the
-	// inflight_records gauge).
-	inflightN atomic.Int64
 
 	peakMu sync.Mutex // guards peak
 	peak   int
@@ -202,9 +199,9 @@ func newAgents(cfg Config, d deps) (*agents, error) {
 	return a, nil
 }
 
-// notePeak records n records in flight if it is a new high-water mark.
-func (w *consumer) notePeak(n64 int64) {
-	n := int(n64)
+// notePeak records the in-flight high-water mark: the slots taken.
+func (w *consumer) notePeak() {
+	n := len(w.inflight)
 	w.peakMu.Lock()
 	if n > w.peak {
 		w.peak = n

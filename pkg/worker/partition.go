@@ -167,15 +167,16 @@ func (p *partition) admit(ctx context.Context) bool {
 // record's completion starts after the caller unlocks, so its release
 // comes after the count.
 func (p *partition) dispatchedLocked() {
-	p.w.notePeak(p.w.inflightN.Add(1)) // first: the peak is never below the gauge
+	// The slots taken (this record's among them) are never fewer than
+	// the records counted, so the peak is never below the gauge.
+	p.w.notePeak()
 	p.w.metrics.inflight.Inc()
 }
 
 // release gives back a dispatched record's slots: it is done, or dropped
 // uncommitted.
 func (p *partition) release() {
-	p.w.metrics.inflight.Dec() // first: the gauge never reads above the peak
-	p.w.inflightN.Add(-1)
+	p.w.metrics.inflight.Dec()
 	<-p.w.inflight
 	<-p.slots
 }
