@@ -61,7 +61,21 @@ func (a *activeRuns) cancel(key string, match func(*activeRun) bool) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r := a.runs[key]
-	if r == nil || r.cancelled || !match(r) {
+	if r == nil || !match(r) {
+		return false
+	}
+	return r.cancelLocked()
+}
+
+// cancel cancels r: its bridge at once if it started, else as it starts.
+func (r *activeRun) cancel() {
+	r.owner.mu.Lock()
+	defer r.owner.mu.Unlock()
+	r.cancelLocked()
+}
+
+func (r *activeRun) cancelLocked() bool {
+	if r.cancelled {
 		return false
 	}
 	r.cancelled = true

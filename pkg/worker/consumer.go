@@ -321,12 +321,20 @@ func (w *consumer) Run(ctx context.Context) error {
 	}
 }
 
-// sleep waits d or until ctx ends; it reports whether the full d passed.
+// sleep waits d or until ctx ends; it reports false if ctx ended first.
 func sleep(ctx context.Context, d time.Duration) bool {
+	return sleepUnless(ctx, d, nil)
+}
+
+// sleepUnless is sleep that also ends early, reporting true, when wake is
+// closed.
+func sleepUnless(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return true
+	case <-wake:
 		return true
 	case <-ctx.Done():
 		return false

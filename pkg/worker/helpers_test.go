@@ -619,3 +619,23 @@ func refuseProduces(k *embedded.Kafka, topicName string, n int32) *atomic.Int32 
 	})
 	return refused
 }
+
+// failFirstRunOf fails the first run of one content with a transient
+// error (status 503) before any content; every other run is the wrapped
+// model's.
+type failFirstRunOf struct {
+	*gatedModel
+	content string
+	failed  atomic.Int32
+}
+
+func (f *failFirstRunOf) WithTools([]*schema.ToolInfo) (model.ToolCallingChatModel, error) {
+	return f, nil
+}
+
+func (f *failFirstRunOf) Stream(ctx context.Context, in []*schema.Message, opts ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	if in[len(in)-1].Content == f.content && f.failed.Add(1) == 1 {
+		return nil, status503{}
+	}
+	return f.gatedModel.Stream(ctx, in, opts...)
+}

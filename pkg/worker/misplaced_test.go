@@ -499,3 +499,96 @@ func TestAMoveIsRetriedWhileKafkaRefusesTheCopyThenLoggedAndCounted(t *testing.T
 		t.Errorf("moves logged %v, want one line %v", moves, wantLog)
 	}
 }
+
+// A moved record is an ordinary request of its home partition (docs/api.md
+// "Records outside their home partition"): its copy runs in the home's
+// order, after the requests already there, even ones written after the
+// original; and its strategy meets what is queued or running there, not
+// where it was found. In the partition it was found in, a record being
+// moved never counts as busy: a rejecting record behind it of the same
+// conversation is moved too, not rejected there.
+func TestAMovedRecordRunsInItsHomesOrderAndMeetsItsStrategyThere(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	s := newStack(t, history.NewMemoryStore())
+	s.ensureTopics(t, ctx, 3)
+	q := events.Identity{Tenant: "acme", User: "ann", Conversation: "moved-queue"}
+	i := events.Identity{Tenant: "acme", User: "ann", Conversation: "moved-interrupt"}
+	away := func(id events.Identity) int { return (topic.Home([]byte(id.Key()), 3) + 1) % 3 }
+	home := func(id events.Identity) int { return topic.Home([]byte(id.Key()), 3) }
+
+	// The originals first: every request of the home partitions is
+	// written after them, and runs before their copies all the same.
+	s.produceAt(t, ctx, away(q), q.Key(),
+		strategyRequest(q, "q-moved", "q moved", events.StrategyEnqueue),
+		strategyRequest(q, "q-reject", "q reject", events.StrategyReject))
+	s.produceAt(t, ctx, away(i), i.Key(), strategyRequest(i, "i-interrupt", "i interrupt", events.StrategyInterrupt))
+	s.produceAt(t, ctx, home(q), q.Key(),
+		strategyRequest(q, "q-1", "q 1", events.StrategyEnqueue),
+		strategyRequest(q, "q-2", "q 2", events.StrategyEnqueue))
+	s.produceAt(t, ctx, home(i), i.Key(), strategyRequest(i, "i-1", "i 1", events.StrategyEnqueue))
+
+	// "q 1" holds its conversation until the rejecting copy has met it;
+	// "i 1" is held until the interrupting copy cancels it.
+	m := newGatedModel("q 1", "i 1")
+	gate := m.gate("q 1")
+	reg := prometheus.NewRegistry()
+	s.start(t, ctx, worker.Deps{Model: m, Registerer: reg})
+	st := s.stream(t)
+	status := map[string]events.Status{}
+	// Each of these completes only after the request it names: its
+	// conversation's requests run one at a time, in the home's order.
+	after := map[string]string{"q-2": "q-1", "q-moved": "q-2", "i-interrupt": "i-1"}
+	completed := func(want ...string) {
+		t.Helper()
+		for {
+			done := true
+			for _, r := range want {
+				_, ok := status[r]
+				done = done && ok
+			}
+			if done {
+				return
+			}
+			m, err := st.r.ReadMessage(ctx)
+			if err != nil {
+				t.Fatalf("waiting for %v to complete, completed so far %v: %v", want, status, err)
+			}
+			if e, err := events.DecodeEvent(m.Value); err == nil && e.Type() == events.TypeRunCompleted {
+				r := e.Header().RequestID
+				if first, ok := after[r]; ok && status[first] == "" {
+					t.Fatalf("%s completed before %s (completed so far %v)", r, first, status)
+				}
+				status[r] = e.(*events.RunCompletedEvent).Status
+			}
+		}
+	}
+	completed("q-reject", "i-1")
+	close(gate)
+	completed("q-1", "q-2", "q-moved", "i-interrupt")
+
+	want := map[string]events.Status{
+		"q-1": events.StatusComplete, "q-2": events.StatusComplete, "q-moved": events.StatusComplete,
+		"q-reject": events.StatusRejected, "i-1": events.StatusCancelled, "i-interrupt": events.StatusComplete,
+	}
+	if !reflect.DeepEqual(status, want) {
+		t.Errorf("completed %v, want %v", status, want)
+	}
+	m.mu.Lock()
+	var order []string
+	for _, c := range m.runs {
+		if strings.HasPrefix(c, "q ") {
+			order = append(order, c)
+		}
+	}
+	m.mu.Unlock()
+	if want := []string{"q 1", "q 2", "q moved"}; !reflect.DeepEqual(order, want) {
+		t.Errorf("%s ran %q, want %q: the moved request after those of its home", q.Conversation, order, want)
+	}
+	if n := m.ran()["i interrupt"]; n != 1 {
+		t.Errorf("the interrupting copy ran %d times, want once", n)
+	}
+	if n := counterValue(t, reg, "turnpike_worker_moved_total"); n != 3 {
+		t.Errorf("moved_total %v, want 3: every original moved, none rejected or run where it was found", n)
+	}
+}

@@ -53,9 +53,16 @@ type entry struct {
 	req events.Request
 	err error // the record failed validation
 	// cancelled: an interrupting request of the conversation came after
-	// this one while it was queued; it completes cancelled without
-	// running. Guarded by partition.mu.
-	cancelled bool
+	// this one. Queued, it completes cancelled without running; running,
+	// or between two of its attempts, its run is cancelled (interrupted is
+	// closed with it: the run's attempts and backoffs watch it). Guarded
+	// by partition.mu.
+	cancelled   bool
+	interrupted chan struct{}
+	// started: the record was taken off its queue to run (its run may
+	// not be registered yet, or it waits between two attempts). Guarded
+	// by partition.mu.
+	started bool
 	// move: the record is not in its key's home partition; it is copied
 	// to home (partition home) instead of run, and never counted busy.
 	move bool
@@ -197,7 +204,7 @@ func (p *partition) keyOf(m kafka.Message) string {
 // interrupt cancels the conversation's running record and every queued
 // one ahead of it, then queues itself.
 func (p *partition) dispatch(genCtx context.Context, m kafka.Message, runners *sync.WaitGroup) {
-	e := &entry{m: m, fetched: time.Now()}
+	e := &entry{m: m, fetched: time.Now(), interrupted: make(chan struct{})}
 	if p.gen != nil {
 		e.gen = p.gen.ID
 	}
@@ -268,16 +275,21 @@ func (p *partition) interruptLocked(key, conv string) {
 		return
 	}
 	for i, e := range q.entries {
-		if string(e.m.Key) != conv || e.move {
-			continue
-		}
-		if i == 0 {
-			if p.w.active.cancel(conv, func(*activeRun) bool { return true }) {
-				p.w.metrics.cancelled.Inc()
-			}
+		if string(e.m.Key) != conv || e.move || e.cancelled {
 			continue
 		}
 		e.cancelled = true
+		close(e.interrupted)
+		if i != 0 || !e.started {
+			continue // queued: it completes cancelled without running
+		}
+		// Started: running, about to be (its run not registered yet), or
+		// waiting between two attempts. Its run is cancelled here, or
+		// cancels itself as it registers (consumer.run). Counted once,
+		// unless a cancel from the control topic stopped the run first.
+		if p.w.active.cancel(conv, func(*activeRun) bool { return true }) || p.w.active.get(conv) == nil {
+			p.w.metrics.cancelled.Inc()
+		}
 	}
 }
 
@@ -295,6 +307,7 @@ func (p *partition) runKey(genCtx context.Context, key string, q *keyQueue) {
 		}
 		e := q.entries[0]
 		cancelled := e.cancelled
+		e.started = e.err == nil && !e.move && !cancelled
 		p.mu.Unlock()
 
 		var err error

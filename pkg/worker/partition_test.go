@@ -294,3 +294,43 @@ func TestAWorkersIdleRequestsReaderAnsweredLateMakesNoSecondDial(t *testing.T) {
 		t.Fatalf("the requests reader dialed %d connections after the late answer, want none (a late empty answer taken as a broken connection is an error, a backoff and a second dial)", n-dials)
 	}
 }
+
+// An interrupting request cancels its conversation's request between two
+// attempts too (docs/api.md "Ordering and strategies"): the request's
+// first attempt failed transiently and it waits out its retry backoff,
+// with no run registered to cancel. The interrupt cuts the backoff short:
+// the request completes cancelled, its model never called again, counted
+// once in cancelled_runs_total; then the interrupting request runs.
+func TestAnInterruptCancelsARequestWaitingBetweenTwoAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	s := newStack(t, history.NewMemoryStore())
+	s.cfg.Partitions = 1
+	// The test ends long before a backoff passes: only the interrupt
+	// ends it.
+	s.cfg.RetryBackoffMin, s.cfg.RetryBackoffMax = time.Hour, time.Hour
+	if err := topic.Ensure(ctx, s.brokers, 1, s.topics.All()...); err != nil {
+		t.Fatal(err)
+	}
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "backoff"}
+	m := &failFirstRunOf{gatedModel: newGatedModel(), content: "backoff m1"}
+	reg := prometheus.NewRegistry()
+	s.produce(t, ctx, id.Key(), strategyRequest(id, "r1", "backoff m1", events.StrategyEnqueue))
+	s.start(t, ctx, worker.Deps{Model: m, Registerer: reg})
+	waitCounter(t, ctx, reg, 1, "turnpike_worker_retries_total") // r1 failed once and waits
+	s.produce(t, ctx, id.Key(), strategyRequest(id, "r2", "backoff m2", events.StrategyInterrupt))
+
+	got := s.stream(t).untilCompleted(t, ctx, 2)
+	if _, st := text(got["r1"]); st != events.StatusCancelled {
+		t.Errorf("r1 completed %s, want cancelled by the interrupt during its backoff", st)
+	}
+	if txt, st := text(got["r2"]); st != events.StatusComplete || txt != "ok backoff m2" {
+		t.Errorf("r2 streamed %q and completed %s, want its answer, complete", txt, st)
+	}
+	if n := m.failed.Load(); n != 1 || m.ran()["backoff m1"] != 0 {
+		t.Errorf("r1's model called %d times, then ran %d times; want its one failed attempt only", n, m.ran()["backoff m1"])
+	}
+	if n := testenv.MetricValue(t, reg, "turnpike_worker_cancelled_runs_total"); n != 1 {
+		t.Errorf("cancelled_runs_total %v, want 1", n)
+	}
+}

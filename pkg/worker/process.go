@@ -49,7 +49,7 @@ func (w *consumer) handle(genCtx context.Context, e *entry) error {
 	}
 	backoff := w.cfg.RetryBackoffMin
 	for attempt, recordAttempts := 1, 1; ; attempt++ {
-		err := w.run(genCtx, ctx, m, req, w.ownerToken(e.gen), agentStarted)
+		err := w.run(genCtx, ctx, m, req, w.ownerToken(e.gen), e.interrupted, agentStarted)
 		if err == nil {
 			return nil
 		}
@@ -72,7 +72,9 @@ func (w *consumer) handle(genCtx context.Context, e *entry) error {
 		w.metrics.retries.Inc()
 		w.log.Warn("attempt failed, retrying", identityAttr(req.Identity()), slog.String("request_id", req.RequestID), slog.Int("attempt", attempt),
 			slog.Duration("backoff", backoff), slog.Any("error", err))
-		if !sleep(genCtx, backoff) {
+		// An interrupting request cuts the wait short: the next attempt
+		// ends cancelled at once.
+		if !sleepUnless(genCtx, backoff, e.interrupted) {
 			return errAbandoned
 		}
 		backoff = min(2*backoff, w.cfg.RetryBackoffMax)
@@ -197,9 +199,10 @@ func truncateKey(k []byte) string {
 
 // run runs one request once, through the step. genCtx says whether the
 // partition is still ours; ctx (detached from it) carries the work. owner
-// is the run's owner token (ownerToken). agentStarted is called when the
-// agent starts.
-func (w *consumer) run(genCtx, ctx context.Context, m kafka.Message, req events.Request, owner int64, agentStarted func()) error {
+// is the run's owner token (ownerToken). interrupted is closed when an
+// interrupting request of the conversation came after this one.
+// agentStarted is called when the agent starts.
+func (w *consumer) run(genCtx, ctx context.Context, m kafka.Message, req events.Request, owner int64, interrupted <-chan struct{}, agentStarted func()) error {
 	id := req.Identity()
 	// Register before looking for a durable cancel: ingest records the
 	// cancel before it publishes it, so a cancel is either in the store
@@ -207,6 +210,15 @@ func (w *consumer) run(genCtx, ctx context.Context, m kafka.Message, req events.
 	src := history.Source{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Time: m.Time}
 	ar := w.active.register(id.Key(), req.RequestID, src, origin(m))
 	defer w.active.unregister(id.Key(), ar)
+	// An interrupt that came before the registration (the record was
+	// taken off its queue, or waited between two attempts) found no run to
+	// cancel (it counted the cancel): the run cancels itself. One that
+	// comes after finds it.
+	select {
+	case <-interrupted:
+		ar.cancel()
+	default:
+	}
 	sink := w.stream.run(w.tracing.KafkaHeaders(ctx), m.Time)
 	res, err := w.step.run(ctx, req, w.store, sink, stepRun{
 		source: &src,
