@@ -82,6 +82,16 @@ func TestOneClientIsSafeForConcurrentUse(t *testing.T) {
 	}
 }
 
+// IngestConfig, which Start uses, turns the per-user rate limit off
+// (RatePerSecond -1, which ingest reads as no limit; pkg/ingest tests
+// that). TestOneClientIsSafeForConcurrentUse sees it only when its 40
+// POSTs come faster than ingest's default bucket refills.
+func TestIngestConfigTurnsTheRateLimitOff(t *testing.T) {
+	if got := turnpiketest.IngestConfig().RatePerSecond; got != -1 {
+		t.Fatalf("IngestConfig().RatePerSecond = %v, want -1 (no limit)", got)
+	}
+}
+
 // StartWithIngest configures ingest's limits: with a per-user rate limit of
 // one POST and (practically) no refill, a second POST is refused 429
 // rate_limited, and another user is not.

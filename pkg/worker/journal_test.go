@@ -310,9 +310,15 @@ func TestAToolThatRunsAgainGetsTheSameKeyAndTheNextAttempt(t *testing.T) {
 }
 
 // slowJournal is a MemoryStore whose journal writes wait until the run
-// takes its next step (or a moment has passed): a step that uses an
+// takes its next step (or a second has passed): a step that uses an
 // output or a result before it is recorded goes ahead of the write and is
 // caught. The wait only makes a correct run slower, it decides nothing.
+// The catch needs the next step to start within that second of the write
+// it did not wait for: on a machine so loaded that it does not, the bug
+// goes unseen (the test still passes on correct code). A bubble of
+// testing/synctest would take the second out, but eino's stream readers
+// wait on a sync.Once's mutex, which a bubble does not count as durably
+// blocked: its clock never moves.
 type slowJournal struct {
 	*history.MemoryStore
 
@@ -332,7 +338,7 @@ func (s *slowJournal) RecordStep(ctx context.Context, id events.Identity, rid st
 	s.mu.Lock()
 	next := s.next
 	s.mu.Unlock()
-	t := time.NewTimer(200 * time.Millisecond)
+	t := time.NewTimer(time.Second)
 	defer t.Stop()
 	select {
 	case <-next:
