@@ -438,4 +438,21 @@ func TestAddedStreamPartitionsMoveSubscriptionsAndCursorsResumeAcrossTheMove(t *
 	if fr := expired.next(ctx); fr.Type != "error" || fr.Code != codeCursorExpired || fr.Conversation != conv {
 		t.Fatalf("a resume from a former home's cursor whose successor is deleted: %+v, want cursor_expired", fr)
 	}
+	// The cursor of the record deleted last has not: its successor, the
+	// former home's first retained record, is still there.
+	kept := f.dial(ctx, tok)
+	kept.subscribe(conv, before[1].Cursor)
+	if fr := kept.next(ctx); fr.Type != "subscribed" {
+		t.Fatalf("a resume from a former home's cursor whose record is deleted and successor kept: %+v, want subscribed", fr)
+	}
+	checkSeqs(t, kept.events(ctx, 5), "r", 3, 7)
+
+	// The other conversation's record is the former home's first retained
+	// one now: a cursor naming it is still checked, and refused.
+	f.deleteRecordsBefore(ctx, oldHome, 3)
+	first := f.dial(ctx, tok)
+	first.subscribe(conv, foreign)
+	if fr := first.next(ctx); fr.Type != "error" || fr.Code != codeInvalidArgument {
+		t.Fatalf("a resume from another conversation's cursor at the former home's first retained offset: %+v, want invalid_argument", fr)
+	}
 }

@@ -3,9 +3,11 @@ package pushgw
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +60,50 @@ func TestAFramePoppedAfterTheSessionClosedIsReleasedAndCountedDropped(t *testing
 		t.Errorf("queue holds %d frames, %d bytes after the drop, want none", n, b)
 	}
 	checkMetric(t, reg, "turnpike_pushgw_frames_dropped_total", 1)
+}
+
+// A session tearing down counts the frames its queue still held as
+// dropped (turnpike_pushgw_frames_dropped_total, docs/pushgw.md
+// "Metrics"), and logs its end at info when it shed a slow consumer, at
+// debug otherwise.
+func TestATearDownCountsTheQueuedFramesDroppedAndLogsASlowConsumerAtInfo(t *testing.T) {
+	t.Parallel()
+	v, err := auth.NewVerifier(testSecret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		end     func(s *session)
+		logged  bool
+		dropped float64
+	}{
+		{"shed", func(s *session) { s.shed("too slow") }, true, 2},
+		{"gone", func(s *session) { s.fail(websocket.CloseGoingAway, "bye") }, false, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			var logs syncBuffer
+			gw, err := newGateway(Config{Brokers: []string{"127.0.0.1:1"}}, v, reg, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var s session
+			s.init(gw, nil, auth.Token{}, "default/alice", "test")
+			for range 2 {
+				if !s.out.tryPush([]byte("frame")) {
+					t.Fatal("push refused")
+				}
+			}
+			tc.end(&s)
+			s.endSubscriptions()
+			s.logClosed()
+			checkMetric(t, reg, "turnpike_pushgw_frames_dropped_total", tc.dropped)
+			if got := strings.Contains(logs.String(), "client closed"); got != tc.logged {
+				t.Errorf("logged at info: %v, want %v:\n%s", got, tc.logged, logs.String())
+			}
+		})
+	}
 }
 
 // TestACursorIsValidUpToThePartitionsLastRecordAndRefusedAtOnceFromItsEndOffset
