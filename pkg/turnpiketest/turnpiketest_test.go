@@ -87,6 +87,7 @@ func TestOneClientIsSafeForConcurrentUse(t *testing.T) {
 // that). TestOneClientIsSafeForConcurrentUse sees it only when its 40
 // POSTs come faster than ingest's default bucket refills.
 func TestIngestConfigTurnsTheRateLimitOff(t *testing.T) {
+	t.Parallel()
 	if got := turnpiketest.IngestConfig().RatePerSecond; got != -1 {
 		t.Fatalf("IngestConfig().RatePerSecond = %v, want -1 (no limit)", got)
 	}

@@ -68,10 +68,11 @@ func (a *activeRuns) cancel(key string, match func(*activeRun) bool) bool {
 }
 
 // cancel cancels r: its bridge at once if it started, else as it starts.
-func (r *activeRun) cancel() {
+// It reports whether r was not cancelled before.
+func (r *activeRun) cancel() bool {
 	r.owner.mu.Lock()
 	defer r.owner.mu.Unlock()
-	r.cancelLocked()
+	return r.cancelLocked()
 }
 
 func (r *activeRun) cancelLocked() bool {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -41,6 +42,24 @@ type partition struct {
 	offsets *offsetTracker
 }
 
+// interruption is how an interrupting request reaches a record's run,
+// which may not be registered when it comes (taken off its queue a moment
+// ago, or waiting between two attempts): done is closed, and the run
+// cancels itself as it registers (consumer.run).
+type interruption struct {
+	done chan struct{}
+	// counted: the run's cancel is counted in cancelled_runs_total, by the
+	// interrupt or by a run cancelling itself, whichever took effect.
+	counted atomic.Bool
+}
+
+// count counts the interruption's cancel once.
+func (i *interruption) count(m *metrics) {
+	if i.counted.CompareAndSwap(false, true) {
+		m.cancelled.Inc()
+	}
+}
+
 // keyQueue is one ordering key's records in topic order; the first is the
 // one running.
 type keyQueue struct {
@@ -54,15 +73,11 @@ type entry struct {
 	err error // the record failed validation
 	// cancelled: an interrupting request of the conversation came after
 	// this one. Queued, it completes cancelled without running; running,
-	// or between two of its attempts, its run is cancelled (interrupted is
-	// closed with it: the run's attempts and backoffs watch it). Guarded
-	// by partition.mu.
-	cancelled   bool
-	interrupted chan struct{}
-	// started: the record was taken off its queue to run (its run may
-	// not be registered yet, or it waits between two attempts). Guarded
-	// by partition.mu.
-	started bool
+	// or between two of its attempts, its run is cancelled (interrupt is
+	// closed with it: the run's attempts and backoff watch it). Guarded by
+	// partition.mu.
+	cancelled bool
+	interrupt interruption
 	// move: the record is not in its key's home partition; it is copied
 	// to home (partition home) instead of run, and never counted busy.
 	move bool
@@ -204,7 +219,7 @@ func (p *partition) keyOf(m kafka.Message) string {
 // interrupt cancels the conversation's running record and every queued
 // one ahead of it, then queues itself.
 func (p *partition) dispatch(genCtx context.Context, m kafka.Message, runners *sync.WaitGroup) {
-	e := &entry{m: m, fetched: time.Now(), interrupted: make(chan struct{})}
+	e := &entry{m: m, fetched: time.Now(), interrupt: interruption{done: make(chan struct{})}}
 	if p.gen != nil {
 		e.gen = p.gen.ID
 	}
@@ -279,16 +294,12 @@ func (p *partition) interruptLocked(key, conv string) {
 			continue
 		}
 		e.cancelled = true
-		close(e.interrupted)
-		if i != 0 || !e.started {
-			continue // queued: it completes cancelled without running
-		}
-		// Started: running, about to be (its run not registered yet), or
-		// waiting between two attempts. Its run is cancelled here, or
-		// cancels itself as it registers (consumer.run). Counted once,
-		// unless a cancel from the control topic stopped the run first.
-		if p.w.active.cancel(conv, func(*activeRun) bool { return true }) || p.w.active.get(conv) == nil {
-			p.w.metrics.cancelled.Inc()
+		close(e.interrupt.done)
+		// The first may be running: its run is cancelled here if it is
+		// registered, else it cancels itself as it registers. Queued, it
+		// completes cancelled without running.
+		if i == 0 && p.w.active.cancel(conv, func(*activeRun) bool { return true }) {
+			e.interrupt.count(p.w.metrics)
 		}
 	}
 }
@@ -307,7 +318,6 @@ func (p *partition) runKey(genCtx context.Context, key string, q *keyQueue) {
 		}
 		e := q.entries[0]
 		cancelled := e.cancelled
-		e.started = e.err == nil && !e.move && !cancelled
 		p.mu.Unlock()
 
 		var err error

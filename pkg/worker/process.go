@@ -48,8 +48,9 @@ func (w *consumer) handle(genCtx context.Context, e *entry) error {
 		}
 	}
 	backoff := w.cfg.RetryBackoffMin
+	wake := e.interrupt.done // an interrupt cuts one backoff short
 	for attempt, recordAttempts := 1, 1; ; attempt++ {
-		err := w.run(genCtx, ctx, m, req, w.ownerToken(e.gen), e.interrupted, agentStarted)
+		err := w.run(genCtx, ctx, m, req, w.ownerToken(e.gen), &e.interrupt, agentStarted)
 		if err == nil {
 			return nil
 		}
@@ -73,9 +74,16 @@ func (w *consumer) handle(genCtx context.Context, e *entry) error {
 		w.log.Warn("attempt failed, retrying", identityAttr(req.Identity()), slog.String("request_id", req.RequestID), slog.Int("attempt", attempt),
 			slog.Duration("backoff", backoff), slog.Any("error", err))
 		// An interrupting request cuts the wait short: the next attempt
-		// ends cancelled at once.
-		if !sleepUnless(genCtx, backoff, e.interrupted) {
+		// ends cancelled without running the agent. Only once: should that
+		// attempt fail too (the store or the stream down), its retries back
+		// off as any.
+		if !sleepUnless(genCtx, backoff, wake) {
 			return errAbandoned
+		}
+		select {
+		case <-wake:
+			wake = nil
+		default:
 		}
 		backoff = min(2*backoff, w.cfg.RetryBackoffMax)
 	}
@@ -199,10 +207,9 @@ func truncateKey(k []byte) string {
 
 // run runs one request once, through the step. genCtx says whether the
 // partition is still ours; ctx (detached from it) carries the work. owner
-// is the run's owner token (ownerToken). interrupted is closed when an
-// interrupting request of the conversation came after this one.
-// agentStarted is called when the agent starts.
-func (w *consumer) run(genCtx, ctx context.Context, m kafka.Message, req events.Request, owner int64, interrupted <-chan struct{}, agentStarted func()) error {
+// is the run's owner token (ownerToken). intr is the record's
+// interruption. agentStarted is called when the agent starts.
+func (w *consumer) run(genCtx, ctx context.Context, m kafka.Message, req events.Request, owner int64, intr *interruption, agentStarted func()) error {
 	id := req.Identity()
 	// Register before looking for a durable cancel: ingest records the
 	// cancel before it publishes it, so a cancel is either in the store
@@ -212,11 +219,12 @@ func (w *consumer) run(genCtx, ctx context.Context, m kafka.Message, req events.
 	defer w.active.unregister(id.Key(), ar)
 	// An interrupt that came before the registration (the record was
 	// taken off its queue, or waited between two attempts) found no run to
-	// cancel (it counted the cancel): the run cancels itself. One that
-	// comes after finds it.
+	// cancel: the run cancels itself. One that comes after finds it.
 	select {
-	case <-interrupted:
-		ar.cancel()
+	case <-intr.done:
+		if ar.cancel() {
+			intr.count(w.metrics)
+		}
 	default:
 	}
 	sink := w.stream.run(w.tracing.KafkaHeaders(ctx), m.Time)
