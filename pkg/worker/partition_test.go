@@ -106,6 +106,10 @@ func TestStrategiesUnderPartitionOrderingTouchOnlyTheirOwnConversation(t *testin
 			t.Errorf("%s holds %d turns, want %d", id.Conversation, turns, want)
 		}
 	}
+	// a1 was cancelled while queued, not while running.
+	if n := testenv.MetricValue(t, reg, "turnpike_worker_cancelled_runs_total"); n != 0 {
+		t.Errorf("cancelled_runs_total %v, want 0: no run was running when its interrupt came", n)
+	}
 }
 
 // A record repeating the request id of one running is a duplicate, never
