@@ -338,3 +338,48 @@ func TestAnInterruptCancelsARequestWaitingBetweenTwoAttempts(t *testing.T) {
 		t.Errorf("cancelled_runs_total %v, want 1", n)
 	}
 }
+
+// A conversation is busy for as long as any of its records is queued or
+// running (docs/api.md "Ordering and strategies"): once its first request
+// ended, with one running and one queued behind it, a rejecting request is
+// still rejected. The completed records' offsets are committed and the
+// commits counted (turnpike_worker_offset_commits_total).
+func TestAConversationStaysBusyWhileAnyOfItsRecordsIsQueuedOrRunning(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	s := newStack(t, history.NewMemoryStore())
+	s.cfg.Partitions = 1
+	if err := topic.Ensure(ctx, s.brokers, 1, s.topics.All()...); err != nil {
+		t.Fatal(err)
+	}
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "busy"}
+	m := newGatedModel("busy m1", "busy m2")
+	first, second := m.gate("busy m1"), m.gate("busy m2")
+	reg := prometheus.NewRegistry()
+	for i := 1; i <= 3; i++ {
+		s.produce(t, ctx, id.Key(), strategyRequest(id, fmt.Sprintf("r%d", i), fmt.Sprintf("busy m%d", i), events.StrategyEnqueue))
+	}
+	s.start(t, ctx, worker.Deps{Model: m, Registerer: reg})
+	st := s.stream(t)
+	testenv.Eventually(t, ctx, "r1 running", func() bool { return m.ran()["busy m1"] == 1 })
+	close(first)
+	if got := st.untilCompleted(t, ctx, 1); len(got["r1"]) == 0 {
+		t.Fatalf("first completion %v, want r1's", got)
+	}
+	testenv.Eventually(t, ctx, "r2 running", func() bool { return m.ran()["busy m2"] == 1 })
+	s.produce(t, ctx, id.Key(), strategyRequest(id, "r4", "busy m4", events.StrategyReject))
+	got := st.untilCompleted(t, ctx, 1)
+	if _, status := text(got["r4"]); status != events.StatusRejected {
+		t.Fatalf("next completion %v, want r4 rejected: r2 runs and r3 is queued", got)
+	}
+	close(second)
+	got = st.untilCompleted(t, ctx, 2)
+	for _, r := range []string{"r2", "r3"} {
+		if _, status := text(got[r]); status != events.StatusComplete {
+			t.Errorf("%s completed %s, want complete", r, status)
+		}
+	}
+	testenv.Eventually(t, ctx, "an offset commit counted", func() bool {
+		return testenv.MetricValue(t, reg, "turnpike_worker_offset_commits_total") > 0
+	})
+}
