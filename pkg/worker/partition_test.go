@@ -334,6 +334,10 @@ func TestAnInterruptCancelsARequestWaitingBetweenTwoAttempts(t *testing.T) {
 	if n := m.failed.Load(); n != 1 || m.ran()["backoff m1"] != 0 {
 		t.Errorf("r1's model called %d times, then ran %d times; want its one failed attempt only", n, m.ran()["backoff m1"])
 	}
+	// The cancelled attempt ends before its agent starts: no second run.
+	if n := startedCount(got["r1"])["r1"]; n != 1 {
+		t.Errorf("r1 started %d runs, want 1: the failed attempt's", n)
+	}
 	if n := testenv.MetricValue(t, reg, "turnpike_worker_cancelled_runs_total"); n != 1 {
 		t.Errorf("cancelled_runs_total %v, want 1", n)
 	}
