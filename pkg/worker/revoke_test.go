@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
@@ -318,5 +320,60 @@ func TestTheNextOwnerOfAPartitionReplaysTheJournalOfARunAbortedAtARebalance(t *t
 	}
 	if _, found, err := store.Steps(ctx, id, "req-1"); found || err != nil {
 		t.Errorf("the journal of the committed request is still there (%v)", err)
+	}
+}
+
+// outcomesDown fails RecordOutcome while down is set, as a MongoDB outage
+// would for the endings without a turn (rejected, cancelled while queued),
+// and counts the failures.
+type outcomesDown struct {
+	history.Store
+	down   atomic.Bool
+	failed atomic.Int32
+}
+
+func (o *outcomesDown) RecordOutcome(ctx context.Context, id events.Identity, requestID string, status events.Status) (history.Committed, error) {
+	if o.down.Load() {
+		o.failed.Add(1)
+		return history.Committed{}, errors.New("mongo unavailable")
+	}
+	return o.Store.RecordOutcome(ctx, id, requestID, status)
+}
+
+// A rejecting request whose rejection cannot be recorded (the store is
+// down) when the worker stops is abandoned, not marked done: its offset is
+// not committed, and the next owner takes it up (its conversation idle by
+// then, it runs). Were it committed, its run.completed would never be
+// written.
+func TestARejectionAbandonedAtShutdownIsLeftToTheNextOwner(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	store := &outcomesDown{Store: history.NewMemoryStore()}
+	s := newStack(t, store)
+	s.cfg.Partitions = 1
+	if err := topic.Ensure(ctx, s.brokers, 1, s.topics.All()...); err != nil {
+		t.Fatal(err)
+	}
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "abandoned-reject"}
+	m := newGatedModel("abandon m1")
+	gate := m.gate("abandon m1")
+	s.produce(t, ctx, id.Key(), strategyRequest(id, "r1", "abandon m1", events.StrategyEnqueue))
+	stop := s.start(t, ctx, worker.Deps{Model: m})
+	testenv.Eventually(t, ctx, "r1 running", func() bool { return m.ran()["abandon m1"] == 1 })
+	store.down.Store(true)
+	s.produce(t, ctx, id.Key(), strategyRequest(id, "r2", "abandon m2", events.StrategyReject))
+	testenv.Eventually(t, ctx, "r2's rejection failing to be recorded", func() bool { return store.failed.Load() >= 1 })
+	close(gate)
+	st := s.stream(t)
+	if got := st.untilCompleted(t, ctx, 1); len(got["r1"]) == 0 {
+		t.Fatalf("first completion %v, want r1's", got)
+	}
+	stop() // r2's rejection is still being retried: abandoned
+
+	store.down.Store(false)
+	s.start(t, ctx, worker.Deps{Model: m})
+	got := st.untilCompleted(t, ctx, 1)
+	if txt, status := text(got["r2"]); status != events.StatusComplete || txt != "ok abandon m2" {
+		t.Fatalf("next completion %v, want r2 run by the next owner", got)
 	}
 }
