@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -541,26 +542,16 @@ func TestAMovedRecordRunsInItsHomesOrderAndMeetsItsStrategyThere(t *testing.T) {
 	after := map[string]string{"q-2": "q-1", "q-moved": "q-2", "i-interrupt": "i-1"}
 	completed := func(want ...string) {
 		t.Helper()
-		for {
-			done := true
-			for _, r := range want {
-				_, ok := status[r]
-				done = done && ok
+		for slices.ContainsFunc(want, func(r string) bool { return status[r] == "" }) {
+			e := st.next(t, ctx)
+			c, ok := e.(*events.RunCompletedEvent)
+			if !ok {
+				continue
 			}
-			if done {
-				return
+			if first, ok := after[c.RequestID]; ok && status[first] == "" {
+				t.Fatalf("%s completed before %s (completed so far %v)", c.RequestID, first, status)
 			}
-			m, err := st.r.ReadMessage(ctx)
-			if err != nil {
-				t.Fatalf("waiting for %v to complete, completed so far %v: %v", want, status, err)
-			}
-			if e, err := events.DecodeEvent(m.Value); err == nil && e.Type() == events.TypeRunCompleted {
-				r := e.Header().RequestID
-				if first, ok := after[r]; ok && status[first] == "" {
-					t.Fatalf("%s completed before %s (completed so far %v)", r, first, status)
-				}
-				status[r] = e.(*events.RunCompletedEvent).Status
-			}
+			status[c.RequestID] = c.Status
 		}
 	}
 	completed("q-reject", "i-1")

@@ -42,15 +42,27 @@ type partition struct {
 	offsets *offsetTracker
 }
 
-// interruption is how an interrupting request reaches a record's run,
-// which may not be registered when it comes (taken off its queue a moment
-// ago, or waiting between two attempts): done is closed, and the run
-// cancels itself as it registers (consumer.run).
+// interruption is how an interrupting request reaches a record that came
+// before it: done is closed (by interruptLocked, under partition.mu).
+// Queued, the record completes cancelled without running; running, its
+// run is cancelled, or cancels itself as it registers when it was not
+// registered yet (taken off its queue a moment ago, or waiting between
+// two attempts: done also ends that wait).
 type interruption struct {
 	done chan struct{}
 	// counted: the run's cancel is counted in cancelled_runs_total, by the
 	// interrupt or by a run cancelling itself, whichever took effect.
 	counted atomic.Bool
+}
+
+// interrupted reports whether an interrupting request came.
+func (i *interruption) interrupted() bool {
+	select {
+	case <-i.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // count counts the interruption's cancel once.
@@ -68,15 +80,9 @@ type keyQueue struct {
 
 // entry is a fetched record, decoded once at dispatch.
 type entry struct {
-	m   kafka.Message
-	req events.Request
-	err error // the record failed validation
-	// cancelled: an interrupting request of the conversation came after
-	// this one. Queued, it completes cancelled without running; running,
-	// or between two of its attempts, its run is cancelled (interrupt is
-	// closed with it: the run's attempts and backoff watch it). Guarded by
-	// partition.mu.
-	cancelled bool
+	m         kafka.Message
+	req       events.Request
+	err       error // the record failed validation
 	interrupt interruption
 	// move: the record is not in its key's home partition; it is copied
 	// to home (partition home) instead of run, and never counted busy.
@@ -290,10 +296,9 @@ func (p *partition) interruptLocked(key, conv string) {
 		return
 	}
 	for i, e := range q.entries {
-		if string(e.m.Key) != conv || e.move || e.cancelled {
+		if string(e.m.Key) != conv || e.move || e.interrupt.interrupted() {
 			continue
 		}
-		e.cancelled = true
 		close(e.interrupt.done)
 		// The first may be running: its run is cancelled here if it is
 		// registered, else it cancels itself as it registers. Queued, it
@@ -317,7 +322,7 @@ func (p *partition) runKey(genCtx context.Context, key string, q *keyQueue) {
 			return
 		}
 		e := q.entries[0]
-		cancelled := e.cancelled
+		cancelled := e.interrupt.interrupted()
 		p.mu.Unlock()
 
 		var err error

@@ -9,7 +9,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
-	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
@@ -28,9 +27,7 @@ func TestStrategiesUnderPartitionOrderingTouchOnlyTheirOwnConversation(t *testin
 	s := newStack(t, store)
 	s.cfg.Partitions = 1
 	s.cfg.Ordering = "partition"
-	if err := topic.Ensure(ctx, s.brokers, 1, s.topics.All()...); err != nil {
-		t.Fatal(err)
-	}
+	s.ensureTopics(t, ctx, 1)
 	a := events.Identity{Tenant: "acme", User: "ann", Conversation: "a"}
 	b := events.Identity{Tenant: "acme", User: "ann", Conversation: "b"}
 	c := events.Identity{Tenant: "acme", User: "ann", Conversation: "c"}
@@ -122,9 +119,7 @@ func TestADuplicateOfARunningRequestIsNeitherRejectedNorInterrupting(t *testing.
 	store := history.NewMemoryStore()
 	s := newStack(t, store)
 	s.cfg.Partitions = 1
-	if err := topic.Ensure(ctx, s.brokers, 1, s.topics.All()...); err != nil {
-		t.Fatal(err)
-	}
+	s.ensureTopics(t, ctx, 1)
 	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "dup"}
 	m := newGatedModel("dup m1")
 	gate := m.gate("dup m1")
@@ -264,9 +259,7 @@ func TestAWorkersIdleRequestsReaderAnsweredLateMakesNoSecondDial(t *testing.T) {
 	ctx := testenv.Context(t, 60*time.Second)
 	s := newStack(t, history.NewMemoryStore())
 	s.cfg.Partitions = 1
-	if err := topic.Ensure(ctx, s.brokers, 1, s.topics.All()...); err != nil {
-		t.Fatal(err)
-	}
+	s.ensureTopics(t, ctx, 1)
 	reg := prometheus.NewRegistry()
 	w := s.newWorker(t, worker.Deps{Registerer: reg})
 	h := &testenv.HeldConns{}
@@ -313,9 +306,7 @@ func TestAnInterruptCancelsARequestWaitingBetweenTwoAttempts(t *testing.T) {
 	// The test ends long before a backoff passes: only the interrupt
 	// ends it.
 	s.cfg.RetryBackoffMin, s.cfg.RetryBackoffMax = time.Hour, time.Hour
-	if err := topic.Ensure(ctx, s.brokers, 1, s.topics.All()...); err != nil {
-		t.Fatal(err)
-	}
+	s.ensureTopics(t, ctx, 1)
 	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "backoff"}
 	m := &failFirstRunOf{gatedModel: newGatedModel(), content: "backoff m1"}
 	reg := prometheus.NewRegistry()
@@ -353,9 +344,7 @@ func TestAConversationStaysBusyWhileAnyOfItsRecordsIsQueuedOrRunning(t *testing.
 	ctx := testenv.Context(t, 60*time.Second)
 	s := newStack(t, history.NewMemoryStore())
 	s.cfg.Partitions = 1
-	if err := topic.Ensure(ctx, s.brokers, 1, s.topics.All()...); err != nil {
-		t.Fatal(err)
-	}
+	s.ensureTopics(t, ctx, 1)
 	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "busy"}
 	m := newGatedModel("busy m1", "busy m2")
 	first, second := m.gate("busy m1"), m.gate("busy m2")

@@ -80,10 +80,8 @@ func (w *consumer) handle(genCtx context.Context, e *entry) error {
 		if !sleepUnless(genCtx, backoff, wake) {
 			return errAbandoned
 		}
-		select {
-		case <-wake:
+		if e.interrupt.interrupted() {
 			wake = nil
-		default:
 		}
 		backoff = min(2*backoff, w.cfg.RetryBackoffMax)
 	}
@@ -220,12 +218,8 @@ func (w *consumer) run(genCtx, ctx context.Context, m kafka.Message, req events.
 	// An interrupt that came before the registration (the record was
 	// taken off its queue, or waited between two attempts) found no run to
 	// cancel: the run cancels itself. One that comes after finds it.
-	select {
-	case <-intr.done:
-		if ar.cancel() {
-			intr.count(w.metrics)
-		}
-	default:
+	if intr.interrupted() && ar.cancel() {
+		intr.count(w.metrics)
 	}
 	sink := w.stream.run(w.tracing.KafkaHeaders(ctx), m.Time)
 	res, err := w.step.run(ctx, req, w.store, sink, stepRun{

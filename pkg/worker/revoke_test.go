@@ -18,7 +18,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
-	"github.com/turnpike-dev/turnpike/internal/topic"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
 	"github.com/turnpike-dev/turnpike/pkg/worker"
@@ -351,9 +350,7 @@ func TestARejectionAbandonedAtShutdownIsLeftToTheNextOwner(t *testing.T) {
 	store := &outcomesDown{Store: history.NewMemoryStore()}
 	s := newStack(t, store)
 	s.cfg.Partitions = 1
-	if err := topic.Ensure(ctx, s.brokers, 1, s.topics.All()...); err != nil {
-		t.Fatal(err)
-	}
+	s.ensureTopics(t, ctx, 1)
 	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "abandoned-reject"}
 	m := newGatedModel("abandon m1")
 	gate := m.gate("abandon m1")
