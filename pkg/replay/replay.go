@@ -57,6 +57,9 @@ type deps struct {
 
 	// afterRecord, if set, is called after each record is done (tests).
 	afterRecord func()
+	// afterDispatch, if set, is called after a shadow replay's reader has
+	// queued a request behind its conversation's earlier ones (tests).
+	afterDispatch func()
 }
 
 // errInterrupted is returned (with the summary) when the context ended

@@ -188,6 +188,9 @@ func (s *shadowRun) readPartition(ctx, runCtx context.Context, rg partitionRange
 			return context.Cause(runCtx)
 		}
 		s.dispatch(j)
+		if s.d.afterDispatch != nil {
+			s.d.afterDispatch()
+		}
 		return nil
 	})
 	if err != nil {

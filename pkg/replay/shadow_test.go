@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -22,6 +23,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
+	"github.com/turnpike-dev/turnpike/pkg/bridge"
 	"github.com/turnpike-dev/turnpike/pkg/echo"
 	"github.com/turnpike-dev/turnpike/pkg/events"
 	"github.com/turnpike-dev/turnpike/pkg/history"
@@ -238,6 +240,62 @@ func TestAnInterruptedShadowReplayResumesAndReportsEveryRecordOnce(t *testing.T)
 	}
 	if got := len(readReport(t, cfg.Report)); got != 200 {
 		t.Errorf("report grew to %d lines", got)
+	}
+}
+
+// heldStep holds each run until release is closed, then runs step.
+type heldStep struct {
+	step    stepRunner
+	release <-chan struct{}
+}
+
+func (h heldStep) Run(ctx context.Context, req events.Request, store history.Store, sink bridge.Sink) (bridge.Result, error) {
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return bridge.Result{}, ctx.Err()
+	}
+	return h.step.Run(ctx, req, store, sink)
+}
+
+// After an interrupt the runners start no record queued behind its
+// conversation's running one. The first run is held until the reader has
+// queued all of the conversation's records, so that the interrupt finds
+// them queued whatever the timing; the conversation's records run one at a
+// time, so the interrupt at the fifth leaves exactly five reported.
+func TestAnInterruptedShadowReplayStartsNoQueuedRecord(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 60*time.Second)
+	e := newEnv(t)
+	const msgs, at = 20, 5
+	e.conversations(t, ctx, "ivy", 1, msgs)
+	cfg := e.config(modeShadow, "queued")
+	step, err := newStep(cfg, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allQueued := make(chan struct{})
+	var queued, done atomic.Int64
+	runCtx, interrupt := context.WithCancel(ctx)
+	defer interrupt()
+	_, err = runReplay(runCtx, cfg, deps{
+		Step: heldStep{step: step, release: allQueued},
+		afterDispatch: func() {
+			if queued.Add(1) == msgs {
+				close(allQueued)
+			}
+		},
+		afterRecord: func() {
+			if done.Add(1) == at {
+				interrupt()
+			}
+		},
+	})
+	if !errors.Is(err, errInterrupted) {
+		t.Fatalf("interrupted run: %v, want ErrInterrupted", err)
+	}
+	if got := len(readReport(t, cfg.Report)); got != at {
+		t.Errorf("the interrupt at record %d of %d queued: %d reported, want %d", at, msgs, got, at)
 	}
 }
 
