@@ -314,7 +314,7 @@ func (s *Step) runUntil(ctx, stopped context.Context, req events.Request, store 
 		// run.completed (artifact.saved is at least once). Only when the
 		// turn holds saves: duplicates are a hot path.
 		var published []history.Artifact
-		if st.Committed.N > 0 && st.Committed.Artifacts > 0 {
+		if st.Committed.Artifacts > 0 { // 0 without a turn
 			if published, err = publishArtifacts(ctx, s.artifacts, store, id, req.RequestID, nil, true, s.lostArtifacts(log)); err != nil {
 				return bridge.Result{}, err
 			}

@@ -1,0 +1,32 @@
+package worker
+
+import (
+	"testing"
+	"time"
+)
+
+// A later run of a Step gets a higher owner token than any before it, also
+// when the clock gives the same instant twice or steps back: the journal
+// fences a run whose token is not above the last run's.
+func TestAStepsOwnerTokensRiseWhateverTheClock(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	clock := at
+	s := &Step{now: func() time.Time { return clock }}
+	first := s.nextOwner()
+	if first != at.UnixNano() {
+		t.Fatalf("first token %d, want the clock's %d", first, at.UnixNano())
+	}
+	last := first
+	for i, c := range []time.Time{at, at, at.Add(-time.Second), at.Add(time.Hour)} {
+		clock = c
+		next := s.nextOwner()
+		if next <= last {
+			t.Fatalf("token %d at clock %v: %d, not above the last %d", i+2, c, next, last)
+		}
+		last = next
+	}
+	if last != at.Add(time.Hour).UnixNano() {
+		t.Errorf("a clock past the last token: token %d, want the clock's %d", last, at.Add(time.Hour).UnixNano())
+	}
+}
