@@ -270,6 +270,9 @@ func TestAnInterruptedShadowReplayStartsNoQueuedRecord(t *testing.T) {
 	const msgs, at = 20, 5
 	e.conversations(t, ctx, "ivy", 1, msgs)
 	cfg := e.config(modeShadow, "queued")
+	// The reader queues all 20 without waiting (MaxInflight is 4096), and
+	// the runner's next record, should it start, finishes within the drain.
+	cfg.DrainTimeout = time.Minute
 	step, err := newStep(cfg, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
