@@ -3,6 +3,9 @@ package worker
 import (
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // A later run of a Step gets a higher owner token than any before it, also
@@ -28,5 +31,31 @@ func TestAStepsOwnerTokensRiseWhateverTheClock(t *testing.T) {
 	}
 	if last != at.Add(time.Hour).UnixNano() {
 		t.Errorf("a clock past the last token: token %d, want the clock's %d", last, at.Add(time.Hour).UnixNano())
+	}
+}
+
+// A Step's peak is the most runs in progress at once (the ordering
+// benchmark reports it), and its running gauge follows them.
+func TestAStepsPeakIsTheMostRunsInProgressAtOnce(t *testing.T) {
+	t.Parallel()
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Step{metrics: m}
+	s.runStarted()
+	s.runStarted()
+	s.runEnded()
+	s.runStarted()
+	if got := s.peak(); got != 2 {
+		t.Errorf("peak after two runs at once, then one of two = %d, want 2", got)
+	}
+	s.runEnded()
+	s.runEnded()
+	if got := testutil.ToFloat64(m.running); got != 0 {
+		t.Errorf("running gauge after every run ended = %v, want 0", got)
+	}
+	if got := s.peak(); got != 2 {
+		t.Errorf("peak after every run ended = %d, want it kept at 2", got)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/cloudwego/eino/components/tool"
 	"github.com/cloudwego/eino/compose"
 	"github.com/cloudwego/eino/schema"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/turnpike-dev/turnpike/internal/testenv"
@@ -232,26 +233,41 @@ func toolAgent(ctx context.Context, m model.ToolCallingChatModel, tools ...tool.
 
 // An interrupted run is checkpointed in the step's store and resumed from
 // it by a request with ResumeOf; a resume of anything else is rejected
-// with a notice, and persists nothing.
+// with a notice, and persists nothing. turnpike_worker_interrupts_total
+// counts the interrupted run once: not its redelivery, not the resume.
 func TestAStepResumesAnInterruptFromItsStore(t *testing.T) {
 	t.Parallel()
 	ctx := testenv.Context(t, 30*time.Second)
 	m := askingModel()
-	st := newStep(t, stepConfig(), worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
+	reg := prometheus.NewRegistry()
+	st := newStep(t, stepConfig(), worker.WithRegistry(reg), worker.WithAgentFactory(func(ctx context.Context, _ worker.Request) (adk.Agent, error) {
 		return toolAgent(ctx, m, worker.AskUser())
 	}))
 	store := history.NewMemoryStore()
 	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "resume"}
+	// Run returns after its metrics are counted.
+	interrupts := func(when string) {
+		t.Helper()
+		if got := counterValue(t, reg, "turnpike_worker_interrupts_total"); got != 1 {
+			t.Errorf("turnpike_worker_interrupts_total after %s = %v, want 1", when, got)
+		}
+	}
 	first, err := st.Run(ctx, stepRequest(id, "r1", "book a table"), store, newRecordingSink())
 	if err != nil || first.Status != events.StatusInterrupted || first.Interrupt == nil || first.Interrupt.Question != "For how many?" {
 		t.Fatalf("first run: %+v, %v; want interrupted by the question", first, err)
 	}
+	interrupts("the interrupted run")
+	if dup, err := st.Run(ctx, stepRequest(id, "r1", "book a table"), store, newRecordingSink()); err != nil || !dup.Committed.Duplicate {
+		t.Fatalf("the interrupted request redelivered: %+v, %v; want a duplicate", dup, err)
+	}
+	interrupts("its redelivery")
 	resume := stepRequest(id, "r2", "four")
 	resume.ResumeOf = "r1"
 	res, err := st.Run(ctx, resume, store, newRecordingSink())
 	if err != nil || res.Status != events.StatusComplete || res.Answer != "booked for four" {
 		t.Fatalf("resume: %+v, %v; want complete with the answer", res, err)
 	}
+	interrupts("the resume")
 	again := stepRequest(id, "r3", "five")
 	again.ResumeOf = "r1" // answered already
 	sink := newRecordingSink()
