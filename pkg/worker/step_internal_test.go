@@ -1,11 +1,17 @@
 package worker
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/turnpike-dev/turnpike/pkg/events"
+	"github.com/turnpike-dev/turnpike/pkg/history"
 )
 
 // A later run of a Step gets a higher owner token than any before it, also
@@ -57,5 +63,40 @@ func TestAStepsPeakIsTheMostRunsInProgressAtOnce(t *testing.T) {
 	}
 	if got := s.peak(); got != 2 {
 		t.Errorf("peak after every run ended = %d, want it kept at 2", got)
+	}
+}
+
+// A run that finds its request's journal owned by a newer run is fenced
+// when that run is of its own generation (the upper 32 bits of the token);
+// one of a later generation is retried while the journal may still be
+// written, and ignored after that.
+func TestAJournalOfANewerRunFencesOnlyWithinTheGeneration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Step{cfg: DefaultConfig(), metrics: m, now: func() time.Time { return now }}
+	store := history.NewMemoryStore()
+	id := events.Identity{Tenant: "acme", User: "ann", Conversation: "fence"}
+	log := slog.New(slog.DiscardHandler)
+	const gen = int64(7) << 32
+	owner := gen | 3
+	journal := func(o int64, at time.Time) *history.Steps {
+		return &history.Steps{Owner: o, Runs: 1, Steps: []history.Step{{Key: "m/assistant/1", At: at}}}
+	}
+
+	if _, err := s.openJournal(ctx, store, id, "r1", owner, journal(gen|4, now), log); !errors.Is(err, history.ErrFenced) {
+		t.Errorf("a newer run of the same generation: %v, want ErrFenced", err)
+	}
+	later := gen + 1<<32 | 1
+	if _, err := s.openJournal(ctx, store, id, "r1", owner, journal(later, now.Add(-time.Second)), log); !errors.Is(err, errJournalAhead) {
+		t.Errorf("a run of a later generation, written a second ago: %v, want errJournalAhead", err)
+	}
+	old := now.Add(-s.cfg.RunTimeout - time.Second)
+	if jr, err := s.openJournal(ctx, store, id, "r1", owner, journal(later, old), log); err != nil || jr != nil {
+		t.Errorf("a run of a later generation, written longer than a run ago: %v, %v; want no journal and no error", jr, err)
 	}
 }
