@@ -69,7 +69,7 @@ func TestAStepsPeakIsTheMostRunsInProgressAtOnce(t *testing.T) {
 // A run that finds its request's journal owned by a newer run is fenced
 // when that run is of its own generation (the upper 32 bits of the token);
 // one of a later generation is retried while the journal may still be
-// written, and ignored after that.
+// written (less than a run timeout ago), and ignored after that.
 func TestAJournalOfANewerRunFencesOnlyWithinTheGeneration(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -95,8 +95,16 @@ func TestAJournalOfANewerRunFencesOnlyWithinTheGeneration(t *testing.T) {
 	if _, err := s.openJournal(ctx, store, id, "r1", owner, journal(later, now.Add(-time.Second)), log); !errors.Is(err, errJournalAhead) {
 		t.Errorf("a run of a later generation, written a second ago: %v, want errJournalAhead", err)
 	}
-	old := now.Add(-s.cfg.RunTimeout - time.Second)
-	if jr, err := s.openJournal(ctx, store, id, "r1", owner, journal(later, old), log); err != nil || jr != nil {
-		t.Errorf("a run of a later generation, written longer than a run ago: %v, %v; want no journal and no error", jr, err)
+	for _, age := range []time.Duration{s.cfg.RunTimeout, s.cfg.RunTimeout + time.Second} {
+		if jr, err := s.openJournal(ctx, store, id, "r1", owner, journal(later, now.Add(-age)), log); err != nil || jr != nil {
+			t.Errorf("a run of a later generation, written %v ago (the run timeout is %v): %v, %v; want no journal and no error", age, s.cfg.RunTimeout, jr, err)
+		}
+	}
+
+	// An older run's journal that is gone when this run claims it (its
+	// request ended meanwhile) is not replayed.
+	jr, err := s.openJournal(ctx, store, id, "r1", owner, journal(gen|2, now), log)
+	if err != nil || jr == nil || len(jr.recorded) != 0 || jr.runs != 1 {
+		t.Errorf("a journal deleted before the claim: %+v, %v; want a new journal of one run, nothing to replay", jr, err)
 	}
 }
